@@ -1,0 +1,188 @@
+//! The one table from read-path errors to S3 error codes, HTTP statuses and messages.
+//!
+//! Errors the upstream sent pass through with their code, status and message; the
+//! upstream's request id is added as `x-portico-upstream-request-id` and logged.
+
+use http::{HeaderMap, HeaderValue, StatusCode};
+use s3s::{S3Error, S3ErrorCode};
+
+use crate::cache::Missing;
+use crate::read::{ErrorSource, ReadError};
+use crate::upstream::UpstreamError;
+
+pub const UPSTREAM_REQUEST_ID_HEADER: &str = "x-portico-upstream-request-id";
+
+/// The S3 error a client receives for `error`, carrying `request_id`.
+pub fn s3_error(error: &ReadError, request_id: &str) -> S3Error {
+    let (code, status, message): (S3ErrorCode, StatusCode, String) = match error {
+        ReadError::NotFound(Missing::NoSuchKey, _) => (
+            S3ErrorCode::NoSuchKey,
+            StatusCode::NOT_FOUND,
+            "The specified key does not exist.".to_owned(),
+        ),
+        ReadError::NotFound(Missing::NoSuchBucket, _) => (
+            S3ErrorCode::NoSuchBucket,
+            StatusCode::NOT_FOUND,
+            "The specified bucket does not exist".to_owned(),
+        ),
+        ReadError::InvalidRange(_) => (
+            S3ErrorCode::InvalidRange,
+            StatusCode::RANGE_NOT_SATISFIABLE,
+            "The requested range is not satisfiable".to_owned(),
+        ),
+        ReadError::Changed => (
+            S3ErrorCode::ServiceUnavailable,
+            StatusCode::SERVICE_UNAVAILABLE,
+            "The object changed upstream while it was being read. Please retry.".to_owned(),
+        ),
+        ReadError::Upstream(upstream) => upstream_error(upstream),
+        ReadError::Internal(_) => (
+            S3ErrorCode::InternalError,
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "We encountered an internal error. Please try again.".to_owned(),
+        ),
+    };
+    let mut s3_error = S3Error::with_message(code, message);
+    s3_error.set_status_code(status);
+    s3_error.set_request_id(request_id);
+    let mut headers = HeaderMap::new();
+    // Replacing an error's headers replaces all of them, so the XML content type is repeated.
+    headers.insert(
+        http::header::CONTENT_TYPE,
+        HeaderValue::from_static("application/xml"),
+    );
+    if let ReadError::InvalidRange(unsatisfiable) = error
+        && let Ok(value) = HeaderValue::from_str(&format!("bytes */{}", unsatisfiable.size))
+    {
+        headers.insert(http::header::CONTENT_RANGE, value);
+    }
+    if let Some(upstream_id) = upstream_request_id(error)
+        && let Ok(value) = HeaderValue::from_str(upstream_id)
+    {
+        headers.insert(UPSTREAM_REQUEST_ID_HEADER, value);
+    }
+    s3_error.set_headers(headers);
+    let level_is_error = error.source_kind() != ErrorSource::Client;
+    if level_is_error {
+        tracing::warn!(request_id, upstream_request_id = upstream_request_id(error), %error, "request failed");
+    } else {
+        tracing::debug!(request_id, upstream_request_id = upstream_request_id(error), %error, "request failed");
+    }
+    s3_error
+}
+
+fn upstream_request_id(error: &ReadError) -> Option<&str> {
+    match error {
+        ReadError::NotFound(_, request_id) => request_id.as_deref(),
+        ReadError::Upstream(upstream) => upstream.request_id(),
+        _ => None,
+    }
+}
+
+fn upstream_error(error: &UpstreamError) -> (S3ErrorCode, StatusCode, String) {
+    match error {
+        UpstreamError::Rejected {
+            status,
+            code,
+            message,
+            ..
+        } => {
+            let status = StatusCode::from_u16(*status).unwrap_or(StatusCode::BAD_GATEWAY);
+            let code =
+                S3ErrorCode::from_bytes(code.as_bytes()).unwrap_or(S3ErrorCode::InternalError);
+            (code, status, message.clone())
+        }
+        UpstreamError::Unreachable { .. } => (
+            S3ErrorCode::ServiceUnavailable,
+            StatusCode::SERVICE_UNAVAILABLE,
+            "The upstream object store is unreachable. Please retry.".to_owned(),
+        ),
+        UpstreamError::InvalidRange { .. } => (
+            S3ErrorCode::InvalidRange,
+            StatusCode::RANGE_NOT_SATISFIABLE,
+            "The requested range is not satisfiable".to_owned(),
+        ),
+        UpstreamError::NotFound { .. }
+        | UpstreamError::PreconditionFailed { .. }
+        | UpstreamError::NotModified
+        | UpstreamError::InvalidResponse { .. }
+        | UpstreamError::Request { .. } => (
+            S3ErrorCode::InternalError,
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "We encountered an internal error. Please try again.".to_owned(),
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::types::Unsatisfiable;
+
+    fn parts(error: ReadError) -> (String, u16, Option<String>, Option<String>) {
+        let s3 = s3_error(&error, "REQ1");
+        assert_eq!(s3.request_id(), Some("REQ1"));
+        let header = |name: &str| {
+            s3.headers()
+                .and_then(|headers| headers.get(name))
+                .map(|value| value.to_str().unwrap().to_owned())
+        };
+        (
+            s3.code().as_str().to_owned(),
+            s3.status_code().unwrap().as_u16(),
+            header("content-range"),
+            header(UPSTREAM_REQUEST_ID_HEADER),
+        )
+    }
+
+    #[test]
+    fn every_read_error_maps_to_an_s3_code_and_status() {
+        assert_eq!(
+            parts(ReadError::NotFound(Missing::NoSuchKey, Some("UP1".into()))),
+            ("NoSuchKey".into(), 404, None, Some("UP1".into()))
+        );
+        assert_eq!(
+            parts(ReadError::NotFound(Missing::NoSuchBucket, None)).0,
+            "NoSuchBucket"
+        );
+        assert_eq!(
+            parts(ReadError::InvalidRange(Unsatisfiable { size: 11 })),
+            ("InvalidRange".into(), 416, Some("bytes */11".into()), None)
+        );
+        assert_eq!(parts(ReadError::Changed).1, 503);
+        assert_eq!(parts(ReadError::Internal("bug".into())).1, 500);
+        let unreachable = UpstreamError::Unreachable {
+            message: "connection refused".into(),
+        };
+        assert_eq!(
+            parts(ReadError::Upstream(unreachable)).0,
+            "ServiceUnavailable"
+        );
+    }
+
+    #[test]
+    fn upstream_rejections_pass_through() {
+        let denied = UpstreamError::Rejected {
+            status: 403,
+            code: "AccessDenied".into(),
+            message: "Access Denied.".into(),
+            request_id: Some("UP2".into()),
+        };
+        let s3 = s3_error(&ReadError::Upstream(denied), "REQ2");
+        assert_eq!(s3.code(), &S3ErrorCode::AccessDenied);
+        assert_eq!(s3.status_code(), Some(StatusCode::FORBIDDEN));
+        assert_eq!(s3.message(), Some("Access Denied."));
+        let custom = UpstreamError::Rejected {
+            status: 400,
+            code: "SomethingNew".into(),
+            message: "new".into(),
+            request_id: None,
+        };
+        assert_eq!(
+            s3_error(&ReadError::Upstream(custom), "REQ3")
+                .code()
+                .as_str(),
+            "SomethingNew"
+        );
+    }
+}

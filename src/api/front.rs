@@ -1,0 +1,267 @@
+//! What every S3 request passes through before s3s sees it: a request id, the
+//! per-request context handlers fill in, request metrics, and (with `auth.mode = none`)
+//! the removal of client signatures that Portico does not verify.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::task::{Context, Poll};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use http::{HeaderValue, Request, Response, Uri};
+use http_body::{Body, Frame, SizeHint};
+use hyper::body::Incoming;
+use s3s::service::S3Service;
+
+use crate::telemetry::Metrics;
+
+/// Query parameters of presigned URLs (SigV4 and SigV2).
+const SIGNATURE_QUERY_PARAMS: [&str; 10] = [
+    "X-Amz-Algorithm",
+    "X-Amz-Credential",
+    "X-Amz-Date",
+    "X-Amz-Expires",
+    "X-Amz-SignedHeaders",
+    "X-Amz-Signature",
+    "X-Amz-Security-Token",
+    "AWSAccessKeyId",
+    "Signature",
+    "Expires",
+];
+
+/// Per-request facts shared between the front and the S3 handlers.
+#[derive(Debug, Clone)]
+pub struct RequestContext(Arc<ContextInner>);
+
+#[derive(Debug)]
+struct ContextInner {
+    id: String,
+    operation: OnceLock<&'static str>,
+}
+
+impl RequestContext {
+    pub fn id(&self) -> &str {
+        &self.0.id
+    }
+
+    /// Names the S3 operation for metrics and logs; the first name set wins.
+    pub fn set_operation(&self, operation: &'static str) {
+        let _ = self.0.operation.set(operation);
+    }
+
+    fn operation(&self) -> &'static str {
+        self.0.operation.get().copied().unwrap_or("Other")
+    }
+}
+
+/// Request ids: unique per process (a counter) and across restarts (seeded by the clock).
+struct RequestIds {
+    next: AtomicU64,
+}
+
+impl RequestIds {
+    fn new() -> Self {
+        let seed = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |elapsed| elapsed.as_nanos() as u64);
+        Self {
+            next: AtomicU64::new(seed),
+        }
+    }
+
+    fn next(&self) -> String {
+        format!("{:016X}", self.next.fetch_add(1, Ordering::Relaxed))
+    }
+}
+
+#[derive(Clone)]
+pub struct Front {
+    s3: S3Service,
+    metrics: Arc<Metrics>,
+    ids: Arc<RequestIds>,
+    strip_signatures: bool,
+}
+
+impl Front {
+    pub fn new(s3: S3Service, metrics: Arc<Metrics>, strip_signatures: bool) -> Self {
+        Self {
+            s3,
+            metrics,
+            ids: Arc::new(RequestIds::new()),
+            strip_signatures,
+        }
+    }
+}
+
+impl hyper::service::Service<Request<Incoming>> for Front {
+    type Response = Response<MeteredBody<s3s::Body>>;
+    type Error = s3s::HttpError;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Self::Error>> + Send>>;
+
+    fn call(&self, mut request: Request<Incoming>) -> Self::Future {
+        let started = Instant::now();
+        let context = RequestContext(Arc::new(ContextInner {
+            id: self.ids.next(),
+            operation: OnceLock::new(),
+        }));
+        request.extensions_mut().insert(context.clone());
+        if self.strip_signatures {
+            strip_signature(&mut request);
+        }
+        let response = hyper::service::Service::call(&self.s3, request);
+        let metrics = self.metrics.clone();
+        Box::pin(async move {
+            let mut response = response.await?;
+            if let Ok(value) = HeaderValue::from_str(context.id()) {
+                response.headers_mut().insert("x-amz-request-id", value);
+            }
+            let status = response.status().as_u16();
+            let record = Record {
+                metrics,
+                context,
+                status,
+                started,
+                aborted: false,
+            };
+            Ok(response.map(|inner| MeteredBody { inner, record }))
+        })
+    }
+}
+
+/// Removes the `Authorization` header and presigned-URL parameters.
+fn strip_signature<B>(request: &mut Request<B>) {
+    request.headers_mut().remove(http::header::AUTHORIZATION);
+    let Some(query) = request.uri().query() else {
+        return;
+    };
+    let kept: Vec<&str> = query
+        .split('&')
+        .filter(|pair| {
+            let name = pair.split_once('=').map_or(*pair, |(name, _)| name);
+            !SIGNATURE_QUERY_PARAMS
+                .iter()
+                .any(|signature| signature.eq_ignore_ascii_case(name))
+        })
+        .collect();
+    if kept.len() == query.split('&').count() {
+        return;
+    }
+    let path = request.uri().path();
+    let path_and_query = if kept.is_empty() {
+        path.to_owned()
+    } else {
+        format!("{path}?{}", kept.join("&"))
+    };
+    let mut parts = request.uri().clone().into_parts();
+    match path_and_query.parse() {
+        Ok(parsed) => parts.path_and_query = Some(parsed),
+        Err(_) => return,
+    }
+    if let Ok(uri) = Uri::from_parts(parts) {
+        *request.uri_mut() = uri;
+    }
+}
+
+/// Records a request's metrics when its response body ends or is dropped.
+struct Record {
+    metrics: Arc<Metrics>,
+    context: RequestContext,
+    status: u16,
+    started: Instant,
+    aborted: bool,
+}
+
+impl Drop for Record {
+    fn drop(&mut self) {
+        let operation = self.context.operation();
+        self.metrics
+            .record_request(operation, self.status, self.started.elapsed().as_secs_f64());
+        if self.aborted {
+            self.metrics.response_aborts.inc();
+        }
+    }
+}
+
+/// A response body that reports its request's metrics when it finishes.
+pub struct MeteredBody<B> {
+    inner: B,
+    record: Record,
+}
+
+impl<B> Body for MeteredBody<B>
+where
+    B: Body<Data = Bytes> + Unpin,
+{
+    type Data = Bytes;
+    type Error = B::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
+        let polled = Pin::new(&mut self.inner).poll_frame(cx);
+        if let Poll::Ready(Some(Err(_))) = &polled {
+            self.record.aborted = true;
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stripped(uri: &str) -> Request<()> {
+        let mut request = Request::builder()
+            .uri(uri)
+            .header("authorization", "AWS4-HMAC-SHA256 Credential=x")
+            .header("x-amz-date", "20260101T000000Z")
+            .body(())
+            .unwrap();
+        strip_signature(&mut request);
+        request
+    }
+
+    #[test]
+    fn signatures_are_removed_and_everything_else_kept() {
+        let request = stripped(
+            "/bucket/a%20b?X-Amz-Algorithm=AWS4-HMAC-SHA256&response-content-type=text%2Fplain&X-Amz-Signature=abc&x-amz-credential=k",
+        );
+        assert_eq!(request.uri().path(), "/bucket/a%20b");
+        assert_eq!(
+            request.uri().query(),
+            Some("response-content-type=text%2Fplain")
+        );
+        assert!(request.headers().get("authorization").is_none());
+        assert!(request.headers().get("x-amz-date").is_some());
+        assert_eq!(
+            stripped("/b/k?Signature=s&Expires=1&AWSAccessKeyId=a")
+                .uri()
+                .query(),
+            None
+        );
+        assert_eq!(
+            stripped("/b/k?versionId=3").uri().query(),
+            Some("versionId=3")
+        );
+    }
+
+    #[test]
+    fn request_ids_are_unique_hex() {
+        let ids = RequestIds::new();
+        let (first, second) = (ids.next(), ids.next());
+        assert_ne!(first, second);
+        assert_eq!(first.len(), 16);
+        assert!(first.bytes().all(|byte| byte.is_ascii_hexdigit()));
+    }
+}

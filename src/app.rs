@@ -1,0 +1,108 @@
+//! Wiring: builds the cache, upstream client, read path and both listeners from the
+//! config, and runs them until one shutdown signal stops them all in order — listeners
+//! stop accepting, open requests get the grace period, then the cache closes cleanly.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+use crate::admin::{self, AdminState};
+use crate::api;
+use crate::cache::{BlockCache, CacheError};
+use crate::config::Config;
+use crate::read::{ReadPath, ReadSettings};
+use crate::telemetry::Metrics;
+use crate::upstream::Upstream;
+
+#[derive(Debug, thiserror::Error)]
+pub enum AppError {
+    #[error(transparent)]
+    Cache(#[from] CacheError),
+    #[error("cannot listen on {address} ({what}): {source}")]
+    Listen {
+        what: &'static str,
+        address: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("cannot install the signal handler: {0}")]
+    Signal(std::io::Error),
+}
+
+/// The addresses Portico actually listens on (ports resolved when configured as 0).
+#[derive(Debug, Clone, Copy)]
+pub struct Bound {
+    pub s3: SocketAddr,
+    pub admin: SocketAddr,
+}
+
+async fn bind(what: &'static str, address: SocketAddr) -> Result<TcpListener, AppError> {
+    TcpListener::bind(address)
+        .await
+        .map_err(|source| AppError::Listen {
+            what,
+            address,
+            source,
+        })
+}
+
+/// Runs Portico until SIGTERM or Ctrl-C. `on_ready` receives the bound addresses once
+/// both listeners accept connections.
+pub async fn run(config: Config, on_ready: impl FnOnce(Bound)) -> Result<(), AppError> {
+    let metrics = Arc::new(Metrics::new());
+    let cache = BlockCache::open(&config.cache, metrics.foyer_registry()).await?;
+    let upstream = Arc::new(Upstream::connect(&config.upstream, metrics.clone()).await);
+    let settings = ReadSettings {
+        block_size: config.cache.block_size.bytes(),
+        metadata_ttl: config.cache.metadata_ttl,
+        negative_ttl: config.cache.negative_ttl.get(),
+        readahead_blocks: config.cache.readahead_blocks as usize,
+    };
+    let read = ReadPath::new(cache.clone(), upstream.clone(), metrics.clone(), settings);
+
+    let s3_listener = bind("S3", config.server.listen).await?;
+    let admin_listener = bind("admin", config.admin.listen).await?;
+    let bound = Bound {
+        s3: s3_listener.local_addr().unwrap_or(config.server.listen),
+        admin: admin_listener.local_addr().unwrap_or(config.admin.listen),
+    };
+
+    let (shutdown, stopping) = watch::channel(false);
+    let front = api::service(&config, read, metrics.clone());
+    let grace = config.server.shutdown_grace.get();
+    let s3_task = tokio::spawn(api::serve(s3_listener, front, stopping.clone(), grace));
+    let admin_state = Arc::new(AdminState::new(metrics, cache.clone(), upstream));
+    let admin_task = tokio::spawn(admin::serve(admin_listener, admin_state, stopping));
+    tracing::info!(s3 = %bound.s3, admin = %bound.admin, "portico is serving");
+    on_ready(bound);
+
+    wait_for_signal().await?;
+    tracing::info!(
+        ?grace,
+        "shutting down: no new connections, finishing open requests"
+    );
+    let _ = shutdown.send(true);
+    if let Err(error) = s3_task.await {
+        tracing::error!(%error, "S3 listener task failed");
+    }
+    if let Err(error) = admin_task.await {
+        tracing::error!(%error, "admin listener task failed");
+    }
+    cache.close().await?;
+    tracing::info!("cache closed; goodbye");
+    Ok(())
+}
+
+async fn wait_for_signal() -> Result<(), AppError> {
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .map_err(AppError::Signal)?;
+    tokio::select! {
+        _ = terminate.recv() => tracing::info!("received SIGTERM"),
+        result = tokio::signal::ctrl_c() => {
+            result.map_err(AppError::Signal)?;
+            tracing::info!("received Ctrl-C");
+        }
+    }
+    Ok(())
+}

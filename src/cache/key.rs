@@ -1,0 +1,191 @@
+//! Cache keys and values, and their foyer [`Code`] implementations.
+//!
+//! Invariant: a block key names the object version (ETag or version token), so bytes of
+//! two versions of an object can never be returned for the same key.
+
+use std::io::{Read, Write};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use foyer::{Code, Result};
+
+use super::codec::{
+    get_bytes, get_str, get_u8, get_u64, parse_error, put_bytes, put_str, put_u8, put_u64, str_size,
+};
+use super::meta::MetaRecord;
+use crate::types::{BlockIndex, ObjectRef};
+
+/// One block of one version of one object.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct BlockKey {
+    pub object: ObjectRef,
+    pub version: Arc<str>,
+    pub index: BlockIndex,
+}
+
+/// Everything the hybrid cache stores is either a block or an object's metadata.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum CacheKey {
+    Block(BlockKey),
+    Meta(ObjectRef),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CacheValue {
+    Block(Bytes),
+    Meta(MetaRecord),
+}
+
+const TAG_BLOCK: u8 = 1;
+const TAG_META: u8 = 2;
+
+fn decode_object(reader: &mut impl Read) -> Result<ObjectRef> {
+    let bucket = get_str(reader)?;
+    let key = get_str(reader)?;
+    ObjectRef::new(&bucket, &key).map_err(|_| parse_error("invalid object reference in cache key"))
+}
+
+impl Code for CacheKey {
+    fn encode(&self, writer: &mut impl Write) -> Result<()> {
+        match self {
+            Self::Block(block) => {
+                put_u8(writer, TAG_BLOCK)?;
+                put_str(writer, block.object.bucket())?;
+                put_str(writer, block.object.key())?;
+                put_str(writer, &block.version)?;
+                put_u64(writer, block.index)
+            }
+            Self::Meta(object) => {
+                put_u8(writer, TAG_META)?;
+                put_str(writer, object.bucket())?;
+                put_str(writer, object.key())
+            }
+        }
+    }
+
+    fn decode(reader: &mut impl Read) -> Result<Self> {
+        match get_u8(reader)? {
+            TAG_BLOCK => {
+                let object = decode_object(reader)?;
+                let version = get_str(reader)?;
+                let index = get_u64(reader)?;
+                Ok(Self::Block(BlockKey {
+                    object,
+                    version: version.into(),
+                    index,
+                }))
+            }
+            TAG_META => Ok(Self::Meta(decode_object(reader)?)),
+            _ => Err(parse_error("unknown cache key tag")),
+        }
+    }
+
+    fn estimated_size(&self) -> usize {
+        match self {
+            Self::Block(block) => {
+                1 + str_size(block.object.bucket())
+                    + str_size(block.object.key())
+                    + str_size(&block.version)
+                    + 8
+            }
+            Self::Meta(object) => 1 + str_size(object.bucket()) + str_size(object.key()),
+        }
+    }
+}
+
+impl Code for CacheValue {
+    fn encode(&self, writer: &mut impl Write) -> Result<()> {
+        match self {
+            Self::Block(bytes) => {
+                put_u8(writer, TAG_BLOCK)?;
+                put_bytes(writer, bytes)
+            }
+            Self::Meta(record) => {
+                put_u8(writer, TAG_META)?;
+                record.encode(writer)
+            }
+        }
+    }
+
+    fn decode(reader: &mut impl Read) -> Result<Self> {
+        match get_u8(reader)? {
+            TAG_BLOCK => Ok(Self::Block(Bytes::from(get_bytes(reader)?))),
+            TAG_META => Ok(Self::Meta(MetaRecord::decode(reader)?)),
+            _ => Err(parse_error("unknown cache value tag")),
+        }
+    }
+
+    fn estimated_size(&self) -> usize {
+        match self {
+            Self::Block(bytes) => 1 + 8 + bytes.len(),
+            Self::Meta(record) => 1 + record.encoded_size(),
+        }
+    }
+}
+
+/// Bytes an entry occupies in the memory tier, for foyer's weighter.
+pub fn memory_weight(key: &CacheKey, value: &CacheValue) -> usize {
+    const ENTRY_OVERHEAD: usize = 128;
+    key.estimated_size() + value.estimated_size() + ENTRY_OVERHEAD
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cache::meta::{MetaClock, MetaState, Missing};
+    use proptest::prelude::*;
+
+    fn round_trip<T: Code + std::fmt::Debug + PartialEq>(value: &T) -> T {
+        let mut bytes = Vec::new();
+        value.encode(&mut bytes).unwrap();
+        assert_eq!(
+            bytes.len(),
+            value.estimated_size(),
+            "estimated size of {value:?}"
+        );
+        T::decode(&mut bytes.as_slice()).unwrap()
+    }
+
+    #[test]
+    fn meta_keys_and_values_round_trip() {
+        let object = ObjectRef::new("bucket", "a/b c/ü.parquet").unwrap();
+        let key = CacheKey::Meta(object);
+        assert_eq!(round_trip(&key), key);
+        let value =
+            CacheValue::Meta(MetaClock::new().record(MetaState::Missing(Missing::NoSuchBucket)));
+        assert_eq!(round_trip(&value), value);
+    }
+
+    #[test]
+    fn unknown_tags_are_rejected() {
+        assert!(CacheKey::decode(&mut [9u8].as_slice()).is_err());
+        assert!(CacheValue::decode(&mut [9u8].as_slice()).is_err());
+    }
+
+    #[test]
+    fn oversized_block_lengths_are_rejected_before_allocating() {
+        let mut bytes = vec![TAG_BLOCK];
+        bytes.extend_from_slice(&u64::MAX.to_le_bytes());
+        assert!(CacheValue::decode(&mut bytes.as_slice()).is_err());
+    }
+
+    proptest! {
+        #[test]
+        fn block_keys_and_values_round_trip(
+            bucket in "[a-z0-9.-]{3,63}",
+            key in "\\PC{1,200}",
+            version in "\\PC{0,80}",
+            index in any::<u64>(),
+            data in proptest::collection::vec(any::<u8>(), 0..4096),
+        ) {
+            let key = CacheKey::Block(BlockKey {
+                object: ObjectRef::new(&bucket, &key).unwrap(),
+                version: version.into(),
+                index,
+            });
+            prop_assert_eq!(round_trip(&key), key);
+            let value = CacheValue::Block(Bytes::from(data));
+            prop_assert_eq!(round_trip(&value), value);
+        }
+    }
+}

@@ -1,0 +1,336 @@
+//! Object metadata as the cache keeps it: size, ETag and the headers a GET or HEAD returns,
+//! plus when Portico last validated it against the upstream.
+//!
+//! Invariant: a record validated by an earlier process (another boot) is never trusted
+//! without revalidation unless metadata is configured `immutable`.
+
+use std::io::{Read, Write};
+use std::sync::Arc;
+use std::time::Duration;
+
+use foyer::Result;
+use tokio::time::Instant;
+
+use super::codec::{
+    get_opt_i64, get_opt_str, get_pairs, get_str, get_u8, get_u64, opt_str_size, parse_error,
+    put_opt_i64, put_opt_str, put_pairs, put_str, put_u8, put_u64, str_size,
+};
+use crate::config::MetadataTtl;
+
+/// What an object's GET/HEAD response says about it.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ObjectMeta {
+    pub size: u64,
+    /// The ETag exactly as the upstream sent it, quotes included.
+    pub etag: String,
+    pub last_modified_unix_secs: Option<i64>,
+    pub version_id: Option<String>,
+    pub content_type: Option<String>,
+    pub content_encoding: Option<String>,
+    pub content_disposition: Option<String>,
+    pub content_language: Option<String>,
+    pub cache_control: Option<String>,
+    /// The raw `Expires` header value.
+    pub expires: Option<String>,
+    /// `x-amz-meta-*` pairs without the prefix, sorted by name.
+    pub user_metadata: Vec<(String, String)>,
+}
+
+impl ObjectMeta {
+    /// The token that names this version of the object in block keys: the ETag, or when
+    /// an upstream sends none, the modification time and size.
+    pub fn version_token(&self) -> String {
+        if self.etag.is_empty() {
+            format!(
+                "lm:{}:{}",
+                self.last_modified_unix_secs.unwrap_or_default(),
+                self.size
+            )
+        } else {
+            self.etag.clone()
+        }
+    }
+
+    const FORMAT: u8 = 1;
+
+    fn encode(&self, writer: &mut impl Write) -> Result<()> {
+        put_u8(writer, Self::FORMAT)?;
+        put_u64(writer, self.size)?;
+        put_str(writer, &self.etag)?;
+        put_opt_i64(writer, self.last_modified_unix_secs)?;
+        for field in self.optional_headers() {
+            put_opt_str(writer, field)?;
+        }
+        put_pairs(writer, &self.user_metadata)
+    }
+
+    fn decode(reader: &mut impl Read) -> Result<Self> {
+        if get_u8(reader)? != Self::FORMAT {
+            return Err(parse_error("unknown object metadata format"));
+        }
+        Ok(Self {
+            size: get_u64(reader)?,
+            etag: get_str(reader)?,
+            last_modified_unix_secs: get_opt_i64(reader)?,
+            version_id: get_opt_str(reader)?,
+            content_type: get_opt_str(reader)?,
+            content_encoding: get_opt_str(reader)?,
+            content_disposition: get_opt_str(reader)?,
+            content_language: get_opt_str(reader)?,
+            cache_control: get_opt_str(reader)?,
+            expires: get_opt_str(reader)?,
+            user_metadata: get_pairs(reader)?,
+        })
+    }
+
+    /// The optional header fields in encoding order.
+    fn optional_headers(&self) -> [Option<&str>; 7] {
+        [
+            self.version_id.as_deref(),
+            self.content_type.as_deref(),
+            self.content_encoding.as_deref(),
+            self.content_disposition.as_deref(),
+            self.content_language.as_deref(),
+            self.cache_control.as_deref(),
+            self.expires.as_deref(),
+        ]
+    }
+
+    fn encoded_size(&self) -> usize {
+        let headers: usize = self.optional_headers().into_iter().map(opt_str_size).sum();
+        let pairs: usize = self
+            .user_metadata
+            .iter()
+            .map(|(name, value)| str_size(name) + str_size(value))
+            .sum();
+        1 + 8 + str_size(&self.etag) + 9 + headers + 4 + pairs
+    }
+}
+
+/// Why an object was not found upstream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Missing {
+    NoSuchKey,
+    NoSuchBucket,
+}
+
+/// What is known about an object: its metadata, or that it does not exist.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MetaState {
+    Found(Arc<ObjectMeta>),
+    Missing(Missing),
+}
+
+/// A metadata state and when it was last validated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MetaRecord {
+    pub state: MetaState,
+    validated: Validation,
+}
+
+/// When a record was validated: which process (boot) and how long after its start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Validation {
+    boot_id: u64,
+    millis_since_boot: u64,
+}
+
+/// The clock records are validated against: a random id per process and a monotonic
+/// start instant (so wall-clock jumps never make stale metadata look fresh).
+#[derive(Debug, Clone)]
+pub struct MetaClock {
+    boot_id: u64,
+    started: Instant,
+}
+
+impl Default for MetaClock {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl MetaClock {
+    pub fn new() -> Self {
+        Self {
+            boot_id: rand::random(),
+            started: Instant::now(),
+        }
+    }
+
+    /// A record of `state` validated now.
+    pub fn record(&self, state: MetaState) -> MetaRecord {
+        MetaRecord {
+            state,
+            validated: self.now(),
+        }
+    }
+
+    fn now(&self) -> Validation {
+        let millis = self.started.elapsed().as_millis();
+        Validation {
+            boot_id: self.boot_id,
+            millis_since_boot: u64::try_from(millis).unwrap_or(u64::MAX),
+        }
+    }
+
+    /// Whether `record` can be used without asking the upstream, given its `ttl`.
+    pub fn is_fresh(&self, record: &MetaRecord, ttl: MetadataTtl) -> bool {
+        let ttl = match (ttl, &record.state) {
+            (MetadataTtl::Immutable, MetaState::Found(_)) => return true,
+            (MetadataTtl::Immutable, MetaState::Missing(_)) => return false,
+            (MetadataTtl::After(ttl), _) => ttl,
+        };
+        if record.validated.boot_id != self.boot_id {
+            return false;
+        }
+        let age = self
+            .now()
+            .millis_since_boot
+            .saturating_sub(record.validated.millis_since_boot);
+        Duration::from_millis(age) < ttl
+    }
+
+    /// Whether a negative record is still within `negative_ttl`.
+    pub fn is_fresh_negative(&self, record: &MetaRecord, negative_ttl: Duration) -> bool {
+        matches!(record.state, MetaState::Missing(_))
+            && self.is_fresh(record, MetadataTtl::After(negative_ttl))
+    }
+}
+
+impl MetaRecord {
+    const FOUND: u8 = 1;
+    const MISSING_KEY: u8 = 2;
+    const MISSING_BUCKET: u8 = 3;
+
+    pub fn meta(&self) -> Option<&Arc<ObjectMeta>> {
+        match &self.state {
+            MetaState::Found(meta) => Some(meta),
+            MetaState::Missing(_) => None,
+        }
+    }
+
+    pub(super) fn encode(&self, writer: &mut impl Write) -> Result<()> {
+        put_u64(writer, self.validated.boot_id)?;
+        put_u64(writer, self.validated.millis_since_boot)?;
+        match &self.state {
+            MetaState::Found(meta) => {
+                put_u8(writer, Self::FOUND)?;
+                meta.encode(writer)
+            }
+            MetaState::Missing(Missing::NoSuchKey) => put_u8(writer, Self::MISSING_KEY),
+            MetaState::Missing(Missing::NoSuchBucket) => put_u8(writer, Self::MISSING_BUCKET),
+        }
+    }
+
+    pub(super) fn decode(reader: &mut impl Read) -> Result<Self> {
+        let validated = Validation {
+            boot_id: get_u64(reader)?,
+            millis_since_boot: get_u64(reader)?,
+        };
+        let state = match get_u8(reader)? {
+            Self::FOUND => MetaState::Found(Arc::new(ObjectMeta::decode(reader)?)),
+            Self::MISSING_KEY => MetaState::Missing(Missing::NoSuchKey),
+            Self::MISSING_BUCKET => MetaState::Missing(Missing::NoSuchBucket),
+            _ => return Err(parse_error("unknown metadata record tag")),
+        };
+        Ok(Self { state, validated })
+    }
+
+    pub(super) fn encoded_size(&self) -> usize {
+        16 + 1 + self.meta().map_or(0, |meta| meta.encoded_size())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    pub(crate) fn sample_meta() -> ObjectMeta {
+        ObjectMeta {
+            size: 12_345,
+            etag: "\"5eb63bbbe01eeed093cb22bb8f5acdc3\"".to_owned(),
+            last_modified_unix_secs: Some(1_790_000_000),
+            version_id: None,
+            content_type: Some("text/plain".to_owned()),
+            content_encoding: Some("gzip".to_owned()),
+            content_disposition: None,
+            content_language: Some("en".to_owned()),
+            cache_control: Some("max-age=60".to_owned()),
+            expires: Some("Thu, 01 Dec 2094 16:00:00 GMT".to_owned()),
+            user_metadata: vec![("owner".to_owned(), "ünïcode".to_owned())],
+        }
+    }
+
+    #[test]
+    fn records_round_trip_through_the_codec() {
+        let clock = MetaClock::new();
+        for state in [
+            MetaState::Found(Arc::new(sample_meta())),
+            MetaState::Missing(Missing::NoSuchKey),
+            MetaState::Missing(Missing::NoSuchBucket),
+        ] {
+            let record = clock.record(state);
+            let mut bytes = Vec::new();
+            record.encode(&mut bytes).unwrap();
+            assert_eq!(bytes.len(), record.encoded_size());
+            let decoded = MetaRecord::decode(&mut bytes.as_slice()).unwrap();
+            assert_eq!(decoded, record);
+        }
+    }
+
+    #[test]
+    fn truncated_records_fail_to_decode() {
+        let record = MetaClock::new().record(MetaState::Found(Arc::new(sample_meta())));
+        let mut bytes = Vec::new();
+        record.encode(&mut bytes).unwrap();
+        for cut in [0, 10, 17, bytes.len() - 1] {
+            assert!(
+                MetaRecord::decode(&mut &bytes[..cut]).is_err(),
+                "cut at {cut}"
+            );
+        }
+    }
+
+    #[test]
+    fn version_token_falls_back_to_time_and_size() {
+        let mut meta = sample_meta();
+        assert_eq!(meta.version_token(), meta.etag);
+        meta.etag.clear();
+        assert_eq!(meta.version_token(), "lm:1790000000:12345");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn freshness_follows_the_ttl() {
+        let clock = MetaClock::new();
+        let record = clock.record(MetaState::Found(Arc::new(sample_meta())));
+        let ttl = MetadataTtl::After(Duration::from_secs(60));
+        assert!(clock.is_fresh(&record, ttl));
+        assert!(!clock.is_fresh(&record, MetadataTtl::After(Duration::ZERO)));
+        tokio::time::advance(Duration::from_secs(59)).await;
+        assert!(clock.is_fresh(&record, ttl));
+        tokio::time::advance(Duration::from_secs(2)).await;
+        assert!(!clock.is_fresh(&record, ttl));
+        assert!(clock.is_fresh(&record, MetadataTtl::Immutable));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn records_from_another_boot_are_stale_unless_immutable() {
+        let earlier = MetaClock::new();
+        let record = earlier.record(MetaState::Found(Arc::new(sample_meta())));
+        let now = MetaClock::new();
+        assert!(!now.is_fresh(&record, MetadataTtl::After(Duration::from_secs(3600))));
+        assert!(now.is_fresh(&record, MetadataTtl::Immutable));
+        let negative = earlier.record(MetaState::Missing(Missing::NoSuchKey));
+        assert!(!now.is_fresh(&negative, MetadataTtl::Immutable));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn negative_records_expire_after_the_negative_ttl() {
+        let clock = MetaClock::new();
+        let record = clock.record(MetaState::Missing(Missing::NoSuchKey));
+        assert!(clock.is_fresh_negative(&record, Duration::from_secs(5)));
+        assert!(!clock.is_fresh_negative(&record, Duration::ZERO));
+        tokio::time::advance(Duration::from_secs(6)).await;
+        assert!(!clock.is_fresh_negative(&record, Duration::from_secs(5)));
+    }
+}

@@ -1,0 +1,445 @@
+//! The hybrid block cache: fixed-size object blocks and object metadata in a foyer
+//! `HybridCache` (memory tier + a disk tier in `cache.dir`).
+//!
+//! Invariants:
+//! - Concurrent misses for one block run one fetch; every waiter gets its bytes or its error.
+//! - Every block fits one foyer disk entry: the disk engine's block size is derived from
+//!   `cache.block_size` (foyer silently skips entries larger than its block).
+//! - Entries are written to disk on insertion, through foyer's bounded submit queue: when
+//!   the disk falls behind, entries skip the disk tier (counted by foyer's
+//!   `storage_queue_channel_overflow` metric) instead of piling up in memory.
+
+mod codec;
+mod key;
+mod meta;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use bytes::Bytes;
+use foyer::{
+    BlockEngineConfig, DeviceBuilder, FsDeviceBuilder, HybridCache, HybridCacheBuilder,
+    HybridCachePolicy, HybridCacheProperties, Location, PsyncIoEngineConfig, RecoverMode,
+    S3FifoConfig, Source,
+};
+use mixtrics::metrics::BoxedRegistry;
+
+pub use key::{BlockKey, CacheKey, CacheValue};
+pub use meta::{MetaClock, MetaRecord, MetaState, Missing, ObjectMeta};
+
+use crate::config::CacheConfig;
+use crate::types::ObjectRef;
+
+/// foyer's I/O alignment.
+const PAGE_BYTES: u64 = 4096;
+/// Room for an entry's header, its key (object keys are at most 1 KiB) and alignment.
+const ENTRY_SLACK_BYTES: u64 = 8 * 1024;
+/// Cache blocks per disk-engine block (the disk tier's eviction unit).
+const ENTRIES_PER_DISK_BLOCK: u64 = 4;
+/// Disk writers. One writer with a large buffer absorbs a burst of blocks that several
+/// writers, each taking a hash-chosen share into a smaller buffer, would partly drop.
+const DISK_FLUSHERS: usize = 1;
+/// Bytes one disk write may batch. foyer drops entries that arrive while its buffer is
+/// full and a write is in flight, so the buffer must hold a few readahead bursts; it is
+/// allocated twice (filling and writing), which bounds the disk tier's write memory.
+const FLUSH_BUFFER_BYTES: u64 = 32 * 1024 * 1024;
+
+/// Where a block came from, for metrics and the access path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tier {
+    Memory,
+    Disk,
+    /// This request fetched it from the upstream.
+    Upstream,
+    /// Another request was already fetching it; this one waited for that fetch.
+    Coalesced,
+}
+
+impl Tier {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Memory => "memory",
+            Self::Disk => "disk",
+            Self::Upstream => "upstream",
+            Self::Coalesced => "coalesced",
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum CacheError {
+    #[error("cannot open the disk cache in {dir}: {source}")]
+    Open { dir: String, source: foyer::Error },
+    #[error("cache lookup failed: {0}")]
+    Lookup(foyer::Error),
+    #[error("cache held a value of the wrong kind for a {0} key")]
+    WrongKind(&'static str),
+}
+
+/// A failed block lookup: the fetch's own error, or the cache's.
+#[derive(Debug)]
+pub enum LookupError<E> {
+    Fetch(E),
+    Cache(CacheError),
+}
+
+/// Sizes of the foyer disk engine derived from the configured block size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DiskLayout {
+    /// Largest serialized entry: one cache block plus key and header.
+    pub max_entry_bytes: u64,
+    /// foyer's disk block: a few entries plus the blob index.
+    pub engine_block_bytes: u64,
+    /// Write buffer per flusher; it holds at least two whole entries.
+    pub flusher_buffer_bytes: u64,
+    /// Bound on bytes queued for the flusher (references to cached entries, not
+    /// copies); beyond it entries skip the disk tier.
+    pub submit_queue_bytes: u64,
+}
+
+impl DiskLayout {
+    pub fn for_block_size(block_size: u64) -> Self {
+        let max_entry_bytes = (block_size + ENTRY_SLACK_BYTES).next_multiple_of(PAGE_BYTES);
+        let engine_block_bytes = ENTRIES_PER_DISK_BLOCK * max_entry_bytes + PAGE_BYTES;
+        let entries_per_flush = (FLUSH_BUFFER_BYTES / max_entry_bytes).max(2);
+        let flusher_buffer_bytes = entries_per_flush * max_entry_bytes;
+        Self {
+            max_entry_bytes,
+            engine_block_bytes,
+            flusher_buffer_bytes,
+            submit_queue_bytes: 4 * DISK_FLUSHERS as u64 * flusher_buffer_bytes,
+        }
+    }
+}
+
+fn to_usize(bytes: u64) -> usize {
+    usize::try_from(bytes).unwrap_or(usize::MAX)
+}
+
+/// The block and metadata cache. Cheap to clone.
+#[derive(Clone)]
+pub struct BlockCache {
+    hybrid: HybridCache<CacheKey, CacheValue>,
+}
+
+impl BlockCache {
+    /// Opens the cache; with a disk tier, previously written entries are recovered.
+    pub async fn open(config: &CacheConfig, registry: BoxedRegistry) -> Result<Self, CacheError> {
+        let memory = HybridCacheBuilder::new()
+            .with_name("portico")
+            .with_metrics_registry(registry)
+            .with_policy(HybridCachePolicy::WriteOnInsertion)
+            // Entries reach the disk at insertion; flushing the memory tier again on
+            // close would only rewrite them.
+            .with_flush_on_close(false)
+            .memory(to_usize(config.memory_capacity.bytes()))
+            .with_eviction_config(S3FifoConfig::default())
+            .with_weighter(key::memory_weight);
+        let mut storage = memory.storage();
+        if config.disk_capacity.bytes() > 0 {
+            let open_error = |source| CacheError::Open {
+                dir: config.dir.display().to_string(),
+                source,
+            };
+            let layout = DiskLayout::for_block_size(config.block_size.bytes());
+            let device = FsDeviceBuilder::new(&config.dir)
+                .with_capacity(to_usize(config.disk_capacity.bytes()))
+                .build()
+                .map_err(open_error)?;
+            let engine = BlockEngineConfig::new(device)
+                .with_block_size(to_usize(layout.engine_block_bytes))
+                .with_flushers(DISK_FLUSHERS)
+                .with_buffer_pool_size(to_usize(layout.flusher_buffer_bytes) * DISK_FLUSHERS)
+                .with_submit_queue_size_threshold(to_usize(layout.submit_queue_bytes));
+            storage = storage
+                .with_io_engine_config(PsyncIoEngineConfig::new())
+                .with_engine_config(engine)
+                .with_recover_mode(RecoverMode::Quiet);
+            let hybrid = storage.build().await.map_err(open_error)?;
+            return Ok(Self { hybrid });
+        }
+        let hybrid = storage.build().await.map_err(|source| CacheError::Open {
+            dir: "(memory only)".to_owned(),
+            source,
+        })?;
+        Ok(Self { hybrid })
+    }
+
+    pub fn has_disk_tier(&self) -> bool {
+        self.hybrid.is_hybrid()
+    }
+
+    /// The block if the memory tier holds it; no disk I/O.
+    pub fn block_in_memory(&self, key: &BlockKey) -> Option<Bytes> {
+        let entry = self.hybrid.memory().get(&CacheKey::Block(key.clone()))?;
+        match entry.value() {
+            CacheValue::Block(bytes) => Some(bytes.clone()),
+            CacheValue::Meta(_) => None,
+        }
+    }
+
+    /// The block from memory, disk, or `fetch` — run once however many callers miss at once.
+    ///
+    /// `fetch` runs in a spawned task: a caller that goes away does not cancel it for the
+    /// others, and its result is cached.
+    pub async fn block<F, Fut, E>(
+        &self,
+        key: &BlockKey,
+        fetch: F,
+    ) -> Result<(Bytes, Tier), LookupError<E>>
+    where
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<Bytes, E>> + Send + 'static,
+        E: std::error::Error + Clone + Send + Sync + 'static,
+    {
+        // A memory hit must not go through `get_or_fetch`: with write-on-insertion foyer
+        // would enqueue the entry for another disk write on every hit.
+        if let Some(bytes) = self.block_in_memory(key) {
+            return Ok((bytes, Tier::Memory));
+        }
+        let fetched_here = Arc::new(AtomicBool::new(false));
+        let flag = fetched_here.clone();
+        let fetch = fetch();
+        let entry = self
+            .hybrid
+            .get_or_fetch(&CacheKey::Block(key.clone()), move || async move {
+                flag.store(true, Ordering::Release);
+                fetch.await.map(CacheValue::Block)
+            })
+            .await
+            .map_err(|error| match error.downcast_ref::<E>() {
+                Some(fetch_error) => LookupError::Fetch(fetch_error.clone()),
+                None => LookupError::Cache(CacheError::Lookup(error)),
+            })?;
+        let tier = match entry.source() {
+            Source::Memory => Tier::Memory,
+            Source::Disk => Tier::Disk,
+            Source::Outer if fetched_here.load(Ordering::Acquire) => Tier::Upstream,
+            Source::Outer => Tier::Coalesced,
+        };
+        match entry.value() {
+            CacheValue::Block(bytes) => Ok((bytes.clone(), tier)),
+            CacheValue::Meta(_) => Err(LookupError::Cache(CacheError::WrongKind("block"))),
+        }
+    }
+
+    pub fn insert_block(&self, key: BlockKey, bytes: Bytes) {
+        self.hybrid
+            .insert(CacheKey::Block(key), CacheValue::Block(bytes));
+    }
+
+    /// The metadata record from memory, or from disk (after a restart or eviction).
+    pub async fn meta(&self, object: &ObjectRef) -> Result<Option<MetaRecord>, CacheError> {
+        let key = CacheKey::Meta(object.clone());
+        let entry = match self.hybrid.memory().get(&key) {
+            Some(entry) => entry,
+            None => match self.hybrid.get(&key).await.map_err(CacheError::Lookup)? {
+                Some(entry) => entry,
+                None => return Ok(None),
+            },
+        };
+        match entry.value() {
+            CacheValue::Meta(record) => Ok(Some(record.clone())),
+            CacheValue::Block(_) => Err(CacheError::WrongKind("metadata")),
+        }
+    }
+
+    /// Stores a metadata record; negative records stay in memory only.
+    pub fn insert_meta(&self, object: &ObjectRef, record: MetaRecord) {
+        let location = match record.state {
+            MetaState::Found(_) => Location::Default,
+            MetaState::Missing(_) => Location::InMem,
+        };
+        self.hybrid.insert_with_properties(
+            CacheKey::Meta(object.clone()),
+            CacheValue::Meta(record),
+            HybridCacheProperties::default().with_location(location),
+        );
+    }
+
+    pub fn remove_meta(&self, object: &ObjectRef) {
+        self.hybrid.remove(&CacheKey::Meta(object.clone()));
+    }
+
+    /// Bytes held by the memory tier.
+    pub fn memory_usage_bytes(&self) -> usize {
+        self.hybrid.memory().usage()
+    }
+
+    /// Waits for queued disk writes and closes the disk tier.
+    pub async fn close(&self) -> Result<(), CacheError> {
+        self.hybrid.close().await.map_err(CacheError::Lookup)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::ByteSize;
+    use std::sync::atomic::AtomicUsize;
+
+    #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+    #[error("fetch failed: {0}")]
+    struct FetchFailed(&'static str);
+
+    fn config(dir: &std::path::Path, disk: ByteSize) -> CacheConfig {
+        CacheConfig {
+            dir: dir.to_owned(),
+            memory_capacity: ByteSize::mib(4),
+            disk_capacity: disk,
+            block_size: ByteSize::kib(64),
+            ..CacheConfig::default()
+        }
+    }
+
+    fn block_key(index: u64) -> BlockKey {
+        BlockKey {
+            object: ObjectRef::new("bucket", "key").unwrap(),
+            version: "\"etag\"".into(),
+            index,
+        }
+    }
+
+    async fn open(dir: &std::path::Path, disk: ByteSize) -> BlockCache {
+        BlockCache::open(
+            &config(dir, disk),
+            Box::new(mixtrics::registry::noop::NoopMetricsRegistry),
+        )
+        .await
+        .unwrap()
+    }
+
+    #[test]
+    fn disk_layout_fits_the_largest_block() {
+        for block_size in [64 * 1024, 4 << 20, 64 << 20] {
+            let layout = DiskLayout::for_block_size(block_size);
+            // foyer accepts an entry up to its block size minus one 4 KiB blob index page.
+            assert!(layout.max_entry_bytes <= layout.engine_block_bytes - PAGE_BYTES);
+            assert!(layout.max_entry_bytes >= block_size + 1024 + 1024 + 64);
+            assert!(layout.flusher_buffer_bytes >= 2 * layout.max_entry_bytes);
+            assert!(layout.flusher_buffer_bytes <= (64 << 20) * 2 + 2 * ENTRY_SLACK_BYTES);
+            assert_eq!(layout.engine_block_bytes % PAGE_BYTES, 0);
+        }
+    }
+
+    #[tokio::test]
+    async fn concurrent_misses_run_one_fetch() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = open(dir.path(), ByteSize(0)).await;
+        let fetches = Arc::new(AtomicUsize::new(0));
+        let gate = Arc::new(tokio::sync::Notify::new());
+        let mut waiters = Vec::new();
+        for _ in 0..16 {
+            let cache = cache.clone();
+            let fetches = fetches.clone();
+            let gate = gate.clone();
+            waiters.push(tokio::spawn(async move {
+                cache
+                    .block(&block_key(0), move || async move {
+                        fetches.fetch_add(1, Ordering::SeqCst);
+                        gate.notified().await;
+                        Ok::<_, FetchFailed>(Bytes::from_static(b"block zero"))
+                    })
+                    .await
+            }));
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        gate.notify_one();
+        let mut tiers = Vec::new();
+        for waiter in waiters {
+            let (bytes, tier) = waiter.await.unwrap().unwrap();
+            assert_eq!(bytes, Bytes::from_static(b"block zero"));
+            tiers.push(tier);
+        }
+        assert_eq!(fetches.load(Ordering::SeqCst), 1);
+        assert_eq!(
+            tiers.iter().filter(|tier| **tier == Tier::Upstream).count(),
+            1
+        );
+        assert!(
+            tiers
+                .iter()
+                .all(|tier| matches!(tier, Tier::Upstream | Tier::Coalesced | Tier::Memory))
+        );
+        let (_, tier) = cache
+            .block(&block_key(0), || async {
+                Err::<Bytes, _>(FetchFailed("must not run"))
+            })
+            .await
+            .unwrap();
+        assert_eq!(tier, Tier::Memory);
+    }
+
+    #[tokio::test]
+    async fn a_failed_fetch_reaches_every_waiter_and_is_not_cached() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = open(dir.path(), ByteSize(0)).await;
+        let error = cache
+            .block(&block_key(1), || async {
+                Err::<Bytes, _>(FetchFailed("upstream down"))
+            })
+            .await
+            .unwrap_err();
+        assert!(matches!(
+            error,
+            LookupError::Fetch(FetchFailed("upstream down"))
+        ));
+        let (bytes, tier) = cache
+            .block(&block_key(1), || async {
+                Ok::<_, FetchFailed>(Bytes::from_static(b"later"))
+            })
+            .await
+            .unwrap();
+        assert_eq!(
+            (bytes, tier),
+            (Bytes::from_static(b"later"), Tier::Upstream)
+        );
+    }
+
+    #[tokio::test]
+    async fn blocks_and_metadata_survive_a_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        let object = ObjectRef::new("bucket", "key").unwrap();
+        let data = Bytes::from(vec![7u8; 64 * 1024]);
+        let record = MetaClock::new().record(MetaState::Found(Arc::new(ObjectMeta {
+            size: 64 * 1024,
+            etag: "\"etag\"".to_owned(),
+            ..ObjectMeta::default()
+        })));
+        {
+            let cache = open(dir.path(), ByteSize::mib(4)).await;
+            assert!(cache.has_disk_tier());
+            cache.insert_block(block_key(0), data.clone());
+            cache.insert_meta(&object, record.clone());
+            cache.close().await.unwrap();
+        }
+        let cache = open(dir.path(), ByteSize::mib(4)).await;
+        let (bytes, tier) = cache
+            .block(&block_key(0), || async {
+                Err::<Bytes, _>(FetchFailed("must come from disk"))
+            })
+            .await
+            .unwrap();
+        assert_eq!(tier, Tier::Disk);
+        assert_eq!(bytes, data);
+        assert_eq!(cache.meta(&object).await.unwrap(), Some(record));
+    }
+
+    #[tokio::test]
+    async fn negative_metadata_is_not_persisted() {
+        let dir = tempfile::tempdir().unwrap();
+        let object = ObjectRef::new("bucket", "gone").unwrap();
+        {
+            let cache = open(dir.path(), ByteSize::mib(4)).await;
+            cache.insert_meta(
+                &object,
+                MetaClock::new().record(MetaState::Missing(Missing::NoSuchKey)),
+            );
+            assert!(cache.meta(&object).await.unwrap().is_some());
+            cache.close().await.unwrap();
+        }
+        let cache = open(dir.path(), ByteSize::mib(4)).await;
+        assert_eq!(cache.meta(&object).await.unwrap(), None);
+    }
+}

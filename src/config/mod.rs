@@ -1,0 +1,616 @@
+//! The one configuration tree: defaults, TOML file, `PORTICO_<SECTION>_<KEY>` environment
+//! overrides and CLI flags, in that order of precedence, validated once at start.
+//!
+//! Every key has a documented default (see `config/portico.toml`). An invalid value fails
+//! with one line that names the key and what it accepts.
+
+mod units;
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+pub use units::{ByteSize, HumanDuration, MetadataTtl};
+
+/// Smallest and largest accepted `cache.block_size`.
+pub const MIN_BLOCK_SIZE: ByteSize = ByteSize::kib(64);
+pub const MAX_BLOCK_SIZE: ByteSize = ByteSize::mib(64);
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    pub server: ServerConfig,
+    pub admin: AdminConfig,
+    pub upstream: UpstreamConfig,
+    pub cache: CacheConfig,
+    pub auth: AuthConfig,
+    pub log: LogConfig,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ServerConfig {
+    /// Address of the S3 listener.
+    pub listen: SocketAddr,
+    /// Base domains for virtual-host style requests (`<bucket>.<domain>`).
+    pub domains: Vec<String>,
+    /// How long open requests may run after a shutdown signal before they are cut.
+    pub shutdown_grace: HumanDuration,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        Self {
+            listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            domains: Vec::new(),
+            shutdown_grace: HumanDuration::secs(25),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AdminConfig {
+    /// Address of the health, readiness and metrics listener.
+    pub listen: SocketAddr,
+}
+
+impl Default for AdminConfig {
+    fn default() -> Self {
+        Self {
+            listen: SocketAddr::from(([127, 0, 0, 1], 9090)),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct UpstreamConfig {
+    /// S3 endpoint URL; empty means AWS S3 for `region`.
+    pub endpoint: String,
+    pub region: String,
+    /// Address buckets as `/bucket/key` instead of `bucket.host`.
+    pub force_path_style: bool,
+    /// Static upstream credentials; empty means the standard AWS credential chain.
+    pub access_key_id: String,
+    pub secret_access_key: String,
+    /// Time allowed to establish a connection to the upstream.
+    pub connect_timeout: HumanDuration,
+    /// Time allowed between sending a request and the first byte of its response.
+    pub read_timeout: HumanDuration,
+}
+
+impl Default for UpstreamConfig {
+    fn default() -> Self {
+        Self {
+            endpoint: String::new(),
+            region: "us-east-1".to_owned(),
+            force_path_style: false,
+            access_key_id: String::new(),
+            secret_access_key: String::new(),
+            connect_timeout: HumanDuration::secs(3),
+            read_timeout: HumanDuration::secs(30),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CacheConfig {
+    /// Directory of the disk tier.
+    pub dir: PathBuf,
+    pub memory_capacity: ByteSize,
+    /// Disk tier capacity; `0` runs memory-only.
+    pub disk_capacity: ByteSize,
+    /// Size of the cached range blocks, and of every upstream block fetch.
+    pub block_size: ByteSize,
+    /// How long object metadata is trusted; `0s` revalidates every request, `immutable` never.
+    pub metadata_ttl: MetadataTtl,
+    /// How long a 404 from the upstream is remembered per key; `0s` disables it.
+    pub negative_ttl: HumanDuration,
+    /// Blocks fetched ahead of what a client has consumed within one GET.
+    pub readahead_blocks: u32,
+}
+
+impl Default for CacheConfig {
+    fn default() -> Self {
+        Self {
+            dir: PathBuf::from("/var/cache/portico"),
+            memory_capacity: ByteSize::gib(1),
+            disk_capacity: ByteSize::gib(10),
+            block_size: ByteSize::mib(4),
+            metadata_ttl: MetadataTtl::After(Duration::from_secs(60)),
+            negative_ttl: HumanDuration::secs(5),
+            readahead_blocks: 4,
+        }
+    }
+}
+
+impl CacheConfig {
+    /// The smallest disk tier that holds enough blocks for the disk engine to rotate.
+    pub fn min_disk_capacity(&self) -> ByteSize {
+        ByteSize(self.block_size.bytes() * 32)
+    }
+
+    /// The smallest memory tier that holds the blocks of a few requests at once.
+    pub fn min_memory_capacity(&self) -> ByteSize {
+        ByteSize(self.block_size.bytes() * 4)
+    }
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AuthMode {
+    /// Requests are accepted without verifying their signature.
+    #[default]
+    None,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AuthConfig {
+    pub mode: AuthMode,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    #[default]
+    Text,
+    Json,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LogConfig {
+    pub format: LogFormat,
+}
+
+/// Settings given as CLI flags; they override the file and the environment.
+#[derive(Debug, Clone, Default)]
+pub struct CliOverrides {
+    pub listen: Option<SocketAddr>,
+    pub admin_listen: Option<SocketAddr>,
+    pub upstream_endpoint: Option<String>,
+    pub cache_dir: Option<PathBuf>,
+}
+
+/// A configuration error: one line naming the key and what it accepts.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct ConfigError(String);
+
+impl ConfigError {
+    fn new(message: impl fmt::Display) -> Self {
+        Self(message.to_string())
+    }
+}
+
+type Table = toml::map::Map<String, toml::Value>;
+
+impl Config {
+    /// Loads defaults, then `path`, then `PORTICO_*` variables from `env`, then `cli`.
+    pub fn load(
+        path: Option<&Path>,
+        env: impl IntoIterator<Item = (String, String)>,
+        cli: &CliOverrides,
+    ) -> Result<Self, ConfigError> {
+        let mut tree = match path {
+            Some(path) => read_file(path)?,
+            None => Table::new(),
+        };
+        apply_env(&mut tree, env)?;
+        apply_cli(&mut tree, cli);
+        let config: Config =
+            serde_path_to_error::deserialize(toml::Value::Table(tree)).map_err(|error| {
+                let key = error.path().to_string();
+                // Deserializers append context on further lines; the key is already named.
+                let detail = error.into_inner().to_string();
+                let detail = detail.lines().next().unwrap_or_default().to_owned();
+                ConfigError::new(format_args!("config key {key}: {detail}"))
+            })?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Checks the relations between keys that types alone cannot express.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let cache = &self.cache;
+        let block = cache.block_size.bytes();
+        if !(MIN_BLOCK_SIZE.bytes()..=MAX_BLOCK_SIZE.bytes()).contains(&block)
+            || !block.is_multiple_of(MIN_BLOCK_SIZE.bytes())
+        {
+            return Err(ConfigError::new(format_args!(
+                "config key cache.block_size: {} is not accepted (expected a multiple of 64KiB from {MIN_BLOCK_SIZE} to {MAX_BLOCK_SIZE}, e.g. 4MiB)",
+                cache.block_size
+            )));
+        }
+        if cache.memory_capacity < cache.min_memory_capacity() {
+            return Err(ConfigError::new(format_args!(
+                "config key cache.memory_capacity: {} is too small (expected at least 4 × cache.block_size = {})",
+                cache.memory_capacity,
+                cache.min_memory_capacity()
+            )));
+        }
+        if cache.disk_capacity.bytes() != 0 && cache.disk_capacity < cache.min_disk_capacity() {
+            return Err(ConfigError::new(format_args!(
+                "config key cache.disk_capacity: {} is too small (expected 0 for memory-only, or at least 32 × cache.block_size = {})",
+                cache.disk_capacity,
+                cache.min_disk_capacity()
+            )));
+        }
+        if cache.disk_capacity.bytes() != 0 && cache.dir.as_os_str().is_empty() {
+            return Err(ConfigError::new(
+                "config key cache.dir: must be set when cache.disk_capacity is not 0",
+            ));
+        }
+        if !(1..=64).contains(&cache.readahead_blocks) {
+            return Err(ConfigError::new(format_args!(
+                "config key cache.readahead_blocks: {} is not accepted (expected 1 to 64)",
+                cache.readahead_blocks
+            )));
+        }
+        let endpoint = &self.upstream.endpoint;
+        if !(endpoint.is_empty()
+            || endpoint.starts_with("http://")
+            || endpoint.starts_with("https://"))
+        {
+            return Err(ConfigError::new(format_args!(
+                "config key upstream.endpoint: {endpoint:?} is not accepted (expected an http:// or https:// URL, or empty for AWS S3)"
+            )));
+        }
+        if self.upstream.region.is_empty() {
+            return Err(ConfigError::new(
+                "config key upstream.region: must not be empty (e.g. us-east-1)",
+            ));
+        }
+        let upstream = &self.upstream;
+        if upstream.access_key_id.is_empty() != upstream.secret_access_key.is_empty() {
+            return Err(ConfigError::new(
+                "config keys upstream.access_key_id and upstream.secret_access_key: set both, or neither to use the AWS credential chain",
+            ));
+        }
+        for domain in &self.server.domains {
+            let valid = !domain.is_empty()
+                && domain.split('.').all(|label| {
+                    !label.is_empty()
+                        && label
+                            .bytes()
+                            .all(|byte| byte.is_ascii_alphanumeric() || byte == b'-')
+                });
+            if !valid {
+                return Err(ConfigError::new(format_args!(
+                    "config key server.domains: {domain:?} is not accepted (expected DNS names like \"s3.local\", without scheme or port)"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// The effective configuration as TOML, with secrets replaced by `"<redacted>"`.
+    pub fn to_redacted_toml(&self) -> String {
+        let mut shown = self.clone();
+        if !shown.upstream.secret_access_key.is_empty() {
+            shown.upstream.secret_access_key = "<redacted>".to_owned();
+        }
+        toml::to_string(&shown).unwrap_or_else(|error| format!("<config not printable: {error}>"))
+    }
+
+    /// Every `section.key` pair with its environment variable name, sorted.
+    pub fn documented_keys() -> Vec<(String, String)> {
+        let Ok(toml::Value::Table(defaults)) = toml::Value::try_from(Config::default()) else {
+            return Vec::new();
+        };
+        let mut keys = Vec::new();
+        for (section, value) in defaults {
+            if let toml::Value::Table(entries) = value {
+                for key in entries.keys() {
+                    keys.push((format!("{section}.{key}"), env_name(&section, key)));
+                }
+            }
+        }
+        keys
+    }
+}
+
+fn env_name(section: &str, key: &str) -> String {
+    format!(
+        "PORTICO_{}_{}",
+        section.to_ascii_uppercase(),
+        key.to_ascii_uppercase()
+    )
+}
+
+fn read_file(path: &Path) -> Result<Table, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|error| {
+        ConfigError::new(format_args!("config file {}: {error}", path.display()))
+    })?;
+    toml::from_str::<Table>(&text).map_err(|error| {
+        let detail = error.message().trim().to_owned();
+        let location = error
+            .span()
+            .map(|span| {
+                let line = text[..span.start].matches('\n').count() + 1;
+                format!(" (line {line})")
+            })
+            .unwrap_or_default();
+        ConfigError::new(format_args!(
+            "config file {}{location}: {detail}",
+            path.display()
+        ))
+    })
+}
+
+/// Applies `PORTICO_<SECTION>_<KEY>` variables, typed like the key's default value.
+fn apply_env(
+    tree: &mut Table,
+    env: impl IntoIterator<Item = (String, String)>,
+) -> Result<(), ConfigError> {
+    let Ok(toml::Value::Table(defaults)) = toml::Value::try_from(Config::default()) else {
+        return Err(ConfigError::new(
+            "config defaults are not representable as TOML",
+        ));
+    };
+    let sections: BTreeMap<String, &Table> = defaults
+        .iter()
+        .filter_map(|(name, value)| {
+            value
+                .as_table()
+                .map(|table| (name.to_ascii_uppercase(), table))
+        })
+        .collect();
+    for (name, raw) in env {
+        let Some(rest) = name.strip_prefix("PORTICO_") else {
+            continue;
+        };
+        let Some((section_upper, section_keys)) = sections.iter().find(|(section, _)| {
+            rest.strip_prefix(section.as_str())
+                .is_some_and(|tail| tail.starts_with('_'))
+        }) else {
+            continue;
+        };
+        let key = rest[section_upper.len() + 1..].to_ascii_lowercase();
+        let section = section_upper.to_ascii_lowercase();
+        let Some(default) = section_keys.get(&key) else {
+            let known: Vec<&str> = section_keys.keys().map(String::as_str).collect();
+            return Err(ConfigError::new(format_args!(
+                "environment variable {name}: [{section}] has no key {key:?} (keys: {})",
+                known.join(", ")
+            )));
+        };
+        let value = typed_like(default, &raw).map_err(|expected| {
+            ConfigError::new(format_args!(
+                "environment variable {name}={raw:?}: expected {expected}"
+            ))
+        })?;
+        let entry = tree
+            .entry(section)
+            .or_insert_with(|| toml::Value::Table(Table::new()));
+        match entry {
+            toml::Value::Table(table) => {
+                table.insert(key, value);
+            }
+            _ => {
+                return Err(ConfigError::new(format_args!(
+                    "config key {}: expected a [section] table",
+                    section_upper.to_ascii_lowercase()
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn typed_like(default: &toml::Value, raw: &str) -> Result<toml::Value, &'static str> {
+    match default {
+        toml::Value::Boolean(_) => match raw.trim() {
+            "true" | "1" => Ok(toml::Value::Boolean(true)),
+            "false" | "0" => Ok(toml::Value::Boolean(false)),
+            _ => Err("true or false"),
+        },
+        toml::Value::Integer(_) => raw
+            .trim()
+            .parse()
+            .map(toml::Value::Integer)
+            .map_err(|_| "an integer"),
+        toml::Value::Array(_) => Ok(toml::Value::Array(
+            raw.split(',')
+                .map(str::trim)
+                .filter(|item| !item.is_empty())
+                .map(|item| toml::Value::String(item.to_owned()))
+                .collect(),
+        )),
+        _ => Ok(toml::Value::String(raw.to_owned())),
+    }
+}
+
+fn apply_cli(tree: &mut Table, cli: &CliOverrides) {
+    let mut set = |section: &str, key: &str, value: String| {
+        let entry = tree
+            .entry(section.to_owned())
+            .or_insert_with(|| toml::Value::Table(Table::new()));
+        if let toml::Value::Table(table) = entry {
+            table.insert(key.to_owned(), toml::Value::String(value));
+        }
+    };
+    if let Some(listen) = cli.listen {
+        set("server", "listen", listen.to_string());
+    }
+    if let Some(listen) = cli.admin_listen {
+        set("admin", "listen", listen.to_string());
+    }
+    if let Some(endpoint) = &cli.upstream_endpoint {
+        set("upstream", "endpoint", endpoint.clone());
+    }
+    if let Some(dir) = &cli.cache_dir {
+        set("cache", "dir", dir.display().to_string());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load_text(text: &str, env: &[(&str, &str)]) -> Result<Config, ConfigError> {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("portico.toml");
+        std::fs::write(&path, text).unwrap();
+        let env = env
+            .iter()
+            .map(|(name, value)| (name.to_string(), value.to_string()));
+        Config::load(Some(&path), env, &CliOverrides::default())
+    }
+
+    #[test]
+    fn defaults_are_valid() {
+        Config::default().validate().unwrap();
+    }
+
+    #[test]
+    fn shipped_config_file_matches_the_defaults() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/portico.toml");
+        let loaded = Config::load(Some(&path), [], &CliOverrides::default()).unwrap();
+        assert_eq!(loaded, Config::default());
+    }
+
+    #[test]
+    fn file_values_are_read_with_units() {
+        let config = load_text(
+            "[cache]\nblock_size = \"1MiB\"\nmemory_capacity = \"64MiB\"\nmetadata_ttl = \"immutable\"\nnegative_ttl = \"0s\"\n",
+            &[],
+        )
+        .unwrap();
+        assert_eq!(config.cache.block_size, ByteSize::mib(1));
+        assert_eq!(config.cache.metadata_ttl, MetadataTtl::Immutable);
+        assert_eq!(config.cache.negative_ttl.get(), Duration::ZERO);
+    }
+
+    #[test]
+    fn environment_overrides_the_file() {
+        let config = load_text(
+            "[cache]\nblock_size = \"1MiB\"\n",
+            &[
+                ("PORTICO_CACHE_BLOCK_SIZE", "2MiB"),
+                ("PORTICO_UPSTREAM_FORCE_PATH_STYLE", "true"),
+                ("PORTICO_SERVER_DOMAINS", "s3.local, s3.example.com"),
+                ("PORTICO_CACHE_READAHEAD_BLOCKS", "8"),
+                ("PORTICO_CONFIG", "/ignored/not/a/key"),
+            ],
+        )
+        .unwrap();
+        assert_eq!(config.cache.block_size, ByteSize::mib(2));
+        assert!(config.upstream.force_path_style);
+        assert_eq!(config.server.domains, vec!["s3.local", "s3.example.com"]);
+        assert_eq!(config.cache.readahead_blocks, 8);
+    }
+
+    #[test]
+    fn cli_overrides_the_environment() {
+        let cli = CliOverrides {
+            listen: Some("127.0.0.1:1234".parse().unwrap()),
+            ..CliOverrides::default()
+        };
+        let env = [(
+            "PORTICO_SERVER_LISTEN".to_owned(),
+            "127.0.0.1:9999".to_owned(),
+        )];
+        let config = Config::load(None, env, &cli).unwrap();
+        assert_eq!(config.server.listen.port(), 1234);
+    }
+
+    #[test]
+    fn errors_name_the_key_and_the_accepted_values() {
+        let error = load_text("[cache]\nblock_size = \"3XB\"\n", &[])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("cache.block_size") && error.contains("512MiB"),
+            "{error}"
+        );
+
+        let error = load_text("[cache]\nblock_size = \"100KiB\"\n", &[])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("cache.block_size") && error.contains("multiple of 64KiB"),
+            "{error}"
+        );
+
+        let error = load_text("[cache]\nblok_size = \"4MiB\"\n", &[])
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("blok_size"), "{error}");
+
+        let error = load_text("[auth]\nmode = \"open\"\n", &[])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("auth.mode") && error.contains("none"),
+            "{error}"
+        );
+
+        let error = load_text("[server]\nlisten = \"localhost\"\n", &[])
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("server.listen"), "{error}");
+
+        let error = load_text("", &[("PORTICO_CACHE_BLOK_SIZE", "4MiB")])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("PORTICO_CACHE_BLOK_SIZE") && error.contains("block_size"),
+            "{error}"
+        );
+
+        let error = load_text("", &[("PORTICO_UPSTREAM_FORCE_PATH_STYLE", "yes")])
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("true or false"), "{error}");
+
+        let error = load_text("[cache]\nmemory_capacity = \"1MiB\"\n", &[])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("cache.memory_capacity") && error.contains("16MiB"),
+            "{error}"
+        );
+
+        let error = load_text("[upstream]\nendpoint = \"minio:9000\"\n", &[])
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("upstream.endpoint"), "{error}");
+
+        let error = load_text("[cache\n", &[]).unwrap_err().to_string();
+        assert!(error.contains("line 1"), "{error}");
+    }
+
+    #[test]
+    fn redacted_output_hides_secrets_and_reads_back() {
+        let mut config = Config::default();
+        config.upstream.access_key_id = "AKIDEXAMPLE".to_owned();
+        config.upstream.secret_access_key = "very-secret".to_owned();
+        let shown = config.to_redacted_toml();
+        assert!(!shown.contains("very-secret"));
+        assert!(shown.contains("AKIDEXAMPLE"));
+        let reread: Config = toml::from_str(&shown).unwrap();
+        assert_eq!(reread.cache, config.cache);
+    }
+
+    #[test]
+    fn every_key_has_an_environment_name() {
+        let keys = Config::documented_keys();
+        assert!(keys.contains(&(
+            "cache.block_size".to_owned(),
+            "PORTICO_CACHE_BLOCK_SIZE".to_owned()
+        )));
+        assert!(keys.contains(&(
+            "server.domains".to_owned(),
+            "PORTICO_SERVER_DOMAINS".to_owned()
+        )));
+        assert!(keys.len() >= 18, "{keys:?}");
+    }
+}

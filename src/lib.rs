@@ -1,0 +1,16 @@
+//! Portico: an S3-compatible read-through caching proxy.
+//!
+//! Clients send S3 requests to [`api`]; GETs and HEADs are answered by the [`read`] path
+//! from the hybrid memory + disk block [`cache`], which fetches missing blocks from the
+//! [`upstream`] object store once however many requests wait for them.
+
+pub mod admin;
+pub mod api;
+pub mod app;
+pub mod cache;
+pub mod coalesce;
+pub mod config;
+pub mod read;
+pub mod telemetry;
+pub mod types;
+pub mod upstream;

@@ -1,0 +1,236 @@
+//! Portico's Prometheus metrics: one struct, created at start and passed to every
+//! component; foyer registers its own metrics in the same registry.
+//!
+//! Names follow `portico_<subsystem>_<name>_<unit>`; counters get `_total` appended by the
+//! exposition format.
+
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::{Family, MetricConstructor};
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct RequestLabels {
+    pub operation: &'static str,
+    pub status: u16,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct OperationLabel {
+    pub operation: &'static str,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct SourceLabel {
+    pub source: &'static str,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct ResultLabel {
+    pub result: &'static str,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct UpstreamLabels {
+    pub operation: &'static str,
+    /// HTTP status, or 0 when no response arrived (connect failure, timeout).
+    pub status: u16,
+}
+
+/// Latency buckets from 0.5 ms to ~65 s.
+#[derive(Clone)]
+pub struct LatencyBuckets;
+
+impl MetricConstructor<Histogram> for LatencyBuckets {
+    fn new_metric(&self) -> Histogram {
+        Histogram::new(exponential_buckets(0.0005, 2.0, 18))
+    }
+}
+
+pub struct Metrics {
+    registry: Arc<Mutex<Registry>>,
+    /// S3 requests answered, by operation and HTTP status.
+    pub requests: Family<RequestLabels, Counter>,
+    /// Time from a request's arrival to the end of its response body.
+    pub request_duration: Family<OperationLabel, Histogram, LatencyBuckets>,
+    /// Responses cut off after their headers were sent (upstream failure mid-body).
+    pub response_aborts: Counter,
+    /// Object bytes sent to clients, by where each block came from.
+    pub served_bytes: Family<SourceLabel, Counter>,
+    /// Block lookups by result: memory_hit, disk_hit, miss, coalesced.
+    pub block_lookups: Family<ResultLabel, Counter>,
+    /// Object metadata lookups by result: fresh, revalidated, changed, fetched, negative, missing.
+    pub metadata_lookups: Family<ResultLabel, Counter>,
+    /// Requests sent to the upstream, by operation and HTTP status.
+    pub upstream_requests: Family<UpstreamLabels, Counter>,
+    /// Body bytes received from the upstream.
+    pub upstream_received_bytes: Counter,
+    /// Upstream request latency, to the end of the response body.
+    pub upstream_request_duration: Family<OperationLabel, Histogram, LatencyBuckets>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        let mut registry = Registry::default();
+        let metrics = Self {
+            registry: Arc::new(Mutex::new(Registry::default())),
+            requests: Family::default(),
+            request_duration: Family::new_with_constructor(LatencyBuckets),
+            response_aborts: Counter::default(),
+            served_bytes: Family::default(),
+            block_lookups: Family::default(),
+            metadata_lookups: Family::default(),
+            upstream_requests: Family::default(),
+            upstream_received_bytes: Counter::default(),
+            upstream_request_duration: Family::new_with_constructor(LatencyBuckets),
+        };
+        registry.register(
+            "portico_requests",
+            "S3 requests answered, by operation and HTTP status",
+            metrics.requests.clone(),
+        );
+        registry.register(
+            "portico_request_duration_seconds",
+            "Time from a request's arrival to the end of its response body",
+            metrics.request_duration.clone(),
+        );
+        registry.register(
+            "portico_response_aborts",
+            "Responses cut off after their headers were sent, rather than send wrong bytes",
+            metrics.response_aborts.clone(),
+        );
+        registry.register(
+            "portico_served_bytes",
+            "Object bytes sent to clients, by the tier each block came from",
+            metrics.served_bytes.clone(),
+        );
+        registry.register(
+            "portico_cache_block_lookups",
+            "Block lookups by result (memory_hit, disk_hit, miss, coalesced)",
+            metrics.block_lookups.clone(),
+        );
+        registry.register(
+            "portico_cache_metadata_lookups",
+            "Object metadata lookups by result (fresh, revalidated, changed, fetched, negative, missing)",
+            metrics.metadata_lookups.clone(),
+        );
+        registry.register(
+            "portico_upstream_requests",
+            "Requests sent to the upstream, by operation and HTTP status (0: no response)",
+            metrics.upstream_requests.clone(),
+        );
+        registry.register(
+            "portico_upstream_received_bytes",
+            "Body bytes received from the upstream",
+            metrics.upstream_received_bytes.clone(),
+        );
+        registry.register(
+            "portico_upstream_request_duration_seconds",
+            "Upstream request latency, to the end of the response body",
+            metrics.upstream_request_duration.clone(),
+        );
+        *metrics.registry.lock() = registry;
+        metrics
+    }
+
+    /// A registry handle for foyer's metrics, so they appear in the same exposition.
+    pub fn foyer_registry(&self) -> mixtrics::metrics::BoxedRegistry {
+        Box::new(
+            mixtrics::registry::prometheus_client_0_24::PrometheusClientMetricsRegistry::new(
+                self.registry.clone(),
+            ),
+        )
+    }
+
+    /// All metrics in the OpenMetrics text format.
+    pub fn render(&self) -> String {
+        let mut text = String::new();
+        let registry = self.registry.lock();
+        if let Err(error) = prometheus_client::encoding::text::encode(&mut text, &registry) {
+            tracing::error!(%error, "failed to render metrics");
+        }
+        text
+    }
+
+    pub fn count_block(&self, result: &'static str) {
+        self.block_lookups
+            .get_or_create(&ResultLabel { result })
+            .inc();
+    }
+
+    pub fn count_metadata(&self, result: &'static str) {
+        self.metadata_lookups
+            .get_or_create(&ResultLabel { result })
+            .inc();
+    }
+
+    pub fn count_served(&self, source: &'static str, bytes: u64) {
+        self.served_bytes
+            .get_or_create(&SourceLabel { source })
+            .inc_by(bytes);
+    }
+
+    pub fn record_upstream(&self, operation: &'static str, status: u16, seconds: f64) {
+        self.upstream_requests
+            .get_or_create(&UpstreamLabels { operation, status })
+            .inc();
+        self.upstream_request_duration
+            .get_or_create(&OperationLabel { operation })
+            .observe(seconds);
+    }
+
+    pub fn record_request(&self, operation: &'static str, status: u16, seconds: f64) {
+        self.requests
+            .get_or_create(&RequestLabels { operation, status })
+            .inc();
+        self.request_duration
+            .get_or_create(&OperationLabel { operation })
+            .observe(seconds);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rendered_metrics_carry_portico_names_and_labels() {
+        let metrics = Metrics::new();
+        metrics.record_request("GetObject", 206, 0.01);
+        metrics.count_block("memory_hit");
+        metrics.count_served("disk", 4096);
+        metrics.record_upstream("GetObject", 200, 0.02);
+        metrics.upstream_received_bytes.inc_by(10);
+        let text = metrics.render();
+        assert!(
+            text.contains("portico_requests_total{operation=\"GetObject\",status=\"206\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("portico_cache_block_lookups_total{result=\"memory_hit\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("portico_served_bytes_total{source=\"disk\"} 4096"),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "portico_upstream_requests_total{operation=\"GetObject\",status=\"200\"} 1"
+            )
+        );
+        assert!(text.contains("portico_upstream_received_bytes_total 10"));
+        assert!(text.contains("portico_request_duration_seconds_bucket"));
+        assert!(text.ends_with("# EOF\n"));
+    }
+}

@@ -1,0 +1,145 @@
+//! Errors from the upstream object store, classified once where the SDK returns them.
+//!
+//! `UpstreamError` is `Clone`: one failed block fetch is shared by every request that
+//! waited on it. Each variant keeps the upstream's request id when one was sent.
+
+use aws_sdk_s3::config::http::HttpResponse;
+use aws_sdk_s3::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
+use aws_sdk_s3::operation::RequestId;
+
+use crate::cache::Missing;
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum UpstreamError {
+    #[error("the upstream has no such {}", match .missing { Missing::NoSuchKey => "key", Missing::NoSuchBucket => "bucket" })]
+    NotFound {
+        missing: Missing,
+        request_id: Option<String>,
+    },
+    /// `If-Match` failed: the object changed since its metadata was read.
+    #[error("the object changed upstream (precondition failed)")]
+    PreconditionFailed { request_id: Option<String> },
+    /// `If-None-Match` matched: the object is unchanged.
+    #[error("the object is unchanged upstream")]
+    NotModified,
+    #[error("the upstream could not satisfy the range")]
+    InvalidRange { request_id: Option<String> },
+    /// Any other S3 error response, passed on to the client as it came.
+    #[error("upstream {status} {code}: {message}")]
+    Rejected {
+        status: u16,
+        code: String,
+        message: String,
+        request_id: Option<String>,
+    },
+    /// No response: connection refused or reset, DNS failure, timeout.
+    #[error("the upstream is unreachable: {message}")]
+    Unreachable { message: String },
+    /// A response that breaks the protocol (bad `Content-Range`, wrong body length).
+    #[error("invalid upstream response: {message}")]
+    InvalidResponse { message: String },
+    /// The request could not be built (a value the SDK refuses to send).
+    #[error("cannot build the upstream request: {message}")]
+    Request { message: String },
+}
+
+impl UpstreamError {
+    pub fn request_id(&self) -> Option<&str> {
+        match self {
+            Self::NotFound { request_id, .. }
+            | Self::PreconditionFailed { request_id }
+            | Self::InvalidRange { request_id }
+            | Self::Rejected { request_id, .. } => request_id.as_deref(),
+            Self::NotModified
+            | Self::Unreachable { .. }
+            | Self::InvalidResponse { .. }
+            | Self::Request { .. } => None,
+        }
+    }
+
+    /// Whether trying the same request again may succeed.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            Self::Unreachable { .. } | Self::InvalidResponse { .. } => true,
+            Self::Rejected { status, .. } => *status >= 500 || *status == 429,
+            _ => false,
+        }
+    }
+
+    /// The HTTP status the upstream answered with, or 0 when no response arrived.
+    pub fn upstream_status(&self) -> u16 {
+        match self {
+            Self::NotFound { .. } => 404,
+            Self::PreconditionFailed { .. } => 412,
+            Self::NotModified => 304,
+            Self::InvalidRange { .. } => 416,
+            Self::Rejected { status, .. } => *status,
+            Self::Unreachable { .. } | Self::InvalidResponse { .. } | Self::Request { .. } => 0,
+        }
+    }
+
+    pub fn invalid_response(message: impl Into<String>) -> Self {
+        Self::InvalidResponse {
+            message: message.into(),
+        }
+    }
+
+    /// Classifies an SDK error by the HTTP status and S3 error code of its response.
+    pub(super) fn from_sdk<E>(error: SdkError<E, HttpResponse>) -> Self
+    where
+        E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+    {
+        let request_id = error.request_id().map(str::to_owned);
+        match &error {
+            SdkError::ServiceError(context) => {
+                let status = context.raw().status().as_u16();
+                let service_error = context.err();
+                let code = service_error.code().unwrap_or_default().to_owned();
+                let message = service_error.message().unwrap_or_default().to_owned();
+                match status {
+                    304 => Self::NotModified,
+                    404 => Self::NotFound {
+                        missing: if code == "NoSuchBucket" {
+                            Missing::NoSuchBucket
+                        } else {
+                            Missing::NoSuchKey
+                        },
+                        request_id,
+                    },
+                    412 => Self::PreconditionFailed { request_id },
+                    416 => Self::InvalidRange { request_id },
+                    _ => Self::Rejected {
+                        status,
+                        code: if code.is_empty() {
+                            default_code(status).to_owned()
+                        } else {
+                            code
+                        },
+                        message,
+                        request_id,
+                    },
+                }
+            }
+            SdkError::ConstructionFailure(_) => Self::Request {
+                message: DisplayErrorContext(&error).to_string(),
+            },
+            _ => Self::Unreachable {
+                message: DisplayErrorContext(&error).to_string(),
+            },
+        }
+    }
+}
+
+/// The S3 error code for a status when the upstream sent no error body (HEAD responses).
+fn default_code(status: u16) -> &'static str {
+    match status {
+        400 => "InvalidRequest",
+        403 => "AccessDenied",
+        405 => "MethodNotAllowed",
+        409 => "Conflict",
+        429 | 503 => "SlowDown",
+        501 => "NotImplemented",
+        _ if status >= 500 => "InternalError",
+        _ => "InvalidRequest",
+    }
+}

@@ -1,0 +1,290 @@
+//! The upstream object store, reached through aws-sdk-s3: ranged GETs that return object
+//! metadata with the bytes, conditional HEADs, and a reachability probe.
+//!
+//! Invariants: a ranged read returns exactly the bytes its `Content-Range` names, never
+//! more than the caller's limit, or an error; every request is counted in the metrics.
+
+mod error;
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use aws_config::BehaviorVersion;
+use aws_config::timeout::TimeoutConfig;
+use aws_sdk_s3::Client;
+use aws_sdk_s3::config::{
+    Credentials, Region, RequestChecksumCalculation, ResponseChecksumValidation,
+};
+use aws_sdk_s3::primitives::ByteStream;
+use bytes::{Bytes, BytesMut};
+
+pub use error::UpstreamError;
+
+use crate::cache::ObjectMeta;
+use crate::config::UpstreamConfig;
+use crate::telemetry::Metrics;
+use crate::types::ObjectRef;
+
+/// Bytes read from an object with the metadata that came with them.
+#[derive(Debug, Clone)]
+pub struct RangeRead {
+    pub meta: ObjectMeta,
+    /// Offset of the first byte of `body` within the object.
+    pub first: u64,
+    pub body: Bytes,
+}
+
+#[derive(Debug, Clone)]
+pub enum HeadOutcome {
+    Found(Box<ObjectMeta>),
+    /// The ETag given as `If-None-Match` still matches.
+    NotModified,
+}
+
+/// Builds [`ObjectMeta`] from a GetObject or HeadObject output (they share accessor names).
+macro_rules! object_meta {
+    ($output:expr, $size:expr) => {{
+        let output = $output;
+        let mut user_metadata: Vec<(String, String)> = output
+            .metadata()
+            .map(|pairs| {
+                pairs
+                    .iter()
+                    .map(|(name, value)| (name.clone(), value.clone()))
+                    .collect()
+            })
+            .unwrap_or_default();
+        user_metadata.sort();
+        ObjectMeta {
+            size: $size,
+            etag: output.e_tag().unwrap_or_default().to_owned(),
+            last_modified_unix_secs: output.last_modified().map(|time| time.secs()),
+            version_id: output.version_id().map(str::to_owned),
+            content_type: output.content_type().map(str::to_owned),
+            content_encoding: output.content_encoding().map(str::to_owned),
+            content_disposition: output.content_disposition().map(str::to_owned),
+            content_language: output.content_language().map(str::to_owned),
+            cache_control: output.cache_control().map(str::to_owned),
+            expires: output.expires_string().map(str::to_owned),
+            user_metadata,
+        }
+    }};
+}
+
+pub struct Upstream {
+    client: Client,
+    metrics: Arc<Metrics>,
+}
+
+impl Upstream {
+    pub async fn connect(config: &UpstreamConfig, metrics: Arc<Metrics>) -> Self {
+        let timeouts = TimeoutConfig::builder()
+            .connect_timeout(config.connect_timeout.get())
+            .read_timeout(config.read_timeout.get())
+            .build();
+        let mut loader = aws_config::defaults(BehaviorVersion::latest())
+            .region(Region::new(config.region.clone()))
+            .timeout_config(timeouts);
+        if !config.access_key_id.is_empty() {
+            loader = loader.credentials_provider(Credentials::new(
+                config.access_key_id.clone(),
+                config.secret_access_key.clone(),
+                None,
+                None,
+                "portico-config",
+            ));
+        }
+        let shared = loader.load().await;
+        let mut builder = aws_sdk_s3::config::Builder::from(&shared)
+            .force_path_style(config.force_path_style)
+            // Portico validates lengths itself; checksums are only needed where S3 demands them.
+            .request_checksum_calculation(RequestChecksumCalculation::WhenRequired)
+            .response_checksum_validation(ResponseChecksumValidation::WhenRequired);
+        if !config.endpoint.is_empty() {
+            builder = builder.endpoint_url(&config.endpoint);
+        }
+        Self {
+            client: Client::from_conf(builder.build()),
+            metrics,
+        }
+    }
+
+    /// GETs `range` (a `Range` header value) of `object`, at most `max_bytes` of it.
+    ///
+    /// With `if_match`, a changed object fails with [`UpstreamError::PreconditionFailed`].
+    pub async fn get_range(
+        &self,
+        object: &ObjectRef,
+        range: &str,
+        if_match: Option<&str>,
+        max_bytes: u64,
+    ) -> Result<RangeRead, UpstreamError> {
+        let started = Instant::now();
+        let result = self.fetch_range(object, range, if_match, max_bytes).await;
+        let status = match &result {
+            Ok((_, status)) => *status,
+            Err(error) => error.upstream_status(),
+        };
+        self.metrics
+            .record_upstream("GetObject", status, started.elapsed().as_secs_f64());
+        result.map(|(read, _)| read)
+    }
+
+    async fn fetch_range(
+        &self,
+        object: &ObjectRef,
+        range: &str,
+        if_match: Option<&str>,
+        max_bytes: u64,
+    ) -> Result<(RangeRead, u16), UpstreamError> {
+        let mut output = self
+            .client
+            .get_object()
+            .bucket(object.bucket())
+            .key(object.key())
+            .range(range)
+            .set_if_match(if_match.map(str::to_owned))
+            .send()
+            .await
+            .map_err(UpstreamError::from_sdk)?;
+        let content_length = output
+            .content_length()
+            .and_then(|length| u64::try_from(length).ok())
+            .ok_or_else(|| UpstreamError::invalid_response("response has no Content-Length"))?;
+        let (first, size, status) = match output.content_range() {
+            Some(header) => {
+                let (first, last, size) = parse_content_range(header).ok_or_else(|| {
+                    UpstreamError::invalid_response(format!("unparsable Content-Range {header:?}"))
+                })?;
+                if last - first + 1 != content_length {
+                    return Err(UpstreamError::invalid_response(format!(
+                        "Content-Range {header:?} disagrees with Content-Length {content_length}"
+                    )));
+                }
+                (first, size, 206)
+            }
+            None => (0, content_length, 200),
+        };
+        if content_length > max_bytes {
+            return Err(UpstreamError::invalid_response(format!(
+                "{content_length} bytes returned for a read of at most {max_bytes}"
+            )));
+        }
+        let meta = object_meta!(&output, size);
+        let body = std::mem::replace(&mut output.body, ByteStream::from_static(b""));
+        let body = self.read_body(body, content_length).await?;
+        Ok((RangeRead { meta, first, body }, status))
+    }
+
+    /// Reads exactly `expected` bytes; more or fewer is an error.
+    async fn read_body(&self, mut body: ByteStream, expected: u64) -> Result<Bytes, UpstreamError> {
+        // `expected` was checked against the caller's block-sized limit.
+        let mut buffer = BytesMut::with_capacity(expected as usize);
+        while let Some(chunk) = body.next().await {
+            let chunk = chunk.map_err(|error| UpstreamError::Unreachable {
+                message: format!("response body interrupted: {error}"),
+            })?;
+            if (buffer.len() + chunk.len()) as u64 > expected {
+                return Err(UpstreamError::invalid_response(
+                    "response body longer than its Content-Length",
+                ));
+            }
+            buffer.extend_from_slice(&chunk);
+        }
+        self.metrics
+            .upstream_received_bytes
+            .inc_by(buffer.len() as u64);
+        if buffer.len() as u64 != expected {
+            return Err(UpstreamError::Unreachable {
+                message: format!(
+                    "response body ended after {} of {expected} bytes",
+                    buffer.len()
+                ),
+            });
+        }
+        Ok(buffer.freeze())
+    }
+
+    /// HEADs `object`; with `if_none_match`, an unchanged object answers `NotModified`.
+    pub async fn head(
+        &self,
+        object: &ObjectRef,
+        if_none_match: Option<&str>,
+    ) -> Result<HeadOutcome, UpstreamError> {
+        let started = Instant::now();
+        let result = self
+            .client
+            .head_object()
+            .bucket(object.bucket())
+            .key(object.key())
+            .set_if_none_match(if_none_match.map(str::to_owned))
+            .send()
+            .await
+            .map_err(UpstreamError::from_sdk);
+        let outcome = match result {
+            Ok(output) => {
+                let size = output
+                    .content_length()
+                    .and_then(|length| u64::try_from(length).ok())
+                    .ok_or_else(|| {
+                        UpstreamError::invalid_response("HEAD response has no Content-Length")
+                    });
+                size.map(|size| HeadOutcome::Found(Box::new(object_meta!(&output, size))))
+            }
+            Err(UpstreamError::NotModified) => Ok(HeadOutcome::NotModified),
+            Err(error) => Err(error),
+        };
+        let status = match &outcome {
+            Ok(HeadOutcome::Found(_)) => 200,
+            Ok(HeadOutcome::NotModified) => 304,
+            Err(error) => error.upstream_status(),
+        };
+        self.metrics
+            .record_upstream("HeadObject", status, started.elapsed().as_secs_f64());
+        outcome
+    }
+
+    /// Succeeds when the upstream answers HTTP at all (even with an error status).
+    pub async fn probe(&self) -> Result<(), UpstreamError> {
+        let started = Instant::now();
+        let result = self.client.list_buckets().max_buckets(1).send().await;
+        let (status, outcome) = match result {
+            Ok(_) => (200, Ok(())),
+            Err(error) => match UpstreamError::from_sdk(error) {
+                error @ (UpstreamError::Unreachable { .. } | UpstreamError::Request { .. }) => {
+                    (0, Err(error))
+                }
+                answered => (answered.upstream_status(), Ok(())),
+            },
+        };
+        self.metrics
+            .record_upstream("ListBuckets", status, started.elapsed().as_secs_f64());
+        outcome
+    }
+}
+
+/// Parses `bytes first-last/size` into `(first, last, size)`.
+fn parse_content_range(header: &str) -> Option<(u64, u64, u64)> {
+    let rest = header.trim().strip_prefix("bytes ")?;
+    let (span, size) = rest.split_once('/')?;
+    let (first, last) = span.split_once('-')?;
+    let (first, last, size): (u64, u64, u64) =
+        (first.parse().ok()?, last.parse().ok()?, size.parse().ok()?);
+    (first <= last && last < size).then_some((first, last, size))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn content_range_is_parsed_strictly() {
+        assert_eq!(parse_content_range("bytes 0-9/10"), Some((0, 9, 10)));
+        assert_eq!(parse_content_range("bytes 5-5/6"), Some((5, 5, 6)));
+        assert_eq!(parse_content_range("bytes 0--1/0"), None);
+        assert_eq!(parse_content_range("bytes 5-4/10"), None);
+        assert_eq!(parse_content_range("bytes 0-10/10"), None);
+        assert_eq!(parse_content_range("bytes */10"), None);
+        assert_eq!(parse_content_range("items 0-1/2"), None);
+    }
+}

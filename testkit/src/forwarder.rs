@@ -1,0 +1,136 @@
+//! A counting HTTP forwarder between Portico and MinIO: the independent observer of what
+//! Portico asks the upstream. It records every request, and can be stopped (the port
+//! refuses connections and open connections are cut) and started again on the same port.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+
+use http::Request;
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use tokio::net::TcpListener;
+use tokio::task::JoinSet;
+
+/// One request as the upstream received it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Seen {
+    pub method: String,
+    pub path: String,
+    pub range: Option<String>,
+}
+
+pub struct Forwarder {
+    pub address: SocketAddr,
+    target: String,
+    seen: Arc<Mutex<Vec<Seen>>>,
+    tasks: Option<JoinSet<()>>,
+}
+
+impl Forwarder {
+    /// Starts forwarding from a free loopback port to `target` (`host:port`).
+    pub async fn start(target: &str) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind forwarder");
+        let mut forwarder = Self {
+            address: listener.local_addr().expect("forwarder address"),
+            target: target.to_owned(),
+            seen: Arc::default(),
+            tasks: None,
+        };
+        forwarder.serve(listener);
+        forwarder
+    }
+
+    pub fn endpoint(&self) -> String {
+        format!("http://{}", self.address)
+    }
+
+    fn serve(&mut self, listener: TcpListener) {
+        let client: Client<HttpConnector, Incoming> =
+            Client::builder(TokioExecutor::new()).build_http();
+        let target = self.target.clone();
+        let seen = self.seen.clone();
+        let mut tasks = JoinSet::new();
+        tasks.spawn(async move {
+            let mut connections = JoinSet::new();
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    continue;
+                };
+                while connections.try_join_next().is_some() {}
+                let client = client.clone();
+                let target = target.clone();
+                let seen = seen.clone();
+                let service = service_fn(move |request: Request<Incoming>| {
+                    let client = client.clone();
+                    let target = target.clone();
+                    let seen = seen.clone();
+                    async move {
+                        let path_and_query = request
+                            .uri()
+                            .path_and_query()
+                            .map_or("/".to_owned(), |value| value.to_string());
+                        seen.lock().unwrap().push(Seen {
+                            method: request.method().to_string(),
+                            path: request.uri().path().to_owned(),
+                            range: request
+                                .headers()
+                                .get(http::header::RANGE)
+                                .and_then(|value| value.to_str().ok())
+                                .map(str::to_owned),
+                        });
+                        let (mut parts, body) = request.into_parts();
+                        parts.uri = format!("http://{target}{path_and_query}")
+                            .parse()
+                            .expect("forwarded URI");
+                        // The Host header stays as the client signed it.
+                        client.request(Request::from_parts(parts, body)).await
+                    }
+                });
+                // Connections live in this task's set, so stopping the forwarder cuts them.
+                connections.spawn(async move {
+                    let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
+                        .serve_connection(TokioIo::new(stream), service)
+                        .await;
+                });
+            }
+        });
+        self.tasks = Some(tasks);
+    }
+
+    /// Refuses new connections and cuts open ones, like an upstream that went down.
+    pub async fn stop(&mut self) {
+        if let Some(mut tasks) = self.tasks.take() {
+            tasks.shutdown().await;
+        }
+    }
+
+    /// Serves again on the same port.
+    pub async fn restart(&mut self) {
+        self.stop().await;
+        let listener = TcpListener::bind(self.address)
+            .await
+            .expect("rebind forwarder port");
+        self.serve(listener);
+    }
+
+    /// Everything seen so far, and forget it.
+    pub fn take(&self) -> Vec<Seen> {
+        std::mem::take(&mut *self.seen.lock().unwrap())
+    }
+
+    /// Requests other than the readiness probe's ListBuckets (`GET /`).
+    pub fn object_requests(&self, method: &str) -> Vec<Seen> {
+        self.seen
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|seen| seen.method == method && seen.path != "/")
+            .cloned()
+            .collect()
+    }
+}

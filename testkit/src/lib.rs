@@ -1,0 +1,83 @@
+//! The rig Portico's integration tests and benchmarks run on: a MinIO server on loopback
+//! ([`minio`]), a counting forwarder as an independent observer of upstream traffic
+//! ([`forwarder`]), the `portico` binary started on free ports ([`portico`]), and small
+//! HTTP and S3 client helpers.
+
+pub mod forwarder;
+pub mod minio;
+pub mod portico;
+
+use aws_sdk_s3::Client;
+use aws_sdk_s3::config::retry::RetryConfig;
+use aws_sdk_s3::config::{BehaviorVersion, Credentials, Region};
+use bytes::Bytes;
+use http_body_util::{BodyExt, Empty};
+use hyper_util::client::legacy::Client as HttpClient;
+use hyper_util::rt::TokioExecutor;
+use rand::{Rng, RngCore, SeedableRng};
+
+use minio::{ACCESS_KEY, SECRET_KEY};
+
+/// An S3 client for `endpoint` with the rig's credentials; `retries` off makes errors
+/// surface at once.
+pub fn s3_client(endpoint: &str, retries: bool) -> Client {
+    let retry = if retries {
+        RetryConfig::standard()
+    } else {
+        RetryConfig::disabled()
+    };
+    let config = aws_sdk_s3::config::Builder::new()
+        .behavior_version(BehaviorVersion::latest())
+        .region(Region::new("us-east-1"))
+        .endpoint_url(endpoint)
+        .force_path_style(true)
+        .credentials_provider(Credentials::new(ACCESS_KEY, SECRET_KEY, None, None, "test"))
+        .retry_config(retry)
+        .build();
+    Client::from_conf(config)
+}
+
+/// Deterministic pseudo-random bytes.
+pub fn random_bytes(length: usize, seed: u64) -> Vec<u8> {
+    let mut bytes = vec![0u8; length];
+    rand::rngs::StdRng::seed_from_u64(seed).fill_bytes(&mut bytes);
+    bytes
+}
+
+/// A bucket name no other test uses.
+pub fn unique_bucket(prefix: &str) -> String {
+    let suffix: u32 = rand::rng().random();
+    format!("{prefix}-{suffix:08x}")
+}
+
+/// A plain HTTP GET with extra headers: (status, body as text).
+pub async fn http_get(url: &str, headers: &[(&str, &str)]) -> (u16, String) {
+    let (status, _, body) = http_request("GET", url, headers).await;
+    (status, String::from_utf8_lossy(&body).into_owned())
+}
+
+/// A plain HTTP request: (status, headers, body).
+pub async fn http_request(
+    method: &str,
+    url: &str,
+    headers: &[(&str, &str)],
+) -> (u16, http::HeaderMap, Bytes) {
+    let client = HttpClient::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>();
+    let mut request = http::Request::builder().method(method).uri(url);
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let response = client
+        .request(request.body(Empty::new()).expect("request"))
+        .await
+        .unwrap_or_else(|error| panic!("{method} {url}: {error}"));
+    let status = response.status().as_u16();
+    let headers = response.headers().clone();
+    let body = response
+        .into_body()
+        .collect()
+        .await
+        .expect("response body")
+        .to_bytes();
+    (status, headers, body)
+}

@@ -1,0 +1,111 @@
+//! One MinIO server per test binary, on a free loopback port, with its data in a
+//! temporary directory. A shell watchdog stops it and removes the data when the test
+//! process exits (its stdin pipe closes), however the process ends.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+pub const ACCESS_KEY: &str = "porticotest";
+pub const SECRET_KEY: &str = "porticotest-secret";
+
+pub struct Minio {
+    pub address: String,
+    _watchdog: Mutex<(Child, ChildStdin)>,
+}
+
+impl Minio {
+    pub fn endpoint(&self) -> String {
+        format!("http://{}", self.address)
+    }
+}
+
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .map(|address| address.port())
+        .expect("no free loopback port")
+}
+
+fn minio_binary() -> PathBuf {
+    if let Some(path) = std::env::var_os("PORTICO_MINIO") {
+        return PathBuf::from(path);
+    }
+    let home = std::env::var_os("HOME").expect("HOME is not set");
+    let path = PathBuf::from(home).join(".cache/portico-tools/bin/minio");
+    assert!(
+        path.exists(),
+        "MinIO is not installed at {}: run `make test` (it installs MinIO) or set PORTICO_MINIO",
+        path.display()
+    );
+    path
+}
+
+fn is_live(address: &str) -> bool {
+    let Ok(mut stream) = TcpStream::connect(address) else {
+        return false;
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
+    let request = format!("GET /minio/health/ready HTTP/1.0\r\nHost: {address}\r\n\r\n");
+    if stream.write_all(request.as_bytes()).is_err() {
+        return false;
+    }
+    let mut response = String::new();
+    let _ = stream.read_to_string(&mut response);
+    response.starts_with("HTTP/1.1 200") || response.starts_with("HTTP/1.0 200")
+}
+
+fn start() -> Minio {
+    let binary = minio_binary();
+    let data = tempfile::Builder::new()
+        .prefix("portico-minio-")
+        .tempdir()
+        .expect("temporary directory")
+        .keep();
+    let port = free_port();
+    let address = format!("127.0.0.1:{port}");
+    let script = r#"
+        "$MINIO" server "$DATA" --address "$ADDRESS" --quiet >"$DATA.log" 2>&1 &
+        child=$!
+        read -r _ignored
+        kill "$child" 2>/dev/null
+        wait "$child" 2>/dev/null
+        rm -rf "$DATA" "$DATA.log"
+    "#;
+    let mut child = Command::new("sh")
+        .arg("-c")
+        .arg(script)
+        .env("MINIO", &binary)
+        .env("DATA", &data)
+        .env("ADDRESS", &address)
+        .env("MINIO_ROOT_USER", ACCESS_KEY)
+        .env("MINIO_ROOT_PASSWORD", SECRET_KEY)
+        .env("MINIO_BROWSER", "off")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("cannot start the MinIO watchdog shell");
+    let stdin = child.stdin.take().expect("watchdog stdin");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !is_live(&address) {
+        assert!(
+            Instant::now() < deadline,
+            "MinIO did not become ready on {address}; see {}.log",
+            data.display()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    Minio {
+        address,
+        _watchdog: Mutex::new((child, stdin)),
+    }
+}
+
+/// The shared MinIO server, started on first use.
+pub fn minio() -> &'static Minio {
+    static MINIO: OnceLock<Minio> = OnceLock::new();
+    MINIO.get_or_init(start)
+}

@@ -1,0 +1,175 @@
+//! The Portico binary under test: started with a generated config on free loopback ports,
+//! stopped with SIGTERM like an orchestrator would, its stderr kept in a log file.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+use crate::minio::{ACCESS_KEY, SECRET_KEY};
+
+/// Settings a test varies; everything else is a small, fast test configuration.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub upstream: String,
+    pub cache_dir: PathBuf,
+    pub block_size: &'static str,
+    pub memory_capacity: &'static str,
+    pub disk_capacity: &'static str,
+    pub metadata_ttl: &'static str,
+    pub negative_ttl: &'static str,
+    pub domains: Vec<String>,
+}
+
+impl Settings {
+    pub fn new(upstream: String, cache_dir: &Path) -> Self {
+        Self {
+            upstream,
+            cache_dir: cache_dir.to_owned(),
+            block_size: "1MiB",
+            memory_capacity: "256MiB",
+            disk_capacity: "512MiB",
+            metadata_ttl: "60s",
+            negative_ttl: "5s",
+            domains: Vec::new(),
+        }
+    }
+
+    fn toml(&self) -> String {
+        let domains: Vec<String> = self
+            .domains
+            .iter()
+            .map(|domain| format!("{domain:?}"))
+            .collect();
+        format!(
+            r#"
+[server]
+listen = "127.0.0.1:0"
+domains = [{domains}]
+shutdown_grace = "10s"
+
+[admin]
+listen = "127.0.0.1:0"
+
+[upstream]
+endpoint = "{upstream}"
+force_path_style = true
+access_key_id = "{ACCESS_KEY}"
+secret_access_key = "{SECRET_KEY}"
+connect_timeout = "1s"
+read_timeout = "10s"
+
+[cache]
+dir = "{dir}"
+block_size = "{block_size}"
+memory_capacity = "{memory}"
+disk_capacity = "{disk}"
+metadata_ttl = "{ttl}"
+negative_ttl = "{negative_ttl}"
+"#,
+            domains = domains.join(", "),
+            upstream = self.upstream,
+            dir = self.cache_dir.display(),
+            block_size = self.block_size,
+            memory = self.memory_capacity,
+            disk = self.disk_capacity,
+            ttl = self.metadata_ttl,
+            negative_ttl = self.negative_ttl,
+        )
+    }
+}
+
+pub struct Portico {
+    child: Child,
+    pub s3: String,
+    pub admin: String,
+    log: PathBuf,
+    _config_dir: tempfile::TempDir,
+}
+
+impl Portico {
+    /// Starts `binary` (tests pass `env!("CARGO_BIN_EXE_portico")`) with `settings`.
+    pub async fn start(binary: &Path, settings: &Settings) -> Self {
+        let config_dir = tempfile::tempdir().expect("config directory");
+        let config = config_dir.path().join("portico.toml");
+        std::fs::write(&config, settings.toml()).expect("write config");
+        let log = config_dir.path().join("portico.log");
+        let stderr = std::fs::File::create(&log).expect("log file");
+        let mut child = Command::new(binary)
+            .arg("--config")
+            .arg(&config)
+            .env("RUST_LOG", "info,portico=debug")
+            .stdout(Stdio::piped())
+            .stderr(stderr)
+            .kill_on_drop(true)
+            .spawn()
+            .expect("start portico");
+        let stdout = child.stdout.take().expect("portico stdout");
+        let mut lines = BufReader::new(stdout).lines();
+        let line = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
+            .await
+            .ok()
+            .and_then(|line| line.ok().flatten())
+            .unwrap_or_else(|| {
+                panic!(
+                    "portico did not announce its listeners; log:\n{}",
+                    std::fs::read_to_string(&log).unwrap_or_default()
+                )
+            });
+        let field = |name: &str| {
+            line.split_whitespace()
+                .find_map(|word| word.strip_prefix(name))
+                .unwrap_or_else(|| panic!("no {name} in {line:?}"))
+                .to_owned()
+        };
+        let (s3, admin) = (field("s3="), field("admin="));
+        Self {
+            child,
+            s3,
+            admin,
+            log,
+            _config_dir: config_dir,
+        }
+    }
+
+    /// Sends SIGTERM and waits for a clean exit.
+    pub async fn stop(mut self) {
+        let pid = self.child.id().expect("portico is running");
+        let status = std::process::Command::new("kill")
+            .args(["-TERM", &pid.to_string()])
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill -TERM failed");
+        let exit = tokio::time::timeout(Duration::from_secs(30), self.child.wait())
+            .await
+            .expect("portico did not stop within 30 s of SIGTERM")
+            .expect("wait for portico");
+        assert!(
+            exit.success(),
+            "portico exited with {exit}; log:\n{}",
+            self.logs()
+        );
+    }
+
+    pub fn logs(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// GETs a path on the admin listener: (status, body).
+    pub async fn admin_get(&self, path: &str) -> (u16, String) {
+        crate::http_get(&format!("{}{path}", self.admin), &[]).await
+    }
+
+    /// The value of one metric sample, e.g. `portico_cache_block_lookups_total{result="miss"}`.
+    pub async fn metric(&self, sample: &str) -> f64 {
+        let (_, text) = self.admin_get("/metrics").await;
+        text.lines()
+            .find_map(|line| {
+                line.strip_prefix(sample)
+                    .and_then(|rest| rest.trim().parse().ok())
+            })
+            .unwrap_or(0.0)
+    }
+}

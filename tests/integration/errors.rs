@@ -1,0 +1,131 @@
+//! Errors as S3 clients expect them: the right code, status and request id, and a
+//! Portico that keeps serving what it can while the upstream is down.
+
+use std::time::Duration;
+
+use aws_sdk_s3::error::ProvideErrorMetadata;
+
+use crate::support::{Rig, http_request, random_bytes, s3_client};
+
+#[tokio::test]
+async fn missing_objects_and_unsatisfiable_ranges_get_s3_errors() {
+    let rig = Rig::start("errors", |_| {}).await;
+    rig.put("small.txt", b"0123456789").await;
+
+    let error = rig
+        .client
+        .get_object()
+        .bucket(&rig.bucket)
+        .key("absent.txt")
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(error.code(), Some("NoSuchKey"));
+    assert_eq!(error.raw_response().unwrap().status().as_u16(), 404);
+
+    let error = rig
+        .client
+        .get_object()
+        .bucket("portico-no-such-bucket")
+        .key("anything")
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(error.code(), Some("NoSuchBucket"));
+
+    let error = rig
+        .client
+        .head_object()
+        .bucket(&rig.bucket)
+        .key("absent.txt")
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(error.raw_response().unwrap().status().as_u16(), 404);
+
+    let error = rig
+        .client
+        .get_object()
+        .bucket(&rig.bucket)
+        .key("small.txt")
+        .range("bytes=10-")
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(error.code(), Some("InvalidRange"));
+    assert_eq!(error.raw_response().unwrap().status().as_u16(), 416);
+
+    let url = format!("{}/{}/small.txt", rig.portico().s3, rig.bucket);
+    let (status, headers, body) = http_request("GET", &url, &[("range", "bytes=-0")]).await;
+    let body = String::from_utf8_lossy(&body);
+    assert_eq!(status, 416);
+    assert_eq!(headers["content-range"], "bytes */10");
+    assert_eq!(headers["content-type"], "application/xml");
+    let request_id = headers["x-amz-request-id"].to_str().unwrap();
+    assert!(body.contains("<Code>InvalidRange</Code>"), "{body}");
+    assert!(
+        body.contains(&format!("<RequestId>{request_id}</RequestId>")),
+        "{body}"
+    );
+
+    // A key not asked for before, so the 404 comes from the upstream, not the negative cache.
+    let (status, headers, body) = http_request(
+        "GET",
+        &format!("{}/{}/also-absent.txt", rig.portico().s3, rig.bucket),
+        &[],
+    )
+    .await;
+    assert_eq!(status, 404);
+    assert!(String::from_utf8_lossy(&body).contains("<Code>NoSuchKey</Code>"));
+    assert!(
+        headers.contains_key("x-portico-upstream-request-id"),
+        "the upstream's request id is passed on: {headers:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_unreachable_upstream_gives_503_and_portico_recovers() {
+    let mut rig = Rig::start("down", |_| {}).await;
+    let cached = random_bytes(300_000, 5);
+    let uncached = random_bytes(300_000, 6);
+    rig.put("cached.bin", &cached).await;
+    rig.put("uncached.bin", &uncached).await;
+    assert!(rig.get("cached.bin", None).await == cached);
+    let client = s3_client(&rig.portico().s3, false);
+
+    rig.forwarder.stop().await;
+    let error = client
+        .get_object()
+        .bucket(&rig.bucket)
+        .key("uncached.bin")
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(error.code(), Some("ServiceUnavailable"), "{error:?}");
+    assert_eq!(error.raw_response().unwrap().status().as_u16(), 503);
+    let error = client
+        .head_object()
+        .bucket(&rig.bucket)
+        .key("uncached.bin")
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(error.raw_response().unwrap().status().as_u16(), 503);
+    // Fresh metadata and cached blocks need no upstream.
+    assert!(rig.get("cached.bin", None).await == cached);
+    let (status, body) = rig.portico().admin_get("/readyz").await;
+    assert_eq!(status, 503, "{body}");
+    assert!(body.contains("upstream: unreachable"), "{body}");
+
+    rig.forwarder.restart().await;
+    assert!(rig.get("uncached.bin", None).await == uncached);
+    let mut ready = false;
+    for _ in 0..50 {
+        if rig.portico().admin_get("/readyz").await.0 == 200 {
+            ready = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(ready, "readiness did not recover");
+}

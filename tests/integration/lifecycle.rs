@@ -1,0 +1,157 @@
+//! The cache across restarts and upstream changes: blocks survive a restart on disk, and
+//! an object overwritten upstream is never served as a mix of two versions.
+
+use std::time::Duration;
+
+use crate::support::{Rig, random_bytes};
+
+const BLOCK: usize = 1024 * 1024;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_restarted_portico_serves_cached_blocks_from_disk() {
+    let mut rig = Rig::start("restart", |_| {}).await;
+    let first = random_bytes(BLOCK * 7 / 2, 1);
+    let second = random_bytes(2 * BLOCK + 17, 2);
+    rig.put("one.bin", &first).await;
+    rig.put("two.bin", &second).await;
+    assert!(rig.get("one.bin", None).await == first);
+    assert!(rig.get("two.bin", Some("bytes=1000-")).await == second[1000..]);
+    assert!(rig.upstream_gets() > 0);
+    let portico = rig.portico();
+    let mut skipped_disk = 0.0;
+    for op in ["buffer_overflow", "channel_overflow"] {
+        let sample = format!("foyer_storage_inner_op_total_total{{name=\"portico\",op=\"{op}\"}}");
+        skipped_disk += portico.metric(&sample).await;
+    }
+    assert_eq!(
+        skipped_disk, 0.0,
+        "blocks skipped the disk tier before the restart"
+    );
+
+    rig.restart_portico().await;
+    rig.forwarder.take();
+
+    assert!(rig.get("one.bin", None).await == first);
+    assert!(rig.get("two.bin", Some("bytes=1000-")).await == second[1000..]);
+    assert!(rig.get("two.bin", Some("bytes=-5")).await == second[second.len() - 5..]);
+    assert_eq!(
+        rig.upstream_gets(),
+        0,
+        "after a restart: {:#?}",
+        rig.forwarder.take()
+    );
+    assert!(
+        rig.upstream_heads() <= 2,
+        "at most one revalidation per object"
+    );
+    let portico = rig.portico();
+    assert!(
+        portico
+            .metric("portico_cache_block_lookups_total{result=\"disk_hit\"}")
+            .await
+            >= 6.0
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_object_changed_upstream_is_never_mixed_into_one_response() {
+    let rig = Rig::start("change", |settings| settings.metadata_ttl = "1s").await;
+    let old = random_bytes(3 * BLOCK, 10);
+    let new = random_bytes(3 * BLOCK, 11);
+    rig.put("object.bin", &old).await;
+    // Caches the old version's metadata and its first block only.
+    assert!(rig.get("object.bin", Some("bytes=0-99")).await == old[..100]);
+
+    rig.put("object.bin", &new).await;
+    // Within the TTL the old metadata is still trusted: block 0 comes from the cache, and
+    // block 1 must be fetched with If-Match of the old ETag, which now fails.
+    let during = rig
+        .client
+        .get_object()
+        .bucket(&rig.bucket)
+        .key("object.bin")
+        .send()
+        .await;
+    match during {
+        Ok(output) => match output.body.collect().await {
+            Ok(bytes) => {
+                let bytes = bytes.into_bytes();
+                assert!(
+                    bytes[..] == old[..] || bytes[..] == new[..],
+                    "a response mixed two versions"
+                );
+            }
+            Err(error) => println!("response aborted as it must be: {error}"),
+        },
+        Err(error) => println!("request failed before the body: {error:?}"),
+    }
+
+    // The failed If-Match dropped the stale metadata: the next read is wholly new.
+    assert!(
+        rig.get("object.bin", None).await == new,
+        "after a change: only the new version"
+    );
+
+    // A change of size, picked up by revalidation once the TTL has passed.
+    let newer = random_bytes(5 * BLOCK / 2, 12);
+    rig.put("object.bin", &newer).await;
+    tokio::time::sleep(Duration::from_millis(1300)).await;
+    rig.forwarder.take();
+    assert!(
+        rig.get("object.bin", None).await == newer,
+        "after the TTL: only the newest version"
+    );
+    assert_eq!(
+        rig.upstream_heads(),
+        1,
+        "one conditional HEAD revalidates the metadata"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_readers_see_whole_versions_while_an_object_changes() {
+    let rig = Rig::start("churn", |settings| settings.metadata_ttl = "0s").await;
+    let versions: Vec<Vec<u8>> = (0..4)
+        .map(|seed| random_bytes(2 * BLOCK + 512, 20 + seed))
+        .collect();
+    rig.put("churn.bin", &versions[0]).await;
+    let mut readers = Vec::new();
+    for _ in 0..4 {
+        let client = rig.client.clone();
+        let bucket = rig.bucket.clone();
+        let versions = versions.clone();
+        readers.push(tokio::spawn(async move {
+            let mut whole = 0;
+            for _ in 0..15 {
+                let Ok(output) = client
+                    .get_object()
+                    .bucket(&bucket)
+                    .key("churn.bin")
+                    .send()
+                    .await
+                else {
+                    continue;
+                };
+                if let Ok(bytes) = output.body.collect().await {
+                    let bytes = bytes.into_bytes();
+                    assert!(
+                        versions.iter().any(|version| version[..] == bytes[..]),
+                        "a response that is no single version"
+                    );
+                    whole += 1;
+                }
+            }
+            whole
+        }));
+    }
+    for version in &versions[1..] {
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        rig.put("churn.bin", version).await;
+    }
+    let mut complete = 0;
+    for reader in readers {
+        complete += reader.await.unwrap();
+    }
+    assert!(complete > 0, "no read completed");
+    assert!(rig.get("churn.bin", None).await == versions[3]);
+}

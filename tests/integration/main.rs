@@ -1,0 +1,11 @@
+//! Integration tests: the real `portico` binary in front of a real MinIO server on
+//! loopback, driven by aws-sdk-s3, with a counting forwarder as an independent observer
+//! of every upstream request.
+
+mod support;
+
+mod coalescing;
+mod errors;
+mod lifecycle;
+mod operations;
+mod reads;

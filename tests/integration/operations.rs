@@ -1,0 +1,122 @@
+//! What an operator sees: health, readiness and metrics endpoints, and a config mistake
+//! reported in one line that names the key.
+
+use std::process::Command;
+
+use crate::support::{Rig, binary, http_request, random_bytes};
+
+#[tokio::test]
+async fn health_readiness_and_metrics_are_served() {
+    let rig = Rig::start("admin", |_| {}).await;
+    let data = random_bytes(2_500_000, 9);
+    rig.put("metrics.bin", &data).await;
+    assert!(rig.get("metrics.bin", None).await == data);
+    assert!(rig.get("metrics.bin", Some("bytes=0-9")).await == data[..10]);
+    let portico = rig.portico();
+
+    assert_eq!(
+        portico.admin_get("/healthz").await,
+        (200, "ok\n".to_owned())
+    );
+    let (status, body) = portico.admin_get("/readyz").await;
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("cache: open (memory + disk)"), "{body}");
+
+    let (status, headers, body) =
+        http_request("GET", &format!("{}/metrics", portico.admin), &[]).await;
+    assert_eq!(status, 200);
+    assert!(
+        headers["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("application/openmetrics-text")
+    );
+    let text = String::from_utf8_lossy(&body);
+    for sample in [
+        "portico_requests_total{operation=\"GetObject\",status=\"200\"} 1",
+        "portico_requests_total{operation=\"GetObject\",status=\"206\"} 1",
+        "portico_request_duration_seconds_count{operation=\"GetObject\"} 2",
+        "portico_served_bytes_total{source=\"memory\"}",
+        "portico_served_bytes_total{source=\"upstream\"}",
+        "portico_cache_block_lookups_total{result=\"miss\"} 2",
+        "portico_cache_block_lookups_total{result=\"memory_hit\"}",
+        "portico_upstream_requests_total{operation=\"GetObject\",status=\"206\"} 3",
+        "portico_upstream_received_bytes_total 2500000",
+        "portico_upstream_request_duration_seconds_bucket",
+        "foyer_storage_op_total_total",
+    ] {
+        assert!(text.contains(sample), "metrics lack {sample:?}:\n{text}");
+    }
+}
+
+fn run_with(config: &str, env: &[(&str, &str)]) -> (Option<i32>, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("portico.toml");
+    std::fs::write(&path, config).unwrap();
+    let output = Command::new(binary())
+        .arg("--config")
+        .arg(&path)
+        .envs(env.iter().copied())
+        .output()
+        .expect("run portico");
+    (
+        output.status.code(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+/// A config file, environment variables, and words the error must contain.
+type BadConfig = (
+    &'static str,
+    &'static [(&'static str, &'static str)],
+    &'static [&'static str],
+);
+
+#[test]
+fn bad_config_stops_portico_with_a_message_naming_the_key() {
+    let cases: [BadConfig; 6] = [
+        (
+            "[cache]\nblock_size = \"3XB\"\n",
+            &[],
+            &["cache.block_size", "512MiB"],
+        ),
+        (
+            "[cache]\nblock_size = \"128MiB\"\n",
+            &[],
+            &["cache.block_size", "64MiB"],
+        ),
+        ("[cache]\nblok_size = \"4MiB\"\n", &[], &["blok_size"]),
+        ("[auth]\nmode = \"everyone\"\n", &[], &["auth.mode", "none"]),
+        (
+            "",
+            &[("PORTICO_CACHE_MEMORY_CAPACITY", "1KiB")],
+            &["cache.memory_capacity"],
+        ),
+        (
+            "[cache]\nmetadata_ttl = \"soon\"\n",
+            &[],
+            &["cache.metadata_ttl", "immutable"],
+        ),
+    ];
+    for (config, env, expected) in cases {
+        let (code, stderr) = run_with(config, env);
+        assert_eq!(code, Some(2), "{config:?} {env:?}: {stderr}");
+        assert_eq!(
+            stderr.lines().count(),
+            1,
+            "one line for {config:?}: {stderr}"
+        );
+        for word in expected {
+            assert!(
+                stderr.contains(word),
+                "{config:?} {env:?}: {stderr:?} lacks {word:?}"
+            );
+        }
+    }
+    let output = Command::new(binary())
+        .args(["--config", "/nonexistent/portico.toml"])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("/nonexistent/portico.toml"));
+}

@@ -1,0 +1,112 @@
+//! The test rig: MinIO ← counting forwarder ← Portico (the real binary), with aws-sdk-s3
+//! clients for both Portico and MinIO direct, and one fresh bucket per test.
+
+use aws_sdk_s3::Client;
+use aws_sdk_s3::primitives::ByteStream;
+use portico_testkit::forwarder::Forwarder;
+use portico_testkit::minio::minio;
+use portico_testkit::portico::{Portico, Settings};
+use portico_testkit::unique_bucket;
+pub use portico_testkit::{http_request, random_bytes, s3_client};
+
+/// The `portico` binary built with these tests.
+pub fn binary() -> &'static std::path::Path {
+    std::path::Path::new(env!("CARGO_BIN_EXE_portico"))
+}
+
+/// MinIO, a forwarder in front of it, and Portico in front of that.
+pub struct Rig {
+    pub forwarder: Forwarder,
+    pub portico: Option<Portico>,
+    pub settings: Settings,
+    /// aws-sdk-s3 against Portico.
+    pub client: Client,
+    /// aws-sdk-s3 against MinIO, bypassing Portico.
+    pub direct: Client,
+    pub bucket: String,
+    _cache_dir: tempfile::TempDir,
+}
+
+impl Rig {
+    pub async fn start(bucket_prefix: &str, configure: impl FnOnce(&mut Settings)) -> Self {
+        let minio = minio();
+        let forwarder = Forwarder::start(&minio.address).await;
+        let cache_dir = tempfile::tempdir().expect("cache directory");
+        let mut settings = Settings::new(forwarder.endpoint(), cache_dir.path());
+        configure(&mut settings);
+        let direct = s3_client(&minio.endpoint(), true);
+        let bucket = unique_bucket(bucket_prefix);
+        direct
+            .create_bucket()
+            .bucket(&bucket)
+            .send()
+            .await
+            .expect("create test bucket");
+        let portico = Portico::start(binary(), &settings).await;
+        let client = s3_client(&portico.s3, true);
+        Self {
+            forwarder,
+            portico: Some(portico),
+            settings,
+            client,
+            direct,
+            bucket,
+            _cache_dir: cache_dir,
+        }
+    }
+
+    pub fn portico(&self) -> &Portico {
+        self.portico.as_ref().expect("portico is running")
+    }
+
+    /// Stops Portico with SIGTERM and starts it again on the same cache directory.
+    pub async fn restart_portico(&mut self) {
+        if let Some(portico) = self.portico.take() {
+            portico.stop().await;
+        }
+        let portico = Portico::start(binary(), &self.settings).await;
+        self.client = s3_client(&portico.s3, true);
+        self.portico = Some(portico);
+    }
+
+    /// Uploads directly to MinIO.
+    pub async fn put(&self, key: &str, data: &[u8]) {
+        self.direct
+            .put_object()
+            .bucket(&self.bucket)
+            .key(key)
+            .body(ByteStream::from(data.to_vec()))
+            .send()
+            .await
+            .unwrap_or_else(|error| panic!("PUT {key}: {error:?}"));
+    }
+
+    /// GETs through Portico with an optional `Range` header value.
+    pub async fn get(&self, key: &str, range: Option<&str>) -> Vec<u8> {
+        let output = self
+            .client
+            .get_object()
+            .bucket(&self.bucket)
+            .key(key)
+            .set_range(range.map(str::to_owned))
+            .send()
+            .await
+            .unwrap_or_else(|error| panic!("GET {key} {range:?}: {error:?}"));
+        output
+            .body
+            .collect()
+            .await
+            .expect("GET body")
+            .into_bytes()
+            .to_vec()
+    }
+
+    /// Object GETs (not probes) the upstream received since the last `take`.
+    pub fn upstream_gets(&self) -> usize {
+        self.forwarder.object_requests("GET").len()
+    }
+
+    pub fn upstream_heads(&self) -> usize {
+        self.forwarder.object_requests("HEAD").len()
+    }
+}
