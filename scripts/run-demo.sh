@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# Starts MinIO on loopback with a demo bucket, then Portico in front of it, in the
+# foreground. Ctrl-C stops Portico, then MinIO. State lives in target/demo.
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+minio=${PORTICO_MINIO:?set PORTICO_MINIO to the MinIO binary (make run does this)}
+portico="$root/target/debug/portico"
+state="$root/target/demo"
+minio_port=${DEMO_MINIO_PORT:-9000}
+s3_port=${DEMO_S3_PORT:-8080}
+admin_port=${DEMO_ADMIN_PORT:-9090}
+user=portico-demo
+secret=portico-demo-secret
+
+port_busy() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+for port in "$minio_port" "$s3_port" "$admin_port"; do
+  if port_busy "$port"; then
+    echo "port $port on 127.0.0.1 is in use; set DEMO_MINIO_PORT, DEMO_S3_PORT or DEMO_ADMIN_PORT" >&2
+    exit 1
+  fi
+done
+
+mkdir -p "$state/minio" "$state/cache"
+MINIO_ROOT_USER=$user MINIO_ROOT_PASSWORD=$secret MINIO_BROWSER=off \
+  "$minio" server "$state/minio" --address "127.0.0.1:$minio_port" --quiet >"$state/minio.log" 2>&1 &
+minio_pid=$!
+trap 'kill "$minio_pid" 2>/dev/null; wait "$minio_pid" 2>/dev/null || true' EXIT
+
+for _ in $(seq 1 100); do
+  curl -fs "http://127.0.0.1:$minio_port/minio/health/ready" >/dev/null && break
+  sleep 0.1
+done
+curl -fs "http://127.0.0.1:$minio_port/minio/health/ready" >/dev/null \
+  || { echo "MinIO did not start; see $state/minio.log" >&2; exit 1; }
+
+s3() { curl -fsS -o /dev/null --aws-sigv4 "aws:amz:us-east-1:s3" --user "$user:$secret" "$@"; }
+origin="http://127.0.0.1:$minio_port"
+s3 -X PUT "$origin/demo" 2>/dev/null || true
+printf 'Hello from Portico!\n' >"$state/hello.txt"
+s3 -T "$state/hello.txt" -H "Content-Type: text/plain" "$origin/demo/hello.txt"
+if [ ! -f "$state/random-64MiB.bin" ]; then
+  head -c $((64 * 1024 * 1024)) /dev/urandom >"$state/random-64MiB.bin"
+fi
+s3 -T "$state/random-64MiB.bin" "$origin/demo/data/random-64MiB.bin"
+
+endpoint="http://127.0.0.1:$s3_port"
+admin="http://127.0.0.1:$admin_port"
+cat <<INFO
+
+  Portico serves S3 on $endpoint (admin $admin), in front of MinIO at $origin.
+  Demo bucket "demo": hello.txt and data/random-64MiB.bin.
+
+  curl $endpoint/demo/hello.txt
+  curl -r 0-1048575 -o /dev/null -w '%{http_code} %{size_download} bytes in %{time_total}s\\n' $endpoint/demo/data/random-64MiB.bin
+  AWS_ACCESS_KEY_ID=any AWS_SECRET_ACCESS_KEY=any AWS_DEFAULT_REGION=us-east-1 \\
+    aws --endpoint-url $endpoint s3api get-object --bucket demo --key data/random-64MiB.bin /tmp/random.bin
+  curl $admin/healthz
+  curl $admin/readyz
+  curl -s $admin/metrics | grep ^portico_
+
+  Ctrl-C stops Portico and MinIO.
+
+INFO
+
+PORTICO_SERVER_LISTEN="127.0.0.1:$s3_port" \
+PORTICO_ADMIN_LISTEN="127.0.0.1:$admin_port" \
+PORTICO_UPSTREAM_ENDPOINT="$origin" \
+PORTICO_UPSTREAM_FORCE_PATH_STYLE=true \
+PORTICO_UPSTREAM_ACCESS_KEY_ID=$user \
+PORTICO_UPSTREAM_SECRET_ACCESS_KEY=$secret \
+PORTICO_CACHE_DIR="$state/cache" \
+PORTICO_CACHE_MEMORY_CAPACITY=256MiB \
+PORTICO_CACHE_DISK_CAPACITY=2GiB \
+  "$portico" --config "$root/config/portico.toml" || true
