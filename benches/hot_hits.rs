@@ -1,1 +1,264 @@
-fn main() {}
+//! Hot-hit benchmark: 1 MiB range GETs through Portico (served from memory) against the
+//! same GETs straight to MinIO, and Portico's peak RSS during a full GET of a 1 GiB object.
+//!
+//! Run with `make bench` (release build). Everything runs on loopback on this machine; the
+//! load generator, Portico and MinIO share its cores, the same way for both targets.
+
+use std::io::Write;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use aws_sdk_s3::presigning::PresigningConfig;
+use aws_sdk_s3::primitives::ByteStream;
+use bytes::Bytes;
+use http_body_util::{BodyExt, Empty};
+use hyper_util::client::legacy::Client as HttpClient;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use portico_testkit::forwarder::Forwarder;
+use portico_testkit::minio::minio;
+use portico_testkit::portico::{Portico, Settings};
+use portico_testkit::{s3_client, unique_bucket};
+use rand::{Rng, SeedableRng};
+
+const MIB: u64 = 1024 * 1024;
+const HOT_OBJECT_BYTES: u64 = 64 * MIB;
+const LARGE_OBJECT_BYTES: u64 = 1024 * MIB;
+const RANGE_BYTES: u64 = MIB;
+const CLIENTS: usize = 16;
+const RUN: Duration = Duration::from_secs(10);
+
+type Http = HttpClient<HttpConnector, Empty<Bytes>>;
+
+struct LoadResult {
+    requests: usize,
+    bytes: u64,
+    elapsed: Duration,
+    latencies: Vec<Duration>,
+}
+
+impl LoadResult {
+    fn gib_per_sec(&self) -> f64 {
+        self.bytes as f64 / self.elapsed.as_secs_f64() / (1024.0 * 1024.0 * 1024.0)
+    }
+
+    fn percentile_ms(&self, fraction: f64) -> f64 {
+        let index = ((self.latencies.len() as f64 - 1.0) * fraction).round() as usize;
+        self.latencies[index].as_secs_f64() * 1000.0
+    }
+}
+
+async fn get(client: &Http, url: &str, range: Option<String>) -> u64 {
+    let mut request = http::Request::get(url);
+    if let Some(range) = range {
+        request = request.header(http::header::RANGE, range);
+    }
+    let response = client
+        .request(request.body(Empty::new()).expect("request"))
+        .await
+        .expect("GET");
+    assert!(
+        response.status().is_success(),
+        "GET {url}: {}",
+        response.status()
+    );
+    let mut body = response.into_body();
+    let mut received = 0;
+    while let Some(frame) = body.frame().await {
+        if let Ok(data) = frame.expect("body").into_data() {
+            received += data.len() as u64;
+        }
+    }
+    received
+}
+
+/// `CLIENTS` workers GET random 1 MiB ranges of the hot object for `RUN`.
+async fn random_ranges(url: &str) -> LoadResult {
+    let client: Http = HttpClient::builder(TokioExecutor::new())
+        .pool_max_idle_per_host(CLIENTS)
+        .build_http();
+    let started = Instant::now();
+    let mut workers = Vec::new();
+    for worker in 0..CLIENTS {
+        let client = client.clone();
+        let url = url.to_owned();
+        workers.push(tokio::spawn(async move {
+            let mut rng = rand::rngs::StdRng::seed_from_u64(worker as u64);
+            let mut latencies = Vec::new();
+            let mut bytes = 0;
+            while started.elapsed() < RUN {
+                let first = rng.random_range(0..HOT_OBJECT_BYTES - RANGE_BYTES);
+                let range = format!("bytes={first}-{}", first + RANGE_BYTES - 1);
+                let sent = Instant::now();
+                bytes += get(&client, &url, Some(range)).await;
+                latencies.push(sent.elapsed());
+            }
+            (latencies, bytes)
+        }));
+    }
+    let mut result = LoadResult {
+        requests: 0,
+        bytes: 0,
+        elapsed: Duration::ZERO,
+        latencies: Vec::new(),
+    };
+    for worker in workers {
+        let (latencies, bytes) = worker.await.expect("worker");
+        result.requests += latencies.len();
+        result.bytes += bytes;
+        result.latencies.extend(latencies);
+    }
+    result.elapsed = started.elapsed();
+    result.latencies.sort();
+    result
+}
+
+fn status_field_kib(pid: u32, field: &str) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix(field))
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|value| value.parse().ok())
+        .unwrap_or(0)
+}
+
+fn write_random_file(path: &Path, bytes: u64) {
+    let mut file = std::io::BufWriter::new(std::fs::File::create(path).expect("create file"));
+    let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+    let mut chunk = vec![0u8; 8 * MIB as usize];
+    for _ in 0..bytes / chunk.len() as u64 {
+        rng.fill(&mut chunk[..]);
+        file.write_all(&chunk).expect("write file");
+    }
+    file.flush().expect("flush file");
+}
+
+fn print_load(name: &str, result: &LoadResult) {
+    println!(
+        "{name:<16} {:>8} {:>10.2} {:>10.2} {:>10.2}",
+        result.requests,
+        result.gib_per_sec(),
+        result.percentile_ms(0.50),
+        result.percentile_ms(0.99),
+    );
+}
+
+#[tokio::main]
+async fn main() {
+    let minio = minio();
+    let direct = s3_client(&minio.endpoint(), true);
+    let bucket = unique_bucket("bench");
+    direct
+        .create_bucket()
+        .bucket(&bucket)
+        .send()
+        .await
+        .expect("bucket");
+    let work = tempfile::tempdir().expect("work directory");
+
+    let hot = portico_testkit::random_bytes(HOT_OBJECT_BYTES as usize, 1);
+    direct
+        .put_object()
+        .bucket(&bucket)
+        .key("hot.bin")
+        .body(ByteStream::from(hot))
+        .send()
+        .await
+        .expect("upload hot object");
+    let large_path = work.path().join("large.bin");
+    write_random_file(&large_path, LARGE_OBJECT_BYTES);
+    direct
+        .put_object()
+        .bucket(&bucket)
+        .key("large.bin")
+        .body(
+            ByteStream::from_path(&large_path)
+                .await
+                .expect("large file"),
+        )
+        .send()
+        .await
+        .expect("upload large object");
+    std::fs::remove_file(&large_path).ok();
+
+    let binary = Path::new(env!("CARGO_BIN_EXE_portico"));
+    let mut forwarder = Forwarder::start(&minio.address).await;
+    let cache_dir = work.path().join("cache");
+    let mut settings = Settings::new(forwarder.endpoint(), &cache_dir);
+    settings.block_size = "4MiB";
+    settings.memory_capacity = "256MiB";
+    settings.disk_capacity = "4GiB";
+    let portico = Portico::start(binary, &settings).await;
+    let pid = portico.pid().expect("portico pid");
+    let http: Http = HttpClient::builder(TokioExecutor::new()).build_http();
+
+    // Hot hits: warm the 64 MiB working set into memory, then load both targets.
+    let portico_url = format!("{}/{bucket}/hot.bin", portico.s3);
+    get(&http, &portico_url, None).await;
+    get(&http, &portico_url, None).await;
+    forwarder.take();
+    let presigned = direct
+        .get_object()
+        .bucket(&bucket)
+        .key("hot.bin")
+        .presigned(PresigningConfig::expires_in(Duration::from_secs(3600)).expect("presigning"))
+        .await
+        .expect("presign");
+    let through_portico = random_ranges(&portico_url).await;
+    let hot_upstream_gets = forwarder.object_requests("GET").len();
+    let to_minio = random_ranges(presigned.uri()).await;
+
+    println!();
+    println!("hot hits: {CLIENTS} clients, random 1 MiB ranges of a 64 MiB object, {RUN:?} each");
+    println!(
+        "{:<16} {:>8} {:>10} {:>10} {:>10}",
+        "target", "requests", "GiB/s", "p50 ms", "p99 ms"
+    );
+    print_load("portico (memory)", &through_portico);
+    print_load("minio direct", &to_minio);
+    println!(
+        "portico / direct: {:.2}x throughput; upstream GETs during the Portico run: {hot_upstream_gets}",
+        through_portico.gib_per_sec() / to_minio.gib_per_sec()
+    );
+
+    println!(
+        "portico peak RSS during hot hits: {} MiB (memory_capacity 256 MiB)",
+        status_field_kib(pid, "VmHWM:") / 1024
+    );
+
+    // A full GET of 1 GiB: memory stays bounded by the cache capacity, not the object.
+    portico.stop().await;
+    std::fs::remove_dir_all(&cache_dir).ok();
+    let portico = Portico::start(binary, &settings).await;
+    let pid_large = portico.pid().expect("portico pid");
+    let rss_before = status_field_kib(pid_large, "VmRSS:");
+    let large_url = format!("{}/{bucket}/large.bin", portico.s3);
+    forwarder.take();
+    for pass in ["cold", "warm"] {
+        let started = Instant::now();
+        let received = get(&http, &large_url, None).await;
+        let elapsed = started.elapsed();
+        assert_eq!(received, LARGE_OBJECT_BYTES);
+        let mut skipped_disk = 0.0;
+        for op in ["buffer_overflow", "channel_overflow"] {
+            let sample =
+                format!("foyer_storage_inner_op_total_total{{name=\"portico\",op=\"{op}\"}}");
+            skipped_disk += portico.metric(&sample).await;
+        }
+        println!(
+            "1 GiB GET ({pass}): {:.2} s, {:.0} MiB/s, upstream GETs {}, blocks that skipped the disk so far {skipped_disk}, peak RSS {} MiB (memory_capacity 256 MiB, RSS at start {} MiB)",
+            elapsed.as_secs_f64(),
+            LARGE_OBJECT_BYTES as f64 / MIB as f64 / elapsed.as_secs_f64(),
+            forwarder
+                .take()
+                .iter()
+                .filter(|seen| seen.method == "GET" && seen.path != "/")
+                .count(),
+            status_field_kib(pid_large, "VmHWM:") / 1024,
+            rss_before / 1024,
+        );
+    }
+    portico.stop().await;
+    forwarder.stop().await;
+}

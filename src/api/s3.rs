@@ -89,18 +89,25 @@ macro_rules! object_output {
     }};
 }
 
-fn context_of<T>(
-    request: &S3Request<T>,
-    operation: &'static str,
-) -> (String, Option<RequestContext>) {
-    let context = request.extensions.get::<RequestContext>().cloned();
-    if let Some(context) = &context {
-        context.set_operation(operation);
+/// Names the request's operation and returns its request id.
+fn request_id_of<T>(request: &S3Request<T>, operation: &'static str) -> String {
+    match request.extensions.get::<RequestContext>() {
+        Some(context) => {
+            context.set_operation(operation);
+            context.id().to_owned()
+        }
+        None => String::new(),
     }
-    let id = context
-        .as_ref()
-        .map_or_else(String::new, |context| context.id().to_owned());
-    (id, context)
+}
+
+/// Whether a GetObject or HeadObject input carries any conditional header.
+macro_rules! has_conditions {
+    ($input:expr) => {
+        $input.if_match.is_some()
+            || $input.if_none_match.is_some()
+            || $input.if_modified_since.is_some()
+            || $input.if_unmodified_since.is_some()
+    };
 }
 
 fn object_ref(bucket: &str, key: &str, request_id: &str) -> S3Result<ObjectRef> {
@@ -126,11 +133,7 @@ fn not_implemented(what: &str, request_id: &str) -> S3Error {
 
 /// The first GET feature a plain cached read would answer wrongly, if any.
 fn unsupported_get(input: &GetObjectInput) -> Option<&'static str> {
-    if input.if_match.is_some()
-        || input.if_none_match.is_some()
-        || input.if_modified_since.is_some()
-        || input.if_unmodified_since.is_some()
-    {
+    if has_conditions!(input) {
         return Some("conditional headers");
     }
     if input.part_number.is_some() {
@@ -158,7 +161,7 @@ impl S3 for PorticoS3 {
         &self,
         request: S3Request<GetObjectInput>,
     ) -> S3Result<S3Response<GetObjectOutput>> {
-        let (request_id, _context) = context_of(&request, "GetObject");
+        let request_id = request_id_of(&request, "GetObject");
         let input = &request.input;
         if let Some(feature) = unsupported_get(input) {
             return Err(not_implemented(feature, &request_id));
@@ -190,13 +193,9 @@ impl S3 for PorticoS3 {
         &self,
         request: S3Request<HeadObjectInput>,
     ) -> S3Result<S3Response<HeadObjectOutput>> {
-        let (request_id, _context) = context_of(&request, "HeadObject");
+        let request_id = request_id_of(&request, "HeadObject");
         let input = &request.input;
-        if input.if_match.is_some()
-            || input.if_none_match.is_some()
-            || input.if_modified_since.is_some()
-            || input.if_unmodified_since.is_some()
-        {
+        if has_conditions!(input) {
             return Err(not_implemented("conditional headers", &request_id));
         }
         if input.version_id.is_some() || input.part_number.is_some() {

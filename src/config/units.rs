@@ -10,6 +10,24 @@ use std::time::Duration;
 use serde::de::{self, Deserializer, Visitor};
 use serde::{Deserialize, Serialize, Serializer};
 
+/// Serializes a value as its `Display` text and deserializes it with `FromStr`.
+macro_rules! string_serde {
+    ($type:ty) => {
+        impl Serialize for $type {
+            fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+                serializer.collect_str(self)
+            }
+        }
+
+        impl<'de> Deserialize<'de> for $type {
+            fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+                let text = String::deserialize(deserializer)?;
+                text.parse().map_err(de::Error::custom)
+            }
+        }
+    };
+}
+
 /// A size in bytes, written as `4MiB`, `10GiB`, `65536` or `64 KiB`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub struct ByteSize(pub u64);
@@ -135,18 +153,7 @@ impl fmt::Display for HumanDuration {
     }
 }
 
-impl Serialize for HumanDuration {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.collect_str(self)
-    }
-}
-
-impl<'de> Deserialize<'de> for HumanDuration {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let text = String::deserialize(deserializer)?;
-        text.parse().map_err(de::Error::custom)
-    }
-}
+string_serde!(HumanDuration);
 
 /// How long object metadata is trusted before it is revalidated upstream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -179,18 +186,7 @@ impl fmt::Display for MetadataTtl {
     }
 }
 
-impl Serialize for MetadataTtl {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.collect_str(self)
-    }
-}
-
-impl<'de> Deserialize<'de> for MetadataTtl {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let text = String::deserialize(deserializer)?;
-        text.parse().map_err(de::Error::custom)
-    }
-}
+string_serde!(MetadataTtl);
 
 #[cfg(test)]
 mod tests {

@@ -30,18 +30,29 @@ pub fn free_port() -> u16 {
         .expect("no free loopback port")
 }
 
+/// `PORTICO_MINIO`, or the MinIO that `make tools` installed in ~/.cache/portico-tools.
 fn minio_binary() -> PathBuf {
     if let Some(path) = std::env::var_os("PORTICO_MINIO") {
         return PathBuf::from(path);
     }
     let home = std::env::var_os("HOME").expect("HOME is not set");
-    let path = PathBuf::from(home).join(".cache/portico-tools/bin/minio");
-    assert!(
-        path.exists(),
-        "MinIO is not installed at {}: run `make test` (it installs MinIO) or set PORTICO_MINIO",
-        path.display()
-    );
-    path
+    let tools = PathBuf::from(home).join(".cache/portico-tools/bin");
+    let installed = std::fs::read_dir(&tools).ok().and_then(|entries| {
+        entries
+            .filter_map(Result::ok)
+            .map(|entry| entry.path())
+            .filter(|path| {
+                path.file_name()
+                    .is_some_and(|name| name.to_string_lossy().starts_with("minio-"))
+            })
+            .max()
+    });
+    installed.unwrap_or_else(|| {
+        panic!(
+            "MinIO is not installed in {}: run `make test` (it installs MinIO) or set PORTICO_MINIO",
+            tools.display()
+        )
+    })
 }
 
 fn is_live(address: &str) -> bool {

@@ -2,7 +2,10 @@
 //! every form, object headers identical to the origin's, and keys S3 allows but paths
 //! would mangle.
 
+use std::time::Duration;
+
 use aws_sdk_s3::error::ProvideErrorMetadata;
+use aws_sdk_s3::presigning::PresigningConfig;
 use aws_sdk_s3::primitives::ByteStream;
 use rand::{Rng, SeedableRng};
 
@@ -236,4 +239,81 @@ async fn virtual_host_style_addresses_the_bucket_by_host_name() {
     assert!(body[..] == data[2900..]);
     // Path style keeps working next to virtual-host style.
     assert!(rig.get("dir/object.bin", None).await == data);
+}
+
+#[tokio::test]
+async fn object_headers_pass_through_on_get_and_head() {
+    let rig = Rig::start("headers", |_| {}).await;
+    let data = random_bytes(5000, 3);
+    rig.direct
+        .put_object()
+        .bucket(&rig.bucket)
+        .key("report.csv.gz")
+        .content_type("text/csv")
+        .content_encoding("gzip")
+        .content_disposition("attachment; filename=\"report.csv.gz\"")
+        .content_language("de-CH")
+        .cache_control("max-age=3600, public")
+        .expires(aws_sdk_s3::primitives::DateTime::from_secs(4_000_000_000))
+        .metadata("owner", "data-team")
+        .metadata("pipeline-run", "2026-11-22T04:00:00Z")
+        .body(ByteStream::from(data.clone()))
+        .send()
+        .await
+        .expect("upload");
+    let names = [
+        "etag",
+        "last-modified",
+        "content-type",
+        "content-encoding",
+        "content-disposition",
+        "content-language",
+        "cache-control",
+        "expires",
+        "x-amz-meta-owner",
+        "x-amz-meta-pipeline-run",
+        "accept-ranges",
+    ];
+    let presigning = || PresigningConfig::expires_in(Duration::from_secs(600)).unwrap();
+    let key = "report.csv.gz";
+    let origin_get = rig
+        .direct
+        .get_object()
+        .bucket(&rig.bucket)
+        .key(key)
+        .presigned(presigning())
+        .await
+        .unwrap();
+    let origin_head = rig
+        .direct
+        .head_object()
+        .bucket(&rig.bucket)
+        .key(key)
+        .presigned(presigning())
+        .await
+        .unwrap();
+    for method in ["GET", "HEAD"] {
+        let origin = if method == "GET" {
+            &origin_get
+        } else {
+            &origin_head
+        };
+        let (origin_status, expected, _) = http_request(method, origin.uri(), &[]).await;
+        assert_eq!(origin_status, 200);
+        let url = format!("{}/{}/report.csv.gz", rig.portico().s3, rig.bucket);
+        let (status, headers, body) = http_request(method, &url, &[]).await;
+        assert_eq!(status, 200);
+        for name in names {
+            assert_eq!(
+                headers.get(name),
+                expected.get(name),
+                "{method} header {name}"
+            );
+            assert!(headers.contains_key(name), "{method} lacks {name}");
+        }
+        assert_eq!(headers["content-length"], data.len().to_string());
+        if method == "GET" {
+            assert!(body[..] == data[..]);
+        }
+    }
 }
