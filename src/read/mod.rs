@@ -10,6 +10,8 @@
 //! - Metadata discovery for one object runs once however many requests miss at once, and
 //!   for a GET it fetches the first needed block in the same upstream request.
 
+mod metadata;
+
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -17,16 +19,14 @@ use futures::StreamExt;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
-use crate::cache::{
-    BlockCache, BlockKey, LookupError, MetaClock, MetaRecord, MetaState, Missing, ObjectMeta, Tier,
-};
+use crate::cache::{BlockCache, BlockKey, LookupError, MetaClock, Missing, ObjectMeta, Tier};
 use crate::coalesce::Coalescer;
 use crate::config::MetadataTtl;
 use crate::telemetry::Metrics;
 use crate::types::{
     BlockIndex, BlockLayout, ByteRange, ObjectRef, RangeRequest, Selection, Unsatisfiable,
 };
-use crate::upstream::{HeadOutcome, Upstream, UpstreamError};
+use crate::upstream::{Upstream, UpstreamError};
 
 /// Read-path settings taken from the cache configuration.
 #[derive(Debug, Clone, Copy)]
@@ -113,6 +113,35 @@ impl Probe {
 
 type Discovery = Result<Arc<ObjectMeta>, ReadError>;
 
+/// One version of one object, as a request reads it. Cheap to clone.
+#[derive(Clone)]
+struct Target {
+    object: ObjectRef,
+    meta: Arc<ObjectMeta>,
+    /// The version token in this object's block keys.
+    version: Arc<str>,
+    layout: BlockLayout,
+}
+
+impl Target {
+    fn new(object: &ObjectRef, meta: Arc<ObjectMeta>, block_size: u64) -> Self {
+        Self {
+            object: object.clone(),
+            version: meta.version_token().into(),
+            layout: BlockLayout::new(block_size, meta.size),
+            meta,
+        }
+    }
+
+    fn key(&self, index: BlockIndex) -> BlockKey {
+        BlockKey {
+            object: self.object.clone(),
+            version: self.version.clone(),
+            index,
+        }
+    }
+}
+
 struct Inner {
     cache: BlockCache,
     upstream: Arc<Upstream>,
@@ -171,12 +200,11 @@ impl ReadPath {
                     body: empty_body(),
                 });
             };
-            let layout = BlockLayout::new(self.inner.settings.block_size, meta.size);
-            let first_index = layout.block_of(bytes.first());
-            match self.block(object, &meta, layout, first_index).await {
+            let target = Target::new(object, meta.clone(), self.inner.settings.block_size);
+            let first_index = target.layout.block_of(bytes.first());
+            match self.block(&target, first_index).await {
                 Ok(first_block) => {
-                    let body =
-                        self.stream(object.clone(), meta.clone(), layout, bytes, first_block);
+                    let body = self.stream(target, bytes, first_block);
                     return Ok(ObjectRead {
                         meta,
                         selection,
@@ -193,22 +221,12 @@ impl ReadPath {
         }
     }
 
-    /// Forgets the object's metadata so the next request asks the upstream.
-    pub fn invalidate(&self, object: &ObjectRef) {
-        self.inner.cache.remove_meta(object);
-    }
-
-    fn stream(
-        &self,
-        object: ObjectRef,
-        meta: Arc<ObjectMeta>,
-        layout: BlockLayout,
-        bytes: ByteRange,
-        first_block: (Bytes, Tier),
-    ) -> BodyStream {
+    /// Streams `bytes` of `target`, starting with its already read first block.
+    fn stream(&self, target: Target, bytes: ByteRange, first_block: (Bytes, Tier)) -> BodyStream {
         let (sender, receiver) = mpsc::channel(1);
         let this = self.clone();
         tokio::spawn(async move {
+            let layout = target.layout;
             let mut blocks = layout.blocks_for(bytes);
             let Some(first_index) = blocks.next() else {
                 return;
@@ -223,9 +241,8 @@ impl ReadPath {
             let mut fetches = futures::stream::iter(blocks)
                 .map(|index| {
                     let this = this.clone();
-                    let object = object.clone();
-                    let meta = meta.clone();
-                    async move { (index, this.block(&object, &meta, layout, index).await) }
+                    let target = target.clone();
+                    async move { (index, this.block(&target, index).await) }
                 })
                 .buffered(readahead);
             while let Some((index, result)) = fetches.next().await {
@@ -236,9 +253,10 @@ impl ReadPath {
                         }
                     }
                     Err(error) => {
+                        let object = &target.object;
                         tracing::warn!(%object, index, %error, "aborting a response after its headers were sent");
                         if matches!(error, ReadError::Changed) {
-                            this.inner.cache.remove_meta(&object);
+                            this.inner.cache.remove_meta(object);
                         }
                         let _ = sender.send(Err(error)).await;
                         return;
@@ -265,26 +283,18 @@ impl ReadPath {
         sender.send(Ok(slice)).await.is_ok()
     }
 
-    /// One block of the object version `meta` describes, from the cache or the upstream.
-    async fn block(
-        &self,
-        object: &ObjectRef,
-        meta: &Arc<ObjectMeta>,
-        layout: BlockLayout,
-        index: BlockIndex,
-    ) -> Result<(Bytes, Tier), ReadError> {
-        let range = layout
+    /// Block `index` of `target`, from the cache or the upstream.
+    async fn block(&self, target: &Target, index: BlockIndex) -> Result<(Bytes, Tier), ReadError> {
+        let object = &target.object;
+        let range = target
+            .layout
             .block_range(index)
             .ok_or_else(|| ReadError::Internal(format!("block {index} is outside the object")))?;
-        let key = BlockKey {
-            object: object.clone(),
-            version: meta.version_token().into(),
-            index,
-        };
+        let key = target.key(index);
         let fetch = {
             let upstream = self.inner.upstream.clone();
             let object = object.clone();
-            let meta = meta.clone();
+            let meta = target.meta.clone();
             move || fetch_block(upstream, object, meta, range)
         };
         let inner = &self.inner;
@@ -315,190 +325,6 @@ impl ReadPath {
             )));
         }
         Ok((bytes, tier))
-    }
-
-    /// Fresh metadata from the cache, or from one coalesced upstream request.
-    async fn resolve_meta(
-        &self,
-        object: &ObjectRef,
-        probe: Probe,
-    ) -> Result<Arc<ObjectMeta>, ReadError> {
-        let inner = &self.inner;
-        let cached = match inner.cache.meta(object).await {
-            Ok(record) => record,
-            Err(error) => {
-                tracing::warn!(%object, %error, "metadata lookup failed; asking the upstream");
-                None
-            }
-        };
-        if let Some(record) = &cached {
-            match &record.state {
-                MetaState::Found(meta)
-                    if inner.clock.is_fresh(record, inner.settings.metadata_ttl) =>
-                {
-                    inner.metrics.count_metadata("fresh");
-                    return Ok(meta.clone());
-                }
-                MetaState::Missing(missing)
-                    if inner
-                        .clock
-                        .is_fresh_negative(record, inner.settings.negative_ttl) =>
-                {
-                    inner.metrics.count_metadata("negative");
-                    return Err(ReadError::NotFound(*missing, None));
-                }
-                _ => {}
-            }
-        }
-        let known = cached.as_ref().and_then(MetaRecord::meta).cloned();
-        let this = self.clone();
-        let key = object.clone();
-        let object = object.clone();
-        let (result, _) = inner
-            .discoveries
-            .run(key, move || async move {
-                this.discover(&object, known, probe).await
-            })
-            .await;
-        result.map_err(|error| ReadError::Internal(error.to_string()))?
-    }
-
-    /// Asks the upstream about an object whose cached metadata is missing or stale.
-    async fn discover(
-        &self,
-        object: &ObjectRef,
-        known: Option<Arc<ObjectMeta>>,
-        probe: Probe,
-    ) -> Discovery {
-        let outcome = match (&known, probe) {
-            (Some(known), _) => self.revalidate(object, known).await,
-            (None, Probe::Head) => self.head_fresh(object).await,
-            (None, Probe::Block(_) | Probe::Tail) => self.probe_get(object, probe).await,
-        };
-        match outcome {
-            Ok(meta) => {
-                self.inner.cache.insert_meta(
-                    object,
-                    self.inner.clock.record(MetaState::Found(meta.clone())),
-                );
-                Ok(meta)
-            }
-            Err(UpstreamError::NotFound {
-                missing,
-                request_id,
-            }) => {
-                self.inner.metrics.count_metadata("missing");
-                if !self.inner.settings.negative_ttl.is_zero() {
-                    self.inner
-                        .cache
-                        .insert_meta(object, self.inner.clock.record(MetaState::Missing(missing)));
-                } else {
-                    self.inner.cache.remove_meta(object);
-                }
-                Err(ReadError::NotFound(missing, request_id))
-            }
-            Err(error) => Err(ReadError::from_upstream(error)),
-        }
-    }
-
-    /// One conditional HEAD: unchanged keeps the known metadata.
-    async fn revalidate(
-        &self,
-        object: &ObjectRef,
-        known: &Arc<ObjectMeta>,
-    ) -> Result<Arc<ObjectMeta>, UpstreamError> {
-        let etag = (!known.etag.is_empty()).then_some(known.etag.as_str());
-        match self.inner.upstream.head(object, etag).await? {
-            HeadOutcome::NotModified => {
-                self.inner.metrics.count_metadata("revalidated");
-                Ok(known.clone())
-            }
-            HeadOutcome::Found(meta) if *meta == **known => {
-                self.inner.metrics.count_metadata("revalidated");
-                Ok(known.clone())
-            }
-            HeadOutcome::Found(meta) => {
-                self.inner.metrics.count_metadata("changed");
-                Ok(Arc::new(*meta))
-            }
-        }
-    }
-
-    async fn head_fresh(&self, object: &ObjectRef) -> Result<Arc<ObjectMeta>, UpstreamError> {
-        match self.inner.upstream.head(object, None).await? {
-            HeadOutcome::Found(meta) => {
-                self.inner.metrics.count_metadata("fetched");
-                Ok(Arc::new(*meta))
-            }
-            HeadOutcome::NotModified => Err(UpstreamError::invalid_response(
-                "304 for an unconditional HEAD",
-            )),
-        }
-    }
-
-    /// One ranged GET that returns the metadata and the first block the caller needs.
-    async fn probe_get(
-        &self,
-        object: &ObjectRef,
-        probe: Probe,
-    ) -> Result<Arc<ObjectMeta>, UpstreamError> {
-        let block_size = self.inner.settings.block_size;
-        let range = match probe {
-            Probe::Block(index) => {
-                let first = index.saturating_mul(block_size);
-                format!("bytes={first}-{}", first.saturating_add(block_size - 1))
-            }
-            Probe::Tail | Probe::Head => format!("bytes=-{block_size}"),
-        };
-        let read = match self
-            .inner
-            .upstream
-            .get_range(object, &range, None, block_size)
-            .await
-        {
-            Ok(read) => read,
-            // The offset is past the end (or the object is empty): learn the size from a HEAD.
-            Err(UpstreamError::InvalidRange { .. }) => return self.head_fresh(object).await,
-            Err(error) => return Err(error),
-        };
-        self.inner.metrics.count_metadata("fetched");
-        let meta = Arc::new(read.meta);
-        self.cache_whole_blocks(object, &meta, read.first, read.body);
-        Ok(meta)
-    }
-
-    /// Caches every block that lies wholly inside bytes read from offset `first`.
-    fn cache_whole_blocks(
-        &self,
-        object: &ObjectRef,
-        meta: &Arc<ObjectMeta>,
-        first: u64,
-        body: Bytes,
-    ) {
-        let Some(read) = (body.len() as u64)
-            .checked_sub(1)
-            .and_then(|last| ByteRange::new(first, first + last))
-        else {
-            return;
-        };
-        let layout = BlockLayout::new(self.inner.settings.block_size, meta.size);
-        let version: Arc<str> = meta.version_token().into();
-        for index in layout.blocks_for(read) {
-            let Some(block) = layout.block_range(index) else {
-                continue;
-            };
-            if block.first() < read.first() || block.last() > read.last() {
-                continue;
-            }
-            let start = (block.first() - first) as usize;
-            let end = start + block.len_bytes() as usize;
-            let key = BlockKey {
-                object: object.clone(),
-                version: version.clone(),
-                index,
-            };
-            self.inner.cache.insert_block(key, body.slice(start..end));
-        }
     }
 }
 

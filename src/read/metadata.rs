@@ -1,0 +1,187 @@
+//! Object metadata for the read path: fresh from the cache, or from one coalesced upstream
+//! request — a conditional HEAD for stale metadata, a ranged GET of the first needed block
+//! for unknown objects (metadata and bytes in one request), a HEAD when no bytes are needed.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use super::{Discovery, Probe, ReadError, ReadPath, Target};
+use crate::cache::{MetaRecord, MetaState, ObjectMeta};
+use crate::types::{ByteRange, ObjectRef};
+use crate::upstream::{HeadOutcome, UpstreamError};
+
+impl ReadPath {
+    /// Fresh metadata from the cache, or from one coalesced upstream request.
+    pub(super) async fn resolve_meta(
+        &self,
+        object: &ObjectRef,
+        probe: Probe,
+    ) -> Result<Arc<ObjectMeta>, ReadError> {
+        let inner = &self.inner;
+        let cached = match inner.cache.meta(object).await {
+            Ok(record) => record,
+            Err(error) => {
+                tracing::warn!(%object, %error, "metadata lookup failed; asking the upstream");
+                None
+            }
+        };
+        if let Some(record) = &cached {
+            match &record.state {
+                MetaState::Found(meta)
+                    if inner.clock.is_fresh(record, inner.settings.metadata_ttl) =>
+                {
+                    inner.metrics.count_metadata("fresh");
+                    return Ok(meta.clone());
+                }
+                MetaState::Missing(missing)
+                    if inner
+                        .clock
+                        .is_fresh_negative(record, inner.settings.negative_ttl) =>
+                {
+                    inner.metrics.count_metadata("negative");
+                    return Err(ReadError::NotFound(*missing, None));
+                }
+                _ => {}
+            }
+        }
+        let known = cached.as_ref().and_then(MetaRecord::meta).cloned();
+        let this = self.clone();
+        let key = object.clone();
+        let object = object.clone();
+        let (result, _) = inner
+            .discoveries
+            .run(key, move || async move {
+                this.discover(&object, known, probe).await
+            })
+            .await;
+        result.map_err(|error| ReadError::Internal(error.to_string()))?
+    }
+
+    /// Asks the upstream about an object whose cached metadata is missing or stale.
+    async fn discover(
+        &self,
+        object: &ObjectRef,
+        known: Option<Arc<ObjectMeta>>,
+        probe: Probe,
+    ) -> Discovery {
+        let outcome = match (&known, probe) {
+            (Some(known), _) => self.revalidate(object, known).await,
+            (None, Probe::Head) => self.head_fresh(object).await,
+            (None, Probe::Block(_) | Probe::Tail) => self.probe_get(object, probe).await,
+        };
+        match outcome {
+            Ok(meta) => {
+                self.inner.cache.insert_meta(
+                    object,
+                    self.inner.clock.record(MetaState::Found(meta.clone())),
+                );
+                Ok(meta)
+            }
+            Err(UpstreamError::NotFound {
+                missing,
+                request_id,
+            }) => {
+                self.inner.metrics.count_metadata("missing");
+                if !self.inner.settings.negative_ttl.is_zero() {
+                    self.inner
+                        .cache
+                        .insert_meta(object, self.inner.clock.record(MetaState::Missing(missing)));
+                } else {
+                    self.inner.cache.remove_meta(object);
+                }
+                Err(ReadError::NotFound(missing, request_id))
+            }
+            Err(error) => Err(ReadError::from_upstream(error)),
+        }
+    }
+
+    /// One conditional HEAD: unchanged keeps the known metadata.
+    async fn revalidate(
+        &self,
+        object: &ObjectRef,
+        known: &Arc<ObjectMeta>,
+    ) -> Result<Arc<ObjectMeta>, UpstreamError> {
+        let etag = (!known.etag.is_empty()).then_some(known.etag.as_str());
+        match self.inner.upstream.head(object, etag).await? {
+            HeadOutcome::NotModified => {
+                self.inner.metrics.count_metadata("revalidated");
+                Ok(known.clone())
+            }
+            HeadOutcome::Found(meta) if *meta == **known => {
+                self.inner.metrics.count_metadata("revalidated");
+                Ok(known.clone())
+            }
+            HeadOutcome::Found(meta) => {
+                self.inner.metrics.count_metadata("changed");
+                Ok(Arc::new(*meta))
+            }
+        }
+    }
+
+    async fn head_fresh(&self, object: &ObjectRef) -> Result<Arc<ObjectMeta>, UpstreamError> {
+        match self.inner.upstream.head(object, None).await? {
+            HeadOutcome::Found(meta) => {
+                self.inner.metrics.count_metadata("fetched");
+                Ok(Arc::new(*meta))
+            }
+            HeadOutcome::NotModified => Err(UpstreamError::invalid_response(
+                "304 for an unconditional HEAD",
+            )),
+        }
+    }
+
+    /// One ranged GET that returns the metadata and the first block the caller needs.
+    async fn probe_get(
+        &self,
+        object: &ObjectRef,
+        probe: Probe,
+    ) -> Result<Arc<ObjectMeta>, UpstreamError> {
+        let block_size = self.inner.settings.block_size;
+        let range = match probe {
+            Probe::Block(index) => {
+                let first = index.saturating_mul(block_size);
+                format!("bytes={first}-{}", first.saturating_add(block_size - 1))
+            }
+            Probe::Tail | Probe::Head => format!("bytes=-{block_size}"),
+        };
+        let read = match self
+            .inner
+            .upstream
+            .get_range(object, &range, None, block_size)
+            .await
+        {
+            Ok(read) => read,
+            // The offset is past the end (or the object is empty): learn the size from a HEAD.
+            Err(UpstreamError::InvalidRange { .. }) => return self.head_fresh(object).await,
+            Err(error) => return Err(error),
+        };
+        self.inner.metrics.count_metadata("fetched");
+        let target = Target::new(object, Arc::new(read.meta), block_size);
+        self.cache_whole_blocks(&target, read.first, read.body);
+        Ok(target.meta)
+    }
+
+    /// Caches every block that lies wholly inside bytes read from offset `first`.
+    fn cache_whole_blocks(&self, target: &Target, first: u64, body: Bytes) {
+        let Some(read) = (body.len() as u64)
+            .checked_sub(1)
+            .and_then(|last| ByteRange::new(first, first + last))
+        else {
+            return;
+        };
+        for index in target.layout.blocks_for(read) {
+            let Some(block) = target.layout.block_range(index) else {
+                continue;
+            };
+            if block.first() < read.first() || block.last() > read.last() {
+                continue;
+            }
+            let start = (block.first() - first) as usize;
+            let end = start + block.len_bytes() as usize;
+            self.inner
+                .cache
+                .insert_block(target.key(index), body.slice(start..end));
+        }
+    }
+}
