@@ -21,6 +21,8 @@ pub struct Settings {
     pub metadata_ttl: &'static str,
     pub negative_ttl: &'static str,
     pub domains: Vec<String>,
+    /// The secret Portico signs upstream requests with.
+    pub upstream_secret: &'static str,
 }
 
 impl Settings {
@@ -34,6 +36,7 @@ impl Settings {
             metadata_ttl: "60s",
             negative_ttl: "5s",
             domains: Vec::new(),
+            upstream_secret: SECRET_KEY,
         }
     }
 
@@ -57,7 +60,7 @@ listen = "127.0.0.1:0"
 endpoint = "{upstream}"
 force_path_style = true
 access_key_id = "{ACCESS_KEY}"
-secret_access_key = "{SECRET_KEY}"
+secret_access_key = "{upstream_secret}"
 connect_timeout = "1s"
 read_timeout = "10s"
 
@@ -77,6 +80,7 @@ negative_ttl = "{negative_ttl}"
             disk = self.disk_capacity,
             ttl = self.metadata_ttl,
             negative_ttl = self.negative_ttl,
+            upstream_secret = self.upstream_secret,
         )
     }
 }

@@ -129,3 +129,39 @@ async fn an_unreachable_upstream_gives_503_and_portico_recovers() {
     }
     assert!(ready, "readiness did not recover");
 }
+
+#[tokio::test]
+async fn upstream_rejections_pass_through_with_their_code_and_status() {
+    let rig = Rig::start("denied", |settings| {
+        settings.upstream_secret = "not-the-secret"
+    })
+    .await;
+    rig.put("object.bin", b"payload").await;
+    let error = rig
+        .client
+        .get_object()
+        .bucket(&rig.bucket)
+        .key("object.bin")
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(
+        error.raw_response().unwrap().status().as_u16(),
+        403,
+        "{error:?}"
+    );
+    assert_eq!(error.code(), Some("SignatureDoesNotMatch"), "{error:?}");
+    let error = rig
+        .client
+        .head_object()
+        .bucket(&rig.bucket)
+        .key("object.bin")
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(
+        error.raw_response().unwrap().status().as_u16(),
+        403,
+        "{error:?}"
+    );
+}
