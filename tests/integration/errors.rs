@@ -3,57 +3,21 @@
 
 use std::time::Duration;
 
-use aws_sdk_s3::error::ProvideErrorMetadata;
-
-use crate::support::{Rig, http_request, random_bytes, s3_client};
+use crate::support::{Rig, failed_get, failed_head, http_request, random_bytes, s3_client};
 
 #[tokio::test]
 async fn missing_objects_and_unsatisfiable_ranges_get_s3_errors() {
     let rig = Rig::start("errors", |_| {}).await;
     rig.put("small.txt", b"0123456789").await;
 
-    let error = rig
-        .client
-        .get_object()
-        .bucket(&rig.bucket)
-        .key("absent.txt")
-        .send()
-        .await
-        .unwrap_err();
-    assert_eq!(error.code(), Some("NoSuchKey"));
-    assert_eq!(error.raw_response().unwrap().status().as_u16(), 404);
-
-    let error = rig
-        .client
-        .get_object()
-        .bucket("portico-no-such-bucket")
-        .key("anything")
-        .send()
-        .await
-        .unwrap_err();
-    assert_eq!(error.code(), Some("NoSuchBucket"));
-
-    let error = rig
-        .client
-        .head_object()
-        .bucket(&rig.bucket)
-        .key("absent.txt")
-        .send()
-        .await
-        .unwrap_err();
-    assert_eq!(error.raw_response().unwrap().status().as_u16(), 404);
-
-    let error = rig
-        .client
-        .get_object()
-        .bucket(&rig.bucket)
-        .key("small.txt")
-        .range("bytes=10-")
-        .send()
-        .await
-        .unwrap_err();
-    assert_eq!(error.code(), Some("InvalidRange"));
-    assert_eq!(error.raw_response().unwrap().status().as_u16(), 416);
+    let (client, bucket) = (&rig.client, rig.bucket.as_str());
+    let (status, code) = failed_get(client, bucket, "absent.txt", None).await;
+    assert_eq!((status, code.as_deref()), (404, Some("NoSuchKey")));
+    let (_, code) = failed_get(client, "portico-no-such-bucket", "anything", None).await;
+    assert_eq!(code.as_deref(), Some("NoSuchBucket"));
+    assert_eq!(failed_head(client, bucket, "absent.txt").await, 404);
+    let (status, code) = failed_get(client, bucket, "small.txt", Some("bytes=10-")).await;
+    assert_eq!((status, code.as_deref()), (416, Some("InvalidRange")));
 
     let url = format!("{}/{}/small.txt", rig.portico().s3, rig.bucket);
     let (status, headers, body) = http_request("GET", &url, &[("range", "bytes=-0")]).await;
@@ -94,23 +58,9 @@ async fn an_unreachable_upstream_gives_503_and_portico_recovers() {
     let client = s3_client(&rig.portico().s3, false);
 
     rig.forwarder.stop().await;
-    let error = client
-        .get_object()
-        .bucket(&rig.bucket)
-        .key("uncached.bin")
-        .send()
-        .await
-        .unwrap_err();
-    assert_eq!(error.code(), Some("ServiceUnavailable"), "{error:?}");
-    assert_eq!(error.raw_response().unwrap().status().as_u16(), 503);
-    let error = client
-        .head_object()
-        .bucket(&rig.bucket)
-        .key("uncached.bin")
-        .send()
-        .await
-        .unwrap_err();
-    assert_eq!(error.raw_response().unwrap().status().as_u16(), 503);
+    let (status, code) = failed_get(&client, &rig.bucket, "uncached.bin", None).await;
+    assert_eq!((status, code.as_deref()), (503, Some("ServiceUnavailable")));
+    assert_eq!(failed_head(&client, &rig.bucket, "uncached.bin").await, 503);
     // Fresh metadata and cached blocks need no upstream.
     assert!(rig.get("cached.bin", None).await == cached);
     let (status, body) = rig.portico().admin_get("/readyz").await;
@@ -137,31 +87,13 @@ async fn upstream_rejections_pass_through_with_their_code_and_status() {
     })
     .await;
     rig.put("object.bin", b"payload").await;
-    let error = rig
-        .client
-        .get_object()
-        .bucket(&rig.bucket)
-        .key("object.bin")
-        .send()
-        .await
-        .unwrap_err();
+    let (status, code) = failed_get(&rig.client, &rig.bucket, "object.bin", None).await;
     assert_eq!(
-        error.raw_response().unwrap().status().as_u16(),
-        403,
-        "{error:?}"
+        (status, code.as_deref()),
+        (403, Some("SignatureDoesNotMatch"))
     );
-    assert_eq!(error.code(), Some("SignatureDoesNotMatch"), "{error:?}");
-    let error = rig
-        .client
-        .head_object()
-        .bucket(&rig.bucket)
-        .key("object.bin")
-        .send()
-        .await
-        .unwrap_err();
     assert_eq!(
-        error.raw_response().unwrap().status().as_u16(),
-        403,
-        "{error:?}"
+        failed_head(&rig.client, &rig.bucket, "object.bin").await,
+        403
     );
 }

@@ -2,12 +2,48 @@
 //! clients for both Portico and MinIO direct, and one fresh bucket per test.
 
 use aws_sdk_s3::Client;
+use aws_sdk_s3::error::ProvideErrorMetadata;
 use aws_sdk_s3::primitives::ByteStream;
 use portico_testkit::forwarder::Forwarder;
 use portico_testkit::minio::minio;
 use portico_testkit::portico::{Portico, Settings};
 use portico_testkit::unique_bucket;
 pub use portico_testkit::{http_request, random_bytes, s3_client};
+
+/// The status and S3 error code of a GET that must fail.
+pub async fn failed_get(
+    client: &Client,
+    bucket: &str,
+    key: &str,
+    range: Option<&str>,
+) -> (u16, Option<String>) {
+    let error = client
+        .get_object()
+        .bucket(bucket)
+        .key(key)
+        .set_range(range.map(str::to_owned))
+        .send()
+        .await
+        .expect_err("the GET must fail");
+    let status = error
+        .raw_response()
+        .map_or(0, |response| response.status().as_u16());
+    (status, error.code().map(str::to_owned))
+}
+
+/// The status of a HEAD that must fail (HEAD errors carry no body, so no code).
+pub async fn failed_head(client: &Client, bucket: &str, key: &str) -> u16 {
+    let error = client
+        .head_object()
+        .bucket(bucket)
+        .key(key)
+        .send()
+        .await
+        .expect_err("the HEAD must fail");
+    error
+        .raw_response()
+        .map_or(0, |response| response.status().as_u16())
+}
 
 /// The `portico` binary built with these tests.
 pub fn binary() -> &'static std::path::Path {
