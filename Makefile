@@ -6,7 +6,13 @@ TOOLS_DIR ?= $(HOME)/.cache/portico-tools
 MINIO_VERSION := v0.0.0-20260212201848-7aac2a2c5b7c
 MINIO := $(TOOLS_DIR)/bin/minio-$(MINIO_VERSION)
 
+PYTHON_TOOLS := $(TOOLS_DIR)/python-boto3-1.43.11-s3cmd-2.4.0
+AWS_CLI ?= /usr/bin/aws
+
 export PORTICO_MINIO := $(MINIO)
+export PORTICO_PYTHON := $(PYTHON_TOOLS)/bin/python
+export PORTICO_S3CMD := $(PYTHON_TOOLS)/bin/s3cmd
+export PORTICO_AWS_CLI := $(AWS_CLI)
 
 .PHONY: run test ci fmt-check clippy build bench tools clean-demo
 
@@ -34,7 +40,18 @@ build:
 bench: tools
 	cargo bench --bench hot_hits
 
-tools: $(MINIO)
+tools: $(MINIO) $(PYTHON_TOOLS)/bin/s3cmd $(AWS_CLI)
+
+# boto3 and s3cmd for the client tests, in their own virtualenv.
+$(PYTHON_TOOLS)/bin/s3cmd:
+	@echo "Installing boto3 and s3cmd into $(PYTHON_TOOLS) (first time only)"
+	python3 -m venv $(PYTHON_TOOLS)
+	$(PYTHON_TOOLS)/bin/pip install --quiet boto3==1.43.11 s3cmd==2.4.0
+
+# The aws CLI v2 from Debian (a pip-installed v1 elsewhere on PATH is not used).
+$(AWS_CLI):
+	@echo "Installing the aws CLI (Debian package awscli)"
+	@if [ "$$(id -u)" = 0 ]; then apt-get install -y -q awscli; else sudo apt-get install -y -q awscli; fi
 
 $(MINIO):
 	@command -v go >/dev/null || { echo "Go is needed once to build MinIO ($(MINIO_VERSION)); install Go and re-run" >&2; exit 1; }

@@ -14,7 +14,7 @@ use crate::cache::{BlockCache, CacheError};
 use crate::config::Config;
 use crate::read::{ReadPath, ReadSettings};
 use crate::telemetry::Metrics;
-use crate::upstream::Upstream;
+use crate::upstream::{self, Upstream};
 
 #[derive(Debug, thiserror::Error)]
 pub enum AppError {
@@ -26,6 +26,8 @@ pub enum AppError {
         address: SocketAddr,
         source: std::io::Error,
     },
+    #[error(transparent)]
+    Endpoint(#[from] upstream::EndpointError),
     #[error("cannot install the signal handler: {0}")]
     Signal(std::io::Error),
 }
@@ -52,7 +54,8 @@ async fn bind(what: &'static str, address: SocketAddr) -> Result<TcpListener, Ap
 pub async fn run(config: Config, on_ready: impl FnOnce(Bound)) -> Result<(), AppError> {
     let metrics = Arc::new(Metrics::new());
     let cache = BlockCache::open(&config.cache, metrics.foyer_registry()).await?;
-    let upstream = Arc::new(Upstream::connect(&config.upstream, metrics.clone()).await);
+    let shared = upstream::sdk_config(&config.upstream).await;
+    let upstream = Arc::new(Upstream::new(&config.upstream, &shared, metrics.clone()));
     let settings = ReadSettings {
         block_size: config.cache.block_size.bytes(),
         metadata_ttl: config.cache.metadata_ttl,
@@ -69,7 +72,12 @@ pub async fn run(config: Config, on_ready: impl FnOnce(Bound)) -> Result<(), App
     };
 
     let (shutdown, stopping) = watch::channel(false);
-    let front = api::service(&config, read, metrics.clone());
+    let forwarder = Arc::new(upstream::Forwarder::new(
+        &config.upstream,
+        &shared,
+        metrics.clone(),
+    )?);
+    let front = api::service(&config, read, forwarder, metrics.clone());
     let grace = config.server.shutdown_grace.get();
     let s3_task = tokio::spawn(api::serve(s3_listener, front, stopping.clone(), grace));
     let admin_state = Arc::new(AdminState::new(metrics, cache.clone(), upstream));

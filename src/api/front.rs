@@ -1,6 +1,7 @@
-//! What every S3 request passes through before s3s sees it: a request id, the
-//! per-request context handlers fill in, request metrics, and (with `auth.mode = none`)
-//! the removal of client signatures that Portico does not verify.
+//! What every S3 request passes through first: a request id, the per-request context
+//! handlers fill in, request metrics, (with `auth.mode = none`) the removal of client
+//! signatures that Portico does not verify, and the routing decision — cached reads go to
+//! s3s and the read path, everything else to the passthrough.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -10,11 +11,16 @@ use std::task::{Context, Poll};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
-use http::{HeaderValue, Request, Response, Uri};
+use http::{HeaderName, HeaderValue, Request, Response, Uri};
 use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
 use s3s::service::S3Service;
+use s3s::{S3Error, S3ErrorCode};
 
+use super::conditions::Preconditions;
+use super::host::VirtualHosts;
+use super::passthrough::{Forwarded, Passthrough};
+use super::route::{Address, Route};
 use crate::telemetry::Metrics;
 
 /// Query parameters of presigned URLs (SigV4 and SigV2).
@@ -79,21 +85,85 @@ impl RequestIds {
 #[derive(Clone)]
 pub struct Front {
     s3: S3Service,
+    passthrough: Arc<Passthrough>,
+    hosts: Option<VirtualHosts>,
     metrics: Arc<Metrics>,
     ids: Arc<RequestIds>,
     strip_signatures: bool,
 }
 
 impl Front {
-    pub fn new(s3: S3Service, metrics: Arc<Metrics>, strip_signatures: bool) -> Self {
+    pub fn new(
+        s3: S3Service,
+        passthrough: Arc<Passthrough>,
+        hosts: Option<VirtualHosts>,
+        metrics: Arc<Metrics>,
+        strip_signatures: bool,
+    ) -> Self {
         Self {
             s3,
+            passthrough,
+            hosts,
             metrics,
             ids: Arc::new(RequestIds::new()),
             strip_signatures,
         }
     }
+
+    /// Sends `request` to the cached read path or the passthrough.
+    fn dispatch(&self, request: Request<Incoming>, context: &RequestContext) -> Dispatched {
+        let host = request
+            .headers()
+            .get(http::header::HOST)
+            .and_then(|value| value.to_str().ok())
+            .or_else(|| {
+                request
+                    .uri()
+                    .authority()
+                    .map(|authority| authority.as_str())
+            });
+        let address = match Address::parse(request.uri(), host, self.hosts.as_ref()) {
+            Ok(address) => address,
+            Err(error) => {
+                let mut s3_error =
+                    S3Error::with_message(S3ErrorCode::InvalidURI, error.to_string());
+                s3_error.set_request_id(context.id());
+                let response = s3_error
+                    .to_http_response()
+                    .map(|response| response.map(Into::into))
+                    .map_err(|error| s3s::HttpError::new(Box::new(error)));
+                return Box::pin(async move { response });
+            }
+        };
+        match Route::of(request.method(), &address, request.headers()) {
+            Route::Cached => {
+                let mut request = request;
+                let conditions = Preconditions::take_from(request.headers_mut());
+                request.extensions_mut().insert(conditions);
+                let overrides = response_overrides(&address);
+                let call = hyper::service::Service::call(&self.s3, request);
+                Box::pin(async move {
+                    let mut response = call.await?;
+                    finish_cached_response(&mut response, &overrides);
+                    Ok(response)
+                })
+            }
+            Route::Forward { operation, effect } => {
+                context.set_operation(operation);
+                let passthrough = self.passthrough.clone();
+                let forwarded = Forwarded {
+                    operation,
+                    effect,
+                    address,
+                    request_id: context.id().to_owned(),
+                };
+                Box::pin(async move { Ok(passthrough.handle(request, forwarded).await) })
+            }
+        }
+    }
 }
+
+type Dispatched = Pin<Box<dyn Future<Output = Result<Response<s3s::Body>, s3s::HttpError>> + Send>>;
 
 impl hyper::service::Service<Request<Incoming>> for Front {
     type Response = Response<MeteredBody<s3s::Body>>;
@@ -110,7 +180,7 @@ impl hyper::service::Service<Request<Incoming>> for Front {
         if self.strip_signatures {
             strip_signature(&mut request);
         }
-        let response = hyper::service::Service::call(&self.s3, request);
+        let response = self.dispatch(request, &context);
         let metrics = self.metrics.clone();
         Box::pin(async move {
             let mut response = response.await?;
@@ -127,6 +197,42 @@ impl hyper::service::Service<Request<Incoming>> for Front {
             };
             Ok(response.map(|inner| MeteredBody { inner, record }))
         })
+    }
+}
+
+/// The `response-*` query parameters as the headers they override.
+fn response_overrides(address: &Address) -> Vec<(HeaderName, HeaderValue)> {
+    address
+        .query
+        .iter()
+        .filter_map(|(name, value)| {
+            let header = name.strip_prefix("response-")?;
+            let header = HeaderName::from_bytes(header.as_bytes()).ok()?;
+            Some((header, HeaderValue::from_str(value).ok()?))
+        })
+        .collect()
+}
+
+/// Applies `response-*` overrides to a successful response; a 304 carries no body.
+fn finish_cached_response(
+    response: &mut Response<s3s::Body>,
+    overrides: &[(HeaderName, HeaderValue)],
+) {
+    let status = response.status();
+    if status == http::StatusCode::OK
+        && response.headers().contains_key(http::header::CONTENT_RANGE)
+    {
+        // s3s answers every HeadObject with 200; a HEAD with a Range is a partial response.
+        *response.status_mut() = http::StatusCode::PARTIAL_CONTENT;
+    }
+    if status.is_success() {
+        for (name, value) in overrides {
+            response.headers_mut().insert(name.clone(), value.clone());
+        }
+    } else if status == http::StatusCode::NOT_MODIFIED {
+        *response.body_mut() = s3s::Body::empty();
+        response.headers_mut().remove(http::header::CONTENT_LENGTH);
+        response.headers_mut().remove(http::header::CONTENT_TYPE);
     }
 }
 

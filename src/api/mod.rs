@@ -1,9 +1,13 @@
 //! The S3 HTTP surface: s3s for the wire protocol (routing, XML, errors), Portico's
 //! handlers behind it, and the listener that serves it with graceful shutdown.
 
+mod chunked;
+mod conditions;
 mod error;
 mod front;
 mod host;
+mod passthrough;
+mod route;
 mod s3;
 
 use std::sync::Arc;
@@ -23,17 +27,37 @@ pub use host::VirtualHosts;
 use crate::config::{AuthMode, Config};
 use crate::read::ReadPath;
 use crate::telemetry::Metrics;
+use crate::upstream::Forwarder;
+use passthrough::{Passthrough, WriteThrough};
 
 /// Builds the S3 service for `config`.
-pub fn service(config: &Config, read: ReadPath, metrics: Arc<Metrics>) -> Front {
-    let mut builder = S3ServiceBuilder::new(s3::PorticoS3::new(read));
-    if !config.server.domains.is_empty() {
-        builder.set_host(VirtualHosts::new(&config.server.domains));
+pub fn service(
+    config: &Config,
+    read: ReadPath,
+    forwarder: Arc<Forwarder>,
+    metrics: Arc<Metrics>,
+) -> Front {
+    let mut builder = S3ServiceBuilder::new(s3::PorticoS3::new(read.clone()));
+    let hosts =
+        (!config.server.domains.is_empty()).then(|| VirtualHosts::new(&config.server.domains));
+    if let Some(hosts) = &hosts {
+        builder.set_host(hosts.clone());
     }
     let strip_signatures = match config.auth.mode {
         AuthMode::None => true,
     };
-    Front::new(builder.build(), metrics, strip_signatures)
+    let write_through = config.cache.write_through.then(|| WriteThrough {
+        // Held in memory until the upload completes: at most a quarter of the memory tier.
+        max_object_bytes: config.cache.memory_capacity.bytes() / 4,
+    });
+    let passthrough = Arc::new(Passthrough::new(forwarder, read, write_through));
+    Front::new(
+        builder.build(),
+        passthrough,
+        hosts,
+        metrics,
+        strip_signatures,
+    )
 }
 
 /// Serves S3 on `listener` until `shutdown` fires, then lets open requests finish for up

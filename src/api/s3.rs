@@ -1,11 +1,11 @@
 //! The S3 operations Portico answers itself: GetObject and HeadObject from the read path.
 //!
-//! GET variants the plain cache entry cannot answer correctly (conditional headers,
-//! `partNumber`, `versionId`, SSE-C) are refused with `NotImplemented` rather than
-//! answered with the wrong object or status. `x-amz-checksum-mode: ENABLED`, which
-//! current SDKs send on every GET, is served without `x-amz-checksum-*` headers: clients
-//! validate only checksums that are present, and Portico checks every block's length and
-//! foyer checksums every disk entry.
+//! Only requests the cache can answer reach these handlers (see `route`): conditional
+//! headers are evaluated here against the cached metadata, `response-*` overrides are
+//! applied by the front. `x-amz-checksum-mode: ENABLED`, which current SDKs send on every
+//! GET, is served without `x-amz-checksum-*` headers: clients validate only checksums that
+//! are present, and Portico checks every block's length and foyer checksums every disk
+//! entry.
 
 use s3s::dto::{
     ETag, GetObjectInput, GetObjectOutput, HeadObjectInput, HeadObjectOutput, Metadata, Range,
@@ -13,10 +13,13 @@ use s3s::dto::{
 };
 use s3s::{S3, S3Error, S3ErrorCode, S3Request, S3Response, S3Result};
 
+use http::{HeaderMap, HeaderValue, StatusCode};
+
+use super::conditions::{Preconditions, Verdict};
 use super::error::s3_error;
 use super::front::RequestContext;
 use crate::cache::ObjectMeta;
-use crate::read::ReadPath;
+use crate::read::{ReadError, ReadPath};
 use crate::types::{ObjectRef, RangeRequest, Selection};
 
 pub struct PorticoS3 {
@@ -100,16 +103,6 @@ fn request_id_of<T>(request: &S3Request<T>, operation: &'static str) -> String {
     }
 }
 
-/// Whether a GetObject or HeadObject input carries any conditional header.
-macro_rules! has_conditions {
-    ($input:expr) => {
-        $input.if_match.is_some()
-            || $input.if_none_match.is_some()
-            || $input.if_modified_since.is_some()
-            || $input.if_unmodified_since.is_some()
-    };
-}
-
 fn object_ref(bucket: &str, key: &str, request_id: &str) -> S3Result<ObjectRef> {
     ObjectRef::new(bucket, key).map_err(|error| {
         let code = match error {
@@ -122,30 +115,64 @@ fn object_ref(bucket: &str, key: &str, request_id: &str) -> S3Result<ObjectRef> 
     })
 }
 
-fn not_implemented(what: &str, request_id: &str) -> S3Error {
-    let mut error = S3Error::with_message(
-        S3ErrorCode::NotImplemented,
-        format!("Portico does not serve GET requests with {what} yet."),
-    );
+/// The error that answers a failed precondition: 304 (with the validators) or 412.
+fn precondition_error(verdict: Verdict, meta: &ObjectMeta, request_id: &str) -> Option<S3Error> {
+    let mut error = match verdict {
+        Verdict::Proceed => return None,
+        Verdict::NotModified => {
+            let mut error = S3Error::with_message(S3ErrorCode::NotModified, "Not Modified");
+            error.set_status_code(StatusCode::NOT_MODIFIED);
+            let mut headers = HeaderMap::new();
+            if let Ok(etag) = HeaderValue::from_str(&meta.etag) {
+                headers.insert(http::header::ETAG, etag);
+            }
+            let headers_of = ObjectHeaders::of(meta);
+            if let Some(modified) = headers_of.last_modified
+                && let Ok(text) = modified_header(&modified)
+            {
+                headers.insert(http::header::LAST_MODIFIED, text);
+            }
+            error.set_headers(headers);
+            error
+        }
+        Verdict::PreconditionFailed => {
+            let mut error = S3Error::with_message(
+                S3ErrorCode::PreconditionFailed,
+                "At least one of the pre-conditions you specified did not hold",
+            );
+            error.set_status_code(StatusCode::PRECONDITION_FAILED);
+            error
+        }
+    };
     error.set_request_id(request_id);
-    error
+    Some(error)
 }
 
-/// The first GET feature a plain cached read would answer wrongly, if any.
-fn unsupported_get(input: &GetObjectInput) -> Option<&'static str> {
-    if has_conditions!(input) {
-        return Some("conditional headers");
+fn modified_header(timestamp: &Timestamp) -> Result<HeaderValue, ()> {
+    let mut text = Vec::new();
+    timestamp
+        .format(TimestampFormat::HttpDate, &mut text)
+        .map_err(|_| ())?;
+    HeaderValue::from_bytes(&text).map_err(|_| ())
+}
+
+fn preconditions<T>(request: &S3Request<T>) -> Preconditions {
+    request
+        .extensions
+        .get::<Preconditions>()
+        .cloned()
+        .unwrap_or_default()
+}
+
+/// The Content-Length and Content-Range of a response that sends `selection`.
+fn content_extent(selection: Selection, size: u64) -> (u64, Option<String>) {
+    match selection {
+        Selection::Whole => (size, None),
+        Selection::Partial(range) => (
+            range.len_bytes(),
+            Some(format!("bytes {}-{}/{size}", range.first(), range.last())),
+        ),
     }
-    if input.part_number.is_some() {
-        return Some("partNumber");
-    }
-    if input.version_id.is_some() {
-        return Some("versionId");
-    }
-    if input.sse_customer_algorithm.is_some() || input.sse_customer_key.is_some() {
-        return Some("SSE-C keys");
-    }
-    None
 }
 
 fn range_request(range: Range) -> RangeRequest {
@@ -163,23 +190,33 @@ impl S3 for PorticoS3 {
     ) -> S3Result<S3Response<GetObjectOutput>> {
         let request_id = request_id_of(&request, "GetObject");
         let input = &request.input;
-        if let Some(feature) = unsupported_get(input) {
-            return Err(not_implemented(feature, &request_id));
-        }
+        let conditions = preconditions(&request);
         let object = object_ref(&input.bucket, &input.key, &request_id)?;
-        let read = self
-            .read
-            .get(&object, input.range.map(range_request))
-            .await
-            .map_err(|error| s3_error(&error, &request_id))?;
-        let size = read.meta.size;
-        let (content_length, content_range) = match read.selection {
-            Selection::Whole => (size, None),
-            Selection::Partial(range) => (
-                range.len_bytes(),
-                Some(format!("bytes {}-{}/{size}", range.first(), range.last())),
-            ),
+        let failed = |error: ReadError| s3_error(&error, &request_id);
+        let mut range = input.range.map(range_request);
+        if range.is_some() && conditions.has_if_range() {
+            let meta = self.read.head(&object).await.map_err(failed)?;
+            if !conditions.range_applies(&meta) {
+                range = None;
+            }
+        }
+        let read = match self.read.get(&object, range).await {
+            Ok(read) => read,
+            Err(error @ ReadError::InvalidRange(_)) if !conditions.is_empty() => {
+                // Preconditions come before the range: a failed one answers instead of 416.
+                let meta = self.read.head(&object).await.map_err(failed)?;
+                let verdict = conditions.evaluate(&meta);
+                return Err(precondition_error(verdict, &meta, &request_id)
+                    .unwrap_or_else(|| failed(error)));
+            }
+            Err(error) => return Err(failed(error)),
         };
+        if let Some(error) =
+            precondition_error(conditions.evaluate(&read.meta), &read.meta, &request_id)
+        {
+            return Err(error);
+        }
+        let (content_length, content_range) = content_extent(read.selection, read.meta.size);
         let body = StreamingBlob::wrap(read.body);
         let output = object_output!(GetObjectOutput, &read.meta, {
             body: Some(body),
@@ -195,20 +232,42 @@ impl S3 for PorticoS3 {
     ) -> S3Result<S3Response<HeadObjectOutput>> {
         let request_id = request_id_of(&request, "HeadObject");
         let input = &request.input;
-        if has_conditions!(input) {
-            return Err(not_implemented("conditional headers", &request_id));
-        }
-        if input.version_id.is_some() || input.part_number.is_some() {
-            return Err(not_implemented("versionId or partNumber", &request_id));
-        }
         let object = object_ref(&input.bucket, &input.key, &request_id)?;
         let meta = self
             .read
             .head(&object)
             .await
             .map_err(|error| s3_error(&error, &request_id))?;
+        if let Some(error) =
+            precondition_error(preconditions(&request).evaluate(&meta), &meta, &request_id)
+        {
+            return Err(error);
+        }
+        // A Range on HEAD answers with the range's length and Content-Range (the front
+        // turns the status into 206), as S3 does.
+        let range = match request.headers.get(http::header::RANGE) {
+            Some(value) => {
+                let parsed = value.to_str().ok().and_then(|text| Range::parse(text).ok());
+                match parsed {
+                    Some(range) => Some(range_request(range)),
+                    None => {
+                        let mut error = S3Error::with_message(
+                            S3ErrorCode::InvalidArgument,
+                            "The Range header is not valid.",
+                        );
+                        error.set_request_id(&request_id);
+                        return Err(error);
+                    }
+                }
+            }
+            None => None,
+        };
+        let selection = Selection::resolve(range, meta.size)
+            .map_err(|error| s3_error(&ReadError::InvalidRange(error), &request_id))?;
+        let (content_length, content_range) = content_extent(selection, meta.size);
         let output = object_output!(HeadObjectOutput, &meta, {
-            content_length: i64::try_from(meta.size).ok(),
+            content_length: i64::try_from(content_length).ok(),
+            content_range: content_range,
         });
         Ok(S3Response::new(output))
     }

@@ -114,6 +114,9 @@ pub struct CacheConfig {
     pub negative_ttl: HumanDuration,
     /// Blocks fetched ahead of what a client has consumed within one GET.
     pub readahead_blocks: u32,
+    /// Cache the bytes of PutObject uploads under the new version as they pass through
+    /// (objects up to a quarter of `memory_capacity`).
+    pub write_through: bool,
 }
 
 impl Default for CacheConfig {
@@ -126,6 +129,7 @@ impl Default for CacheConfig {
             metadata_ttl: MetadataTtl::After(Duration::from_secs(60)),
             negative_ttl: HumanDuration::secs(5),
             readahead_blocks: 4,
+            write_through: false,
         }
     }
 }

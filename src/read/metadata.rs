@@ -19,6 +19,9 @@ impl ReadPath {
         probe: Probe,
     ) -> Result<Arc<ObjectMeta>, ReadError> {
         let inner = &self.inner;
+        // Read before the cache: a write that lands after this makes the result unusable
+        // for caching and sends later readers to a fresh discovery.
+        let generation = inner.generations.current(object);
         let cached = match inner.cache.meta(object).await {
             Ok(record) => record,
             Err(error) => {
@@ -47,12 +50,12 @@ impl ReadPath {
         }
         let known = cached.as_ref().and_then(MetaRecord::meta).cloned();
         let this = self.clone();
-        let key = object.clone();
+        let key = (object.clone(), generation);
         let object = object.clone();
         let (result, _) = inner
             .discoveries
             .run(key, move || async move {
-                this.discover(&object, known, probe).await
+                this.discover(&object, generation, known, probe).await
             })
             .await;
         result.map_err(|error| ReadError::Internal(error.to_string()))?
@@ -62,6 +65,7 @@ impl ReadPath {
     async fn discover(
         &self,
         object: &ObjectRef,
+        generation: u64,
         known: Option<Arc<ObjectMeta>>,
         probe: Probe,
     ) -> Discovery {
@@ -72,10 +76,7 @@ impl ReadPath {
         };
         match outcome {
             Ok(meta) => {
-                self.inner.cache.insert_meta(
-                    object,
-                    self.inner.clock.record(MetaState::Found(meta.clone())),
-                );
+                self.store_meta(object, generation, MetaState::Found(meta.clone()));
                 Ok(meta)
             }
             Err(UpstreamError::NotFound {
@@ -84,15 +85,23 @@ impl ReadPath {
             }) => {
                 self.inner.metrics.count_metadata("missing");
                 if !self.inner.settings.negative_ttl.is_zero() {
-                    self.inner
-                        .cache
-                        .insert_meta(object, self.inner.clock.record(MetaState::Missing(missing)));
+                    self.store_meta(object, generation, MetaState::Missing(missing));
                 } else {
                     self.inner.cache.remove_meta(object);
                 }
                 Err(ReadError::NotFound(missing, request_id))
             }
             Err(error) => Err(ReadError::from_upstream(error)),
+        }
+    }
+
+    /// Caches what a discovery learned, unless a write invalidated the object meanwhile:
+    /// the answer may predate the write.
+    pub(super) fn store_meta(&self, object: &ObjectRef, generation: u64, state: MetaState) {
+        if self.inner.generations.current(object) == generation {
+            self.inner
+                .cache
+                .insert_meta(object, self.inner.clock.record(state));
         }
     }
 

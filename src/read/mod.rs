@@ -11,6 +11,7 @@
 //!   for a GET it fetches the first needed block in the same upstream request.
 
 mod metadata;
+mod writes;
 
 use std::sync::Arc;
 
@@ -148,7 +149,8 @@ struct Inner {
     metrics: Arc<Metrics>,
     settings: ReadSettings,
     clock: MetaClock,
-    discoveries: Coalescer<ObjectRef, Discovery>,
+    discoveries: Coalescer<(ObjectRef, u64), Discovery>,
+    generations: writes::Generations,
 }
 
 /// The read path. Cheap to clone.
@@ -172,6 +174,7 @@ impl ReadPath {
                 settings,
                 clock: MetaClock::new(),
                 discoveries: Coalescer::default(),
+                generations: writes::Generations::default(),
             }),
         }
     }

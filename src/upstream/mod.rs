@@ -5,12 +5,14 @@
 //! more than the caller's limit, or an error; every request is counted in the metrics.
 
 mod error;
+mod forward;
+mod signer;
 
 use std::sync::Arc;
 use std::time::Instant;
 
-use aws_config::BehaviorVersion;
 use aws_config::timeout::TimeoutConfig;
+use aws_config::{BehaviorVersion, SdkConfig};
 use aws_sdk_s3::Client;
 use aws_sdk_s3::config::{
     Credentials, Region, RequestChecksumCalculation, ResponseChecksumValidation,
@@ -19,6 +21,7 @@ use aws_sdk_s3::primitives::ByteStream;
 use bytes::{Bytes, BytesMut};
 
 pub use error::UpstreamError;
+pub use forward::{EndpointError, ForwardRequest, Forwarder, Payload, UpstreamBody};
 
 use crate::cache::ObjectMeta;
 use crate::config::UpstreamConfig;
@@ -71,31 +74,36 @@ macro_rules! object_meta {
     }};
 }
 
+/// The AWS SDK configuration for the upstream: region, timeouts and credentials (static
+/// from the config, else the standard AWS chain).
+pub async fn sdk_config(config: &UpstreamConfig) -> SdkConfig {
+    let timeouts = TimeoutConfig::builder()
+        .connect_timeout(config.connect_timeout.get())
+        .read_timeout(config.read_timeout.get())
+        .build();
+    let mut loader = aws_config::defaults(BehaviorVersion::latest())
+        .region(Region::new(config.region.clone()))
+        .timeout_config(timeouts);
+    if !config.access_key_id.is_empty() {
+        loader = loader.credentials_provider(Credentials::new(
+            config.access_key_id.clone(),
+            config.secret_access_key.clone(),
+            None,
+            None,
+            "portico-config",
+        ));
+    }
+    loader.load().await
+}
+
 pub struct Upstream {
     client: Client,
     metrics: Arc<Metrics>,
 }
 
 impl Upstream {
-    pub async fn connect(config: &UpstreamConfig, metrics: Arc<Metrics>) -> Self {
-        let timeouts = TimeoutConfig::builder()
-            .connect_timeout(config.connect_timeout.get())
-            .read_timeout(config.read_timeout.get())
-            .build();
-        let mut loader = aws_config::defaults(BehaviorVersion::latest())
-            .region(Region::new(config.region.clone()))
-            .timeout_config(timeouts);
-        if !config.access_key_id.is_empty() {
-            loader = loader.credentials_provider(Credentials::new(
-                config.access_key_id.clone(),
-                config.secret_access_key.clone(),
-                None,
-                None,
-                "portico-config",
-            ));
-        }
-        let shared = loader.load().await;
-        let mut builder = aws_sdk_s3::config::Builder::from(&shared)
+    pub fn new(config: &UpstreamConfig, shared: &SdkConfig, metrics: Arc<Metrics>) -> Self {
+        let mut builder = aws_sdk_s3::config::Builder::from(shared)
             .force_path_style(config.force_path_style)
             // Portico validates lengths itself; checksums are only needed where S3 demands them.
             .request_checksum_calculation(RequestChecksumCalculation::WhenRequired)

@@ -19,7 +19,18 @@ use tokio::task::JoinSet;
 pub struct Seen {
     pub method: String,
     pub path: String,
+    pub query: Option<String>,
     pub range: Option<String>,
+}
+
+impl Seen {
+    /// Whether the request addressed an object (`/bucket/key`), not a bucket or the service.
+    pub fn is_object(&self) -> bool {
+        self.path
+            .trim_start_matches('/')
+            .split_once('/')
+            .is_some_and(|(_, key)| !key.is_empty())
+    }
 }
 
 pub struct Forwarder {
@@ -77,6 +88,7 @@ impl Forwarder {
                         seen.lock().unwrap().push(Seen {
                             method: request.method().to_string(),
                             path: request.uri().path().to_owned(),
+                            query: request.uri().query().map(str::to_owned),
                             range: request
                                 .headers()
                                 .get(http::header::RANGE)
@@ -123,13 +135,13 @@ impl Forwarder {
         std::mem::take(&mut *self.seen.lock().unwrap())
     }
 
-    /// Requests other than the readiness probe's ListBuckets (`GET /`).
+    /// Requests with `method` that addressed an object (`/bucket/key`).
     pub fn object_requests(&self, method: &str) -> Vec<Seen> {
         self.seen
             .lock()
             .unwrap()
             .iter()
-            .filter(|seen| seen.method == method && seen.path != "/")
+            .filter(|seen| seen.method == method && seen.is_object())
             .cloned()
             .collect()
     }

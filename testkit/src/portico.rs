@@ -23,6 +23,7 @@ pub struct Settings {
     pub domains: Vec<String>,
     /// The secret Portico signs upstream requests with.
     pub upstream_secret: &'static str,
+    pub write_through: bool,
 }
 
 impl Settings {
@@ -37,6 +38,7 @@ impl Settings {
             negative_ttl: "5s",
             domains: Vec::new(),
             upstream_secret: SECRET_KEY,
+            write_through: false,
         }
     }
 
@@ -71,6 +73,7 @@ memory_capacity = "{memory}"
 disk_capacity = "{disk}"
 metadata_ttl = "{ttl}"
 negative_ttl = "{negative_ttl}"
+write_through = {write_through}
 "#,
             domains = domains.join(", "),
             upstream = self.upstream,
@@ -81,6 +84,7 @@ negative_ttl = "{negative_ttl}"
             ttl = self.metadata_ttl,
             negative_ttl = self.negative_ttl,
             upstream_secret = self.upstream_secret,
+            write_through = self.write_through,
         )
     }
 }

@@ -4,6 +4,7 @@
 
 mod support;
 
+mod clients;
 mod coalescing;
 mod errors;
 mod lifecycle;

@@ -1,0 +1,504 @@
+//! The `aws-chunked` payload encoding: decoding what clients send
+//! (`STREAMING-*` payloads, with or without trailers) and re-encoding the decoded bytes
+//! plus trailing checksums for the upstream (`STREAMING-UNSIGNED-PAYLOAD-TRAILER`).
+//!
+//! Invariants: the decoder never buffers chunk data (only header and trailer lines, each
+//! bounded); it yields exactly the bytes the chunk sizes announce and fails on any framing
+//! error, on a body that ends early, and on a decoded length other than the announced one.
+//! A failed decode ends the stream with an error, so the upstream never sees a complete
+//! request built from a broken one.
+
+use std::collections::VecDeque;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use http::{HeaderMap, HeaderName, HeaderValue};
+use http_body::{Body, Frame, SizeHint};
+use parking_lot::Mutex;
+
+/// The longest chunk-header or trailer line accepted (a signed header is ~90 bytes).
+const MAX_LINE_BYTES: usize = 4096;
+/// The most trailer bytes accepted in total.
+const MAX_TRAILER_BYTES: usize = 16 * 1024;
+/// Upstream chunks are at least this large (except the last): fewer, cheaper frames.
+const UPSTREAM_CHUNK_BYTES: usize = 64 * 1024;
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ChunkedError {
+    #[error("malformed aws-chunked payload: {0}")]
+    Malformed(&'static str),
+    #[error("the aws-chunked payload ended before its final chunk")]
+    Incomplete,
+    #[error(
+        "the decoded payload has {actual} bytes but x-amz-decoded-content-length says {announced}"
+    )]
+    LengthMismatch { announced: u64, actual: u64 },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    /// Expecting a chunk header line: `<hex size>[;chunk-signature=<sig>]`.
+    Header,
+    /// Inside a chunk's data, this many bytes to go.
+    Data(u64),
+    /// Expecting the CRLF that ends a chunk's data.
+    DataEnd,
+    /// After the zero-length chunk: trailer lines until an empty line.
+    Trailer,
+    Done,
+}
+
+/// Push decoder for `aws-chunked` framing.
+#[derive(Debug)]
+pub struct Decoder {
+    state: State,
+    line: BytesMut,
+    decoded_bytes: u64,
+    trailer_bytes: usize,
+    trailers: HeaderMap,
+}
+
+impl Default for Decoder {
+    fn default() -> Self {
+        Self {
+            state: State::Header,
+            line: BytesMut::new(),
+            decoded_bytes: 0,
+            trailer_bytes: 0,
+            trailers: HeaderMap::new(),
+        }
+    }
+}
+
+impl Decoder {
+    /// Consumes `input`, pushing the chunk data it contains onto `out`.
+    pub fn feed(&mut self, mut input: Bytes, out: &mut Vec<Bytes>) -> Result<(), ChunkedError> {
+        while !input.is_empty() {
+            match self.state {
+                State::Data(remaining) => {
+                    let take = remaining.min(input.len() as u64);
+                    out.push(input.split_to(take as usize));
+                    self.decoded_bytes += take;
+                    self.state = match remaining - take {
+                        0 => State::DataEnd,
+                        left => State::Data(left),
+                    };
+                }
+                State::Done => return Err(ChunkedError::Malformed("data after the final chunk")),
+                State::Header | State::DataEnd | State::Trailer => {
+                    if let Some(line) = self.take_line(&mut input)? {
+                        self.on_line(&line)?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Ends decoding; returns the trailing headers.
+    pub fn finish(self) -> Result<(u64, HeaderMap), ChunkedError> {
+        match self.state {
+            State::Done => Ok((self.decoded_bytes, self.trailers)),
+            _ => Err(ChunkedError::Incomplete),
+        }
+    }
+
+    /// Moves bytes up to and including the next LF into the line buffer; returns the line
+    /// without its CRLF once complete.
+    fn take_line(&mut self, input: &mut Bytes) -> Result<Option<BytesMut>, ChunkedError> {
+        let newline = input.iter().position(|&byte| byte == b'\n');
+        let end = newline.map_or(input.len(), |position| position + 1);
+        if self.line.len() + end > MAX_LINE_BYTES {
+            return Err(ChunkedError::Malformed("line too long"));
+        }
+        self.line.extend_from_slice(&input.split_to(end));
+        if newline.is_none() {
+            return Ok(None);
+        }
+        let mut line = self.line.split();
+        if !line.ends_with(b"\r\n") {
+            return Err(ChunkedError::Malformed("line not ended by CRLF"));
+        }
+        line.truncate(line.len() - 2);
+        Ok(Some(line))
+    }
+
+    fn on_line(&mut self, line: &[u8]) -> Result<(), ChunkedError> {
+        match self.state {
+            State::DataEnd if line.is_empty() => self.state = State::Header,
+            State::DataEnd => {
+                return Err(ChunkedError::Malformed("chunk data longer than its size"));
+            }
+            State::Header => {
+                let size = parse_chunk_size(line)?;
+                self.state = if size == 0 {
+                    State::Trailer
+                } else {
+                    State::Data(size)
+                };
+            }
+            State::Trailer if line.is_empty() => self.state = State::Done,
+            State::Trailer => {
+                self.trailer_bytes += line.len();
+                if self.trailer_bytes > MAX_TRAILER_BYTES {
+                    return Err(ChunkedError::Malformed("trailers too large"));
+                }
+                let (name, value) = parse_trailer(line)?;
+                self.trailers.append(name, value);
+            }
+            State::Data(_) | State::Done => unreachable!("no lines are read in this state"),
+        }
+        Ok(())
+    }
+}
+
+fn parse_chunk_size(line: &[u8]) -> Result<u64, ChunkedError> {
+    let size_part = line.split(|&byte| byte == b';').next().unwrap_or_default();
+    let size_text = std::str::from_utf8(size_part)
+        .map_err(|_| ChunkedError::Malformed("chunk size is not text"))?
+        .trim();
+    if size_text.is_empty() || size_text.len() > 16 {
+        return Err(ChunkedError::Malformed("invalid chunk size"));
+    }
+    u64::from_str_radix(size_text, 16).map_err(|_| ChunkedError::Malformed("invalid chunk size"))
+}
+
+fn parse_trailer(line: &[u8]) -> Result<(HeaderName, HeaderValue), ChunkedError> {
+    let colon = line
+        .iter()
+        .position(|&byte| byte == b':')
+        .ok_or(ChunkedError::Malformed("trailer line without a colon"))?;
+    let name = HeaderName::from_bytes(line[..colon].trim_ascii())
+        .map_err(|_| ChunkedError::Malformed("invalid trailer name"))?;
+    let value = HeaderValue::from_bytes(line[colon + 1..].trim_ascii())
+        .map_err(|_| ChunkedError::Malformed("invalid trailer value"))?;
+    Ok((name, value))
+}
+
+/// Why a request body stopped early: the first error wins and is kept for the response.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BodyError {
+    #[error(transparent)]
+    Chunked(#[from] ChunkedError),
+    #[error("the client stopped sending the request body: {0}")]
+    Client(String),
+}
+
+/// Where a body adapter records the error it ended with, for the handler to report.
+#[derive(Debug, Clone, Default)]
+pub struct ErrorSlot(Arc<Mutex<Option<BodyError>>>);
+
+impl ErrorSlot {
+    pub fn set(&self, error: BodyError) {
+        self.0.lock().get_or_insert(error);
+    }
+
+    pub fn get(&self) -> Option<BodyError> {
+        self.0.lock().clone()
+    }
+}
+
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// A client's `aws-chunked` body, decoded: data frames, then one trailers frame if the
+/// client sent trailers.
+pub struct DecodedBody<B> {
+    inner: B,
+    decoder: Option<Decoder>,
+    ready: VecDeque<Bytes>,
+    announced_bytes: u64,
+    errors: ErrorSlot,
+}
+
+impl<B> DecodedBody<B> {
+    pub fn new(inner: B, announced_bytes: u64, errors: ErrorSlot) -> Self {
+        Self {
+            inner,
+            decoder: Some(Decoder::default()),
+            ready: VecDeque::new(),
+            announced_bytes,
+            errors,
+        }
+    }
+
+    fn fail(&mut self, error: BodyError) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        self.decoder = None;
+        self.errors.set(error.clone());
+        Poll::Ready(Some(Err(error.into())))
+    }
+}
+
+impl<B> Body for DecodedBody<B>
+where
+    B: Body<Data = Bytes> + Unpin,
+    B::Error: std::fmt::Display,
+{
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        loop {
+            if let Some(data) = self.ready.pop_front() {
+                return Poll::Ready(Some(Ok(Frame::data(data))));
+            }
+            if self.decoder.is_none() {
+                return Poll::Ready(None);
+            }
+            match std::task::ready!(Pin::new(&mut self.inner).poll_frame(cx)) {
+                Some(Ok(frame)) => {
+                    let Ok(data) = frame.into_data() else {
+                        continue; // HTTP trailers of the outer encoding carry nothing we use
+                    };
+                    let mut out = Vec::new();
+                    let decoder = self.decoder.as_mut().expect("checked above");
+                    if let Err(error) = decoder.feed(data, &mut out) {
+                        return self.fail(error.into());
+                    }
+                    self.ready.extend(out);
+                }
+                Some(Err(error)) => return self.fail(BodyError::Client(error.to_string())),
+                None => {
+                    let decoder = self.decoder.take().expect("checked above");
+                    let (actual, trailers) = match decoder.finish() {
+                        Ok(finished) => finished,
+                        Err(error) => return self.fail(error.into()),
+                    };
+                    if actual != self.announced_bytes {
+                        let announced = self.announced_bytes;
+                        return self
+                            .fail(ChunkedError::LengthMismatch { announced, actual }.into());
+                    }
+                    if trailers.is_empty() {
+                        return Poll::Ready(None);
+                    }
+                    return Poll::Ready(Some(Ok(Frame::trailers(trailers))));
+                }
+            }
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        SizeHint::with_exact(self.announced_bytes)
+    }
+}
+
+/// Re-encodes a body of data frames and a final trailers frame as unsigned `aws-chunked`.
+pub struct EncodedBody<B> {
+    inner: B,
+    pending: BytesMut,
+    finished: bool,
+}
+
+impl<B> EncodedBody<B> {
+    pub fn new(inner: B) -> Self {
+        Self {
+            inner,
+            pending: BytesMut::new(),
+            finished: false,
+        }
+    }
+}
+
+fn put_chunk(out: &mut BytesMut, data: &[u8]) {
+    out.put_slice(format!("{:x}\r\n", data.len()).as_bytes());
+    out.put_slice(data);
+    out.put_slice(b"\r\n");
+}
+
+fn final_chunk(trailers: Option<&HeaderMap>) -> Bytes {
+    let mut out = BytesMut::from(&b"0\r\n"[..]);
+    for (name, value) in trailers.into_iter().flatten() {
+        out.put_slice(name.as_str().as_bytes());
+        out.put_u8(b':');
+        out.put_slice(value.as_bytes());
+        out.put_slice(b"\r\n");
+    }
+    out.put_slice(b"\r\n");
+    out.freeze()
+}
+
+impl<B> Body for EncodedBody<B>
+where
+    B: Body<Data = Bytes, Error = BoxError> + Unpin,
+{
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        if self.finished {
+            return Poll::Ready(None);
+        }
+        loop {
+            match std::task::ready!(Pin::new(&mut self.inner).poll_frame(cx)) {
+                Some(Ok(frame)) => match frame.into_data() {
+                    Ok(mut data) => {
+                        self.pending.reserve(data.len());
+                        while data.has_remaining() {
+                            let chunk = data.chunk();
+                            let length = chunk.len();
+                            self.pending.put_slice(chunk);
+                            data.advance(length);
+                        }
+                        if self.pending.len() >= UPSTREAM_CHUNK_BYTES {
+                            let data = self.pending.split();
+                            let mut out = BytesMut::with_capacity(data.len() + 32);
+                            put_chunk(&mut out, &data);
+                            return Poll::Ready(Some(Ok(Frame::data(out.freeze()))));
+                        }
+                    }
+                    Err(frame) => {
+                        self.finished = true;
+                        return Poll::Ready(Some(Ok(Frame::data(
+                            self.finish(frame.trailers_ref()),
+                        ))));
+                    }
+                },
+                Some(Err(error)) => return Poll::Ready(Some(Err(error))),
+                None => {
+                    self.finished = true;
+                    return Poll::Ready(Some(Ok(Frame::data(self.finish(None)))));
+                }
+            }
+        }
+    }
+}
+
+impl<B> EncodedBody<B> {
+    /// The last data chunk (if any bytes are pending), the zero chunk and the trailers.
+    fn finish(&mut self, trailers: Option<&HeaderMap>) -> Bytes {
+        let mut out = BytesMut::new();
+        if !self.pending.is_empty() {
+            let data = self.pending.split();
+            put_chunk(&mut out, &data);
+        }
+        out.put_slice(&final_chunk(trailers));
+        out.freeze()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http_body_util::{BodyExt, StreamBody};
+    use proptest::prelude::*;
+
+    fn decode_all(pieces: &[&[u8]]) -> Result<(Vec<u8>, HeaderMap), ChunkedError> {
+        let mut decoder = Decoder::default();
+        let mut out = Vec::new();
+        for piece in pieces {
+            decoder.feed(Bytes::copy_from_slice(piece), &mut out)?;
+        }
+        let (length, trailers) = decoder.finish()?;
+        let data: Vec<u8> = out.concat();
+        assert_eq!(length, data.len() as u64);
+        Ok((data, trailers))
+    }
+
+    const SIGNED: &[u8] = b"5;chunk-signature=aaaa\r\nhello\r\n6;chunk-signature=bbbb\r\n world\r\n0;chunk-signature=cccc\r\n\r\n";
+    const TRAILER: &[u8] = b"b\r\nhello world\r\n0\r\nx-amz-checksum-crc32:DUoRhQ==\r\n\r\n";
+
+    #[test]
+    fn signed_chunks_decode_to_their_data() {
+        let (data, trailers) = decode_all(&[SIGNED]).unwrap();
+        assert_eq!(data, b"hello world");
+        assert!(trailers.is_empty());
+    }
+
+    #[test]
+    fn trailers_are_returned() {
+        let (data, trailers) = decode_all(&[TRAILER]).unwrap();
+        assert_eq!(data, b"hello world");
+        assert_eq!(trailers["x-amz-checksum-crc32"], "DUoRhQ==");
+    }
+
+    #[test]
+    fn framing_errors_are_rejected() {
+        let cases: [(&[u8], ChunkedError); 6] = [
+            (
+                b"5\r\nhello world\r\n",
+                ChunkedError::Malformed("chunk data longer than its size"),
+            ),
+            (b"zz\r\n", ChunkedError::Malformed("invalid chunk size")),
+            (
+                b"5\nhello\r\n",
+                ChunkedError::Malformed("line not ended by CRLF"),
+            ),
+            (b"5\r\nhel", ChunkedError::Incomplete),
+            (
+                b"0\r\n\r\nextra",
+                ChunkedError::Malformed("data after the final chunk"),
+            ),
+            (
+                b"0\r\nno-colon\r\n\r\n",
+                ChunkedError::Malformed("trailer line without a colon"),
+            ),
+        ];
+        for (input, expected) in cases {
+            assert_eq!(decode_all(&[input]).unwrap_err(), expected, "{input:?}");
+        }
+        let long_line = [b'1'; MAX_LINE_BYTES + 1];
+        assert_eq!(
+            decode_all(&[&long_line]).unwrap_err(),
+            ChunkedError::Malformed("line too long")
+        );
+    }
+
+    proptest! {
+        /// However the network splits the payload, the decoded bytes are the same.
+        #[test]
+        fn any_split_decodes_the_same(cuts in proptest::collection::vec(0..TRAILER.len(), 0..8)) {
+            let mut cuts = cuts;
+            cuts.sort_unstable();
+            let mut pieces = Vec::new();
+            let mut start = 0;
+            for cut in cuts {
+                pieces.push(&TRAILER[start..cut]);
+                start = cut;
+            }
+            pieces.push(&TRAILER[start..]);
+            let (data, trailers) = decode_all(&pieces).unwrap();
+            prop_assert_eq!(data, b"hello world".to_vec());
+            prop_assert_eq!(&trailers["x-amz-checksum-crc32"], "DUoRhQ==");
+        }
+
+        /// Encoding then decoding returns the data and trailers unchanged.
+        #[test]
+        fn encoding_round_trips(pieces in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..100_000), 0..5)) {
+            let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
+            let expected: Vec<u8> = pieces.concat();
+            let mut trailers = HeaderMap::new();
+            trailers.insert("x-amz-checksum-crc32c", HeaderValue::from_static("abc="));
+            let mut frames: Vec<Result<Frame<Bytes>, BoxError>> =
+                pieces.into_iter().map(|piece| Ok(Frame::data(Bytes::from(piece)))).collect();
+            frames.push(Ok(Frame::trailers(trailers)));
+            let encoded = EncodedBody::new(StreamBody::new(futures::stream::iter(frames)));
+            let bytes = runtime.block_on(encoded.collect()).unwrap().to_bytes();
+            let (data, decoded_trailers) = decode_all(&[&bytes]).unwrap();
+            prop_assert_eq!(data, expected);
+            prop_assert_eq!(&decoded_trailers["x-amz-checksum-crc32c"], "abc=");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_short_body_fails_and_records_why() {
+        let inner = http_body_util::Full::new(Bytes::from_static(TRAILER));
+        let errors = ErrorSlot::default();
+        let body = DecodedBody::new(inner, 12, errors.clone());
+        assert!(body.collect().await.is_err());
+        assert_eq!(
+            errors.get(),
+            Some(BodyError::Chunked(ChunkedError::LengthMismatch {
+                announced: 12,
+                actual: 11
+            }))
+        );
+    }
+}

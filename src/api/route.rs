@@ -1,0 +1,369 @@
+//! Which requests the cache answers and which are forwarded, decided once per request
+//! from the method, the address (bucket, key), the query and a few headers.
+//!
+//! Invariant: only a GET or HEAD of an object whose every query parameter and header the
+//! cached read path understands goes to the cache. Everything else (sub-resources such as
+//! `?acl`, `?tagging`, `?attributes`, `partNumber`, SSE-C reads, listings, writes) is
+//! forwarded, so a request that merely looks like a plain GET never gets the plain object.
+
+use http::{HeaderMap, Method, Uri};
+use percent_encoding::percent_decode_str;
+use s3s::host::S3Host;
+
+use super::host::VirtualHosts;
+
+/// Query parameters a cached GET or HEAD may carry.
+const CACHEABLE_QUERY: [&str; 7] = [
+    "response-cache-control",
+    "response-content-disposition",
+    "response-content-encoding",
+    "response-content-language",
+    "response-content-type",
+    "response-expires",
+    "x-id",
+];
+
+/// Query parameters of ListObjects (v1); any other names a bucket sub-resource.
+const LIST_V1_QUERY: [&str; 6] = [
+    "delimiter",
+    "encoding-type",
+    "marker",
+    "max-keys",
+    "prefix",
+    "x-id",
+];
+
+/// Headers that make a GET something the cache cannot answer: SSE-C reads need the key.
+const UNCACHEABLE_HEADERS: [&str; 3] = [
+    "x-amz-server-side-encryption-customer-algorithm",
+    "x-amz-server-side-encryption-customer-key",
+    "x-amz-server-side-encryption-customer-key-md5",
+];
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AddressError {
+    #[error("the request path is not valid percent-encoded UTF-8")]
+    Path,
+    #[error("the query string is not valid percent-encoded UTF-8")]
+    Query,
+}
+
+/// A request's decoded address.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Address {
+    pub bucket: Option<String>,
+    /// The object key; `None` for service and bucket requests (`/bucket` and `/bucket/`).
+    pub key: Option<String>,
+    pub query: Vec<(String, String)>,
+}
+
+impl Address {
+    pub fn parse(
+        uri: &Uri,
+        host: Option<&str>,
+        hosts: Option<&VirtualHosts>,
+    ) -> Result<Self, AddressError> {
+        let virtual_bucket = match (host, hosts) {
+            (Some(host), Some(hosts)) => hosts
+                .parse_host_header(host)
+                .ok()
+                .and_then(|parsed| parsed.bucket().map(str::to_owned)),
+            _ => None,
+        };
+        let path = uri.path().strip_prefix('/').unwrap_or(uri.path());
+        let (bucket, key) = match virtual_bucket {
+            Some(bucket) => (Some(bucket), decode_path(path)?),
+            None => match path.split_once('/') {
+                Some((bucket, key)) => (decode_path(bucket)?, decode_path(key)?),
+                None => (decode_path(path)?, None),
+            },
+        };
+        Ok(Self {
+            bucket,
+            key,
+            query: parse_query(uri.query().unwrap_or_default())?,
+        })
+    }
+
+    pub fn has_query(&self, name: &str) -> bool {
+        self.query.iter().any(|(candidate, _)| candidate == name)
+    }
+
+    pub fn query_value(&self, name: &str) -> Option<&str> {
+        self.query
+            .iter()
+            .find(|(candidate, _)| candidate == name)
+            .map(|(_, value)| value.as_str())
+    }
+}
+
+/// A decoded path segment; empty means absent.
+fn decode_path(raw: &str) -> Result<Option<String>, AddressError> {
+    if raw.is_empty() {
+        return Ok(None);
+    }
+    let decoded = percent_decode_str(raw)
+        .decode_utf8()
+        .map_err(|_| AddressError::Path)?;
+    Ok(Some(decoded.into_owned()))
+}
+
+fn decode_query_part(raw: &str) -> Result<String, AddressError> {
+    let spaced = raw.replace('+', " ");
+    percent_decode_str(&spaced)
+        .decode_utf8()
+        .map(|decoded| decoded.into_owned())
+        .map_err(|_| AddressError::Query)
+}
+
+fn parse_query(raw: &str) -> Result<Vec<(String, String)>, AddressError> {
+    raw.split('&')
+        .filter(|pair| !pair.is_empty())
+        .map(|pair| {
+            let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+            Ok((decode_query_part(name)?, decode_query_part(value)?))
+        })
+        .collect()
+}
+
+/// What a successful forwarded request changes in the cache's view of objects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Effect {
+    None,
+    /// PutObject: the key changes; its bytes may be cached on the way (write-through).
+    WriteObject,
+    /// CopyObject (destination), CompleteMultipartUpload, DeleteObject.
+    ChangeKey,
+    /// DeleteObjects: the keys are listed in the request body.
+    DeleteListed,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Route {
+    /// GetObject or HeadObject answered by the read path.
+    Cached,
+    Forward {
+        operation: &'static str,
+        effect: Effect,
+    },
+}
+
+impl Route {
+    pub fn of(method: &Method, address: &Address, headers: &HeaderMap) -> Self {
+        let forward = |operation| Self::Forward {
+            operation,
+            effect: Effect::None,
+        };
+        let has = |name| address.has_query(name);
+        let Some(_) = &address.bucket else {
+            return forward(if *method == Method::GET {
+                "ListBuckets"
+            } else {
+                "Other"
+            });
+        };
+        let Some(_) = &address.key else {
+            return match *method {
+                Method::GET if address.query_value("list-type") == Some("2") => {
+                    forward("ListObjectsV2")
+                }
+                Method::GET if has("versions") => forward("ListObjectVersions"),
+                Method::GET if has("uploads") => forward("ListMultipartUploads"),
+                Method::GET if has("location") => forward("GetBucketLocation"),
+                Method::GET
+                    if address
+                        .query
+                        .iter()
+                        .all(|(name, _)| LIST_V1_QUERY.contains(&name.as_str())) =>
+                {
+                    forward("ListObjects")
+                }
+                Method::GET => forward("GetBucketConfiguration"),
+                Method::HEAD => forward("HeadBucket"),
+                Method::PUT if address.query.is_empty() => forward("CreateBucket"),
+                Method::PUT => forward("PutBucketConfiguration"),
+                Method::DELETE if address.query.is_empty() => forward("DeleteBucket"),
+                Method::DELETE => forward("DeleteBucketConfiguration"),
+                Method::POST if has("delete") => Self::Forward {
+                    operation: "DeleteObjects",
+                    effect: Effect::DeleteListed,
+                },
+                _ => forward("Other"),
+            };
+        };
+        let change = |operation| Self::Forward {
+            operation,
+            effect: Effect::ChangeKey,
+        };
+        let copy = headers.contains_key("x-amz-copy-source");
+        match *method {
+            Method::GET | Method::HEAD if is_cacheable_read(address, headers) => Self::Cached,
+            Method::GET if has("uploadId") => forward("ListParts"),
+            Method::GET if has("tagging") => forward("GetObjectTagging"),
+            Method::GET if has("attributes") => forward("GetObjectAttributes"),
+            Method::GET if has("acl") => forward("GetObjectAcl"),
+            Method::GET => forward("GetObject"),
+            Method::HEAD => forward("HeadObject"),
+            Method::PUT if has("uploadId") && copy => forward("UploadPartCopy"),
+            Method::PUT if has("uploadId") => forward("UploadPart"),
+            Method::PUT if has("tagging") => forward("PutObjectTagging"),
+            Method::PUT if !address.query.iter().all(|(name, _)| name == "x-id") => {
+                forward("PutObjectConfiguration")
+            }
+            Method::PUT if copy => change("CopyObject"),
+            Method::PUT => Self::Forward {
+                operation: "PutObject",
+                effect: Effect::WriteObject,
+            },
+            Method::POST if has("uploads") => forward("CreateMultipartUpload"),
+            Method::POST if has("uploadId") => change("CompleteMultipartUpload"),
+            Method::POST => forward("PostObject"),
+            Method::DELETE if has("uploadId") => forward("AbortMultipartUpload"),
+            Method::DELETE if has("tagging") => forward("DeleteObjectTagging"),
+            Method::DELETE => change("DeleteObject"),
+            _ => forward("Other"),
+        }
+    }
+}
+
+fn is_cacheable_read(address: &Address, headers: &HeaderMap) -> bool {
+    address
+        .query
+        .iter()
+        .all(|(name, _)| CACHEABLE_QUERY.contains(&name.as_str()))
+        && !UNCACHEABLE_HEADERS
+            .iter()
+            .any(|name| headers.contains_key(*name))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn address(uri: &str) -> Address {
+        Address::parse(&uri.parse().unwrap(), None, None).unwrap()
+    }
+
+    fn route(method: Method, uri: &str) -> Route {
+        Route::of(&method, &address(uri), &HeaderMap::new())
+    }
+
+    fn operation(method: Method, uri: &str) -> &'static str {
+        match route(method, uri) {
+            Route::Cached => "cache",
+            Route::Forward { operation, .. } => operation,
+        }
+    }
+
+    #[test]
+    fn addresses_are_decoded() {
+        let parsed = address("/bucket/dir/a%20b+c?prefix=x+y%2Fz&uploads");
+        assert_eq!(parsed.bucket.as_deref(), Some("bucket"));
+        assert_eq!(parsed.key.as_deref(), Some("dir/a b+c"));
+        assert_eq!(
+            parsed.query,
+            vec![
+                ("prefix".to_owned(), "x y/z".to_owned()),
+                ("uploads".to_owned(), String::new())
+            ]
+        );
+        assert_eq!(address("/bucket/").key, None);
+        assert_eq!(address("/bucket").key, None);
+        assert_eq!(address("/").bucket, None);
+        assert_eq!(
+            Address::parse(&"/a%FF".parse().unwrap(), None, None),
+            Err(AddressError::Path)
+        );
+        let hosts = VirtualHosts::new(&["s3.local".to_owned()]);
+        let virtual_host = Address::parse(
+            &"/k/x".parse().unwrap(),
+            Some("b.s3.local:8080"),
+            Some(&hosts),
+        )
+        .unwrap();
+        assert_eq!(virtual_host.bucket.as_deref(), Some("b"));
+        assert_eq!(virtual_host.key.as_deref(), Some("k/x"));
+    }
+
+    #[test]
+    fn only_plain_object_reads_are_cached() {
+        assert_eq!(operation(Method::GET, "/b/k"), "cache");
+        assert_eq!(operation(Method::HEAD, "/b/k?versionId=3"), "HeadObject");
+        assert_eq!(
+            operation(
+                Method::GET,
+                "/b/k?response-content-type=text%2Fplain&x-id=GetObject"
+            ),
+            "cache"
+        );
+        assert_eq!(operation(Method::GET, "/b/k?partNumber=1"), "GetObject");
+        assert_eq!(operation(Method::HEAD, "/b/k?partNumber=1"), "HeadObject");
+        assert_eq!(
+            operation(Method::GET, "/b/k?attributes"),
+            "GetObjectAttributes"
+        );
+        assert_eq!(operation(Method::GET, "/b/k?acl"), "GetObjectAcl");
+        assert_eq!(operation(Method::GET, "/b/k?tagging"), "GetObjectTagging");
+        assert_eq!(operation(Method::GET, "/b/k?torrent"), "GetObject");
+        let mut sse_c = HeaderMap::new();
+        sse_c.insert(
+            "x-amz-server-side-encryption-customer-algorithm",
+            "AES256".parse().unwrap(),
+        );
+        assert!(matches!(
+            Route::of(&Method::GET, &address("/b/k"), &sse_c),
+            Route::Forward { .. }
+        ));
+    }
+
+    #[test]
+    fn bucket_requests_are_forwarded_with_or_without_trailing_slash() {
+        assert_eq!(operation(Method::GET, "/b/"), "ListObjects");
+        assert_eq!(
+            operation(Method::GET, "/b?delimiter=%2F&encoding-type=url"),
+            "ListObjects"
+        );
+        assert_eq!(
+            operation(Method::GET, "/b?versioning"),
+            "GetBucketConfiguration"
+        );
+        assert_eq!(
+            operation(Method::GET, "/b?prefix=&delimiter=%2F"),
+            "ListObjects"
+        );
+        assert_eq!(
+            operation(Method::GET, "/b/?list-type=2&delimiter=%2F"),
+            "ListObjectsV2"
+        );
+        assert_eq!(operation(Method::GET, "/"), "ListBuckets");
+        assert_eq!(operation(Method::HEAD, "/b"), "HeadBucket");
+        assert_eq!(operation(Method::PUT, "/b"), "CreateBucket");
+    }
+
+    #[test]
+    fn writes_carry_their_cache_effect() {
+        let effect = |method, uri| match route(method, uri) {
+            Route::Forward { effect, .. } => effect,
+            Route::Cached => panic!("{uri} must be forwarded"),
+        };
+        assert_eq!(effect(Method::PUT, "/b/k"), Effect::WriteObject);
+        assert_eq!(
+            effect(Method::PUT, "/b/k?partNumber=1&uploadId=u"),
+            Effect::None
+        );
+        assert_eq!(effect(Method::PUT, "/b/k?tagging"), Effect::None);
+        assert_eq!(effect(Method::POST, "/b/k?uploadId=u"), Effect::ChangeKey);
+        assert_eq!(effect(Method::DELETE, "/b/k"), Effect::ChangeKey);
+        assert_eq!(effect(Method::DELETE, "/b/k?uploadId=u"), Effect::None);
+        assert_eq!(effect(Method::POST, "/b?delete"), Effect::DeleteListed);
+        let mut copy = HeaderMap::new();
+        copy.insert("x-amz-copy-source", "src/k".parse().unwrap());
+        assert_eq!(
+            Route::of(&Method::PUT, &address("/b/k"), &copy),
+            Route::Forward {
+                operation: "CopyObject",
+                effect: Effect::ChangeKey
+            }
+        );
+    }
+}

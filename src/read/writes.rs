@@ -1,0 +1,174 @@
+//! What writes through Portico do to the read path: invalidate an object's metadata at once
+//! (read-your-writes), and with write-through, admit the uploaded bytes as blocks of the
+//! new version.
+//!
+//! Invariants: each object has a generation that every invalidation bumps; metadata a
+//! discovery learned is cached only if the generation did not move meanwhile, and readers
+//! after an invalidation never join a discovery that started before it. Written bytes are
+//! cached only under the version (ETag) the upstream reports for the object afterwards,
+//! and only if the size matches, so they can never stand in for another version.
+
+use std::hash::BuildHasher;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use bytes::{Bytes, BytesMut};
+
+use super::{ReadPath, Target};
+use crate::cache::MetaState;
+use crate::types::ObjectRef;
+use crate::upstream::{HeadOutcome, UpstreamError};
+
+const GENERATION_SHARDS: usize = 1024;
+
+/// Per-object write generations, sharded by key hash: an invalidation of one object moves
+/// the generation of the few objects sharing its shard, which only costs them a lookup.
+pub(super) struct Generations {
+    shards: Box<[AtomicU64]>,
+    hasher: std::collections::hash_map::RandomState,
+}
+
+impl Default for Generations {
+    fn default() -> Self {
+        Self {
+            shards: (0..GENERATION_SHARDS).map(|_| AtomicU64::new(0)).collect(),
+            hasher: std::collections::hash_map::RandomState::new(),
+        }
+    }
+}
+
+impl Generations {
+    fn shard(&self, object: &ObjectRef) -> &AtomicU64 {
+        &self.shards[self.hasher.hash_one(object) as usize % GENERATION_SHARDS]
+    }
+
+    pub(super) fn current(&self, object: &ObjectRef) -> u64 {
+        self.shard(object).load(Ordering::Acquire)
+    }
+
+    fn bump(&self, object: &ObjectRef) {
+        self.shard(object).fetch_add(1, Ordering::AcqRel);
+    }
+}
+
+/// Why written bytes were not admitted to the cache.
+#[derive(Debug, thiserror::Error)]
+pub enum AdmitError {
+    #[error("the object changed again before it could be cached")]
+    Superseded,
+    #[error(transparent)]
+    Upstream(#[from] UpstreamError),
+}
+
+impl ReadPath {
+    /// Forgets what is known about `object`: the next read asks the upstream.
+    pub fn invalidate(&self, object: &ObjectRef) {
+        self.inner.generations.bump(object);
+        self.inner.cache.remove_meta(object);
+    }
+
+    /// Caches `data`, the complete body just written to `object`, if the upstream now
+    /// holds exactly that: same ETag as the write returned, same size.
+    pub async fn admit_written(
+        &self,
+        object: &ObjectRef,
+        etag: &str,
+        data: Vec<Bytes>,
+    ) -> Result<(), AdmitError> {
+        let generation = self.inner.generations.current(object);
+        let size: u64 = data.iter().map(|piece| piece.len() as u64).sum();
+        let meta = match self.inner.upstream.head(object, None).await? {
+            HeadOutcome::Found(meta) => meta,
+            HeadOutcome::NotModified => return Err(AdmitError::Superseded),
+        };
+        if meta.etag != etag || meta.size != size {
+            return Err(AdmitError::Superseded);
+        }
+        let target = Target::new(object, Arc::new(*meta), self.inner.settings.block_size);
+        let mut pieces = Pieces::new(data);
+        for index in 0..target.layout.block_count() {
+            let Some(range) = target.layout.block_range(index) else {
+                break;
+            };
+            let block = pieces.take(range.len_bytes() as usize);
+            self.inner.cache.insert_block(target.key(index), block);
+        }
+        self.store_meta(object, generation, MetaState::Found(target.meta));
+        Ok(())
+    }
+}
+
+/// Consecutive byte pieces read as one sequence, without copying where a piece suffices.
+struct Pieces {
+    pieces: std::collections::VecDeque<Bytes>,
+}
+
+impl Pieces {
+    fn new(pieces: Vec<Bytes>) -> Self {
+        Self {
+            pieces: pieces.into(),
+        }
+    }
+
+    /// The next `length` bytes (fewer only if the pieces run out).
+    fn take(&mut self, length: usize) -> Bytes {
+        if let Some(front) = self.pieces.front_mut()
+            && front.len() >= length
+        {
+            let taken = front.split_to(length);
+            if front.is_empty() {
+                self.pieces.pop_front();
+            }
+            return taken;
+        }
+        let mut block = BytesMut::with_capacity(length);
+        while block.len() < length {
+            let Some(front) = self.pieces.front_mut() else {
+                break;
+            };
+            let take = front.len().min(length - block.len());
+            block.extend_from_slice(&front.split_to(take));
+            if front.is_empty() {
+                self.pieces.pop_front();
+            }
+        }
+        block.freeze()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pieces_are_regrouped_into_blocks() {
+        let data: Vec<u8> = (0..=255).collect();
+        let pieces = vec![
+            Bytes::copy_from_slice(&data[..10]),
+            Bytes::copy_from_slice(&data[10..11]),
+            Bytes::copy_from_slice(&data[11..200]),
+            Bytes::copy_from_slice(&data[200..]),
+        ];
+        let mut reader = Pieces::new(pieces);
+        let mut out = Vec::new();
+        for length in [4, 4, 64, 64, 64, 64] {
+            out.extend_from_slice(&reader.take(length));
+        }
+        assert_eq!(out, data);
+        assert!(reader.take(1).is_empty());
+    }
+
+    #[test]
+    fn invalidation_moves_only_the_generation_of_its_shard() {
+        let generations = Generations::default();
+        let first = ObjectRef::new("b", "first").unwrap();
+        let before = generations.current(&first);
+        generations.bump(&first);
+        assert_eq!(generations.current(&first), before + 1);
+        let untouched = (0..100)
+            .map(|index| ObjectRef::new("b", &format!("other-{index}")).unwrap())
+            .filter(|object| generations.current(object) == 0)
+            .count();
+        assert!(untouched >= 99, "{untouched}");
+    }
+}

@@ -1,0 +1,317 @@
+//! Forwarding of S3 requests Portico does not answer itself: the client's request,
+//! re-addressed to the upstream endpoint, re-signed with Portico's credentials, bodies
+//! streamed both ways.
+//!
+//! Invariants: the URI sent upstream is built from the decoded bucket, key and query in
+//! S3's canonical encoding, so the signature covers exactly what the upstream reads; a
+//! request body that fails mid-stream aborts the upstream request (the upstream never
+//! sees a complete request built from a broken one).
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use aws_config::SdkConfig;
+use bytes::Bytes;
+use http::uri::{Authority, Scheme};
+use http::{HeaderMap, HeaderValue, Method, Request, Response, Uri};
+use http_body_util::BodyExt;
+use http_body_util::combinators::BoxBody;
+use hyper::body::Incoming;
+use hyper_rustls::HttpsConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
+
+use super::UpstreamError;
+use super::signer::{BodySignature, Signer};
+use crate::config::UpstreamConfig;
+use crate::telemetry::Metrics;
+
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+pub type UpstreamBody = BoxBody<Bytes, BoxError>;
+
+/// Characters S3's canonical URI encoding leaves as they are (RFC 3986 unreserved).
+const COMPONENT: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'_')
+    .remove(b'.')
+    .remove(b'~');
+/// The same for object keys in paths, where `/` separates nothing but stays literal.
+const KEY_PATH: &AsciiSet = &COMPONENT.remove(b'/');
+
+/// A request body and how it is sent upstream.
+pub enum Payload {
+    Empty,
+    /// Plain bytes; `Some(length)` is sent as `Content-Length`, `None` is chunked.
+    Plain(UpstreamBody, Option<u64>),
+    /// Unsigned `aws-chunked` with trailing checksums; the length is the decoded length.
+    AwsChunked(UpstreamBody, u64),
+}
+
+/// A request to forward, already decoded from the client's URI.
+pub struct ForwardRequest {
+    pub operation: &'static str,
+    pub method: Method,
+    pub bucket: Option<String>,
+    pub key: Option<String>,
+    /// Decoded query parameters in the client's order.
+    pub query: Vec<(String, String)>,
+    /// The client's end-to-end headers, without signature or framing headers.
+    pub headers: HeaderMap,
+    pub payload: Payload,
+}
+
+pub struct Forwarder {
+    client: Client<HttpsConnector<HttpConnector>, UpstreamBody>,
+    scheme: Scheme,
+    authority: Authority,
+    force_path_style: bool,
+    signer: Signer,
+    metrics: Arc<Metrics>,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("invalid upstream endpoint {endpoint:?}: {reason}")]
+pub struct EndpointError {
+    endpoint: String,
+    reason: String,
+}
+
+impl Forwarder {
+    pub fn new(
+        config: &UpstreamConfig,
+        shared: &SdkConfig,
+        metrics: Arc<Metrics>,
+    ) -> Result<Self, EndpointError> {
+        let endpoint = if config.endpoint.is_empty() {
+            format!("https://s3.{}.amazonaws.com", config.region)
+        } else {
+            config.endpoint.clone()
+        };
+        let invalid = |reason: &str| EndpointError {
+            endpoint: endpoint.clone(),
+            reason: reason.to_owned(),
+        };
+        let uri: Uri = endpoint.parse().map_err(|_| invalid("not a URL"))?;
+        let scheme = uri.scheme().cloned().ok_or_else(|| invalid("no scheme"))?;
+        let authority = uri.authority().cloned().ok_or_else(|| invalid("no host"))?;
+        let mut http = HttpConnector::new();
+        http.enforce_http(false);
+        http.set_nodelay(true);
+        http.set_connect_timeout(Some(config.connect_timeout.get()));
+        let provider = rustls::crypto::aws_lc_rs::default_provider();
+        let https = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_provider_and_native_roots(provider)
+            .map_err(|error| invalid(&format!("no TLS roots: {error}")))?
+            .https_or_http()
+            .enable_http1()
+            .wrap_connector(http);
+        let client = Client::builder(TokioExecutor::new()).build(https);
+        Ok(Self {
+            client,
+            scheme,
+            authority,
+            force_path_style: config.force_path_style,
+            signer: Signer::new(shared.credentials_provider(), config.region.clone()),
+            metrics,
+        })
+    }
+
+    /// Sends `request` upstream and returns the response head with its streaming body.
+    pub async fn send(&self, request: ForwardRequest) -> Result<Response<Incoming>, UpstreamError> {
+        let started = Instant::now();
+        let operation = request.operation;
+        let result = self.send_inner(request).await;
+        let status = match &result {
+            Ok(response) => response.status().as_u16(),
+            Err(_) => 0,
+        };
+        self.metrics
+            .record_upstream(operation, status, started.elapsed().as_secs_f64());
+        result
+    }
+
+    async fn send_inner(
+        &self,
+        request: ForwardRequest,
+    ) -> Result<Response<Incoming>, UpstreamError> {
+        let uri = self.uri_for(&request)?;
+        let host = uri
+            .authority()
+            .map(Authority::as_str)
+            .unwrap_or_default()
+            .to_owned();
+        let (body, signature, length) = match request.payload {
+            Payload::Empty => (empty_body(), BodySignature::Empty, None),
+            Payload::Plain(body, length) => (body, BodySignature::Unsigned, length),
+            Payload::AwsChunked(body, _) => (body, BodySignature::UnsignedWithTrailer, None),
+        };
+        let mut outgoing = Request::builder()
+            .method(request.method)
+            .uri(uri)
+            .body(body)
+            .map_err(|error| UpstreamError::Request {
+                message: error.to_string(),
+            })?;
+        let headers = outgoing.headers_mut();
+        *headers = request.headers;
+        let host = HeaderValue::from_str(&host).map_err(|_| UpstreamError::Request {
+            message: "invalid upstream host".to_owned(),
+        })?;
+        headers.insert(http::header::HOST, host);
+        if let Some(length) = length {
+            headers.insert(http::header::CONTENT_LENGTH, HeaderValue::from(length));
+        }
+        self.signer.sign(&mut outgoing, signature).await?;
+        self.client
+            .request(outgoing)
+            .await
+            .map_err(|error| UpstreamError::Unreachable {
+                message: error_chain(&error),
+            })
+    }
+
+    /// The upstream URI for a request: path style or virtual-host style, canonically encoded.
+    fn uri_for(&self, request: &ForwardRequest) -> Result<Uri, UpstreamError> {
+        let key_path = request
+            .key
+            .as_deref()
+            .map(|key| utf8_percent_encode(key, KEY_PATH).to_string());
+        let (authority, path) = match request.bucket.as_deref() {
+            None => (self.authority.to_string(), "/".to_owned()),
+            Some(bucket) if self.force_path_style || !virtual_host_safe(bucket) => {
+                let bucket = utf8_percent_encode(bucket, COMPONENT);
+                match &key_path {
+                    Some(key) => (self.authority.to_string(), format!("/{bucket}/{key}")),
+                    None => (self.authority.to_string(), format!("/{bucket}")),
+                }
+            }
+            Some(bucket) => (
+                format!("{bucket}.{}", self.authority),
+                format!("/{}", key_path.unwrap_or_default()),
+            ),
+        };
+        let query = request
+            .query
+            .iter()
+            .map(|(name, value)| {
+                let name = utf8_percent_encode(name, COMPONENT);
+                if value.is_empty() {
+                    name.to_string()
+                } else {
+                    format!("{name}={}", utf8_percent_encode(value, COMPONENT))
+                }
+            })
+            .collect::<Vec<_>>()
+            .join("&");
+        let path_and_query = if query.is_empty() {
+            path
+        } else {
+            format!("{path}?{query}")
+        };
+        Uri::builder()
+            .scheme(self.scheme.clone())
+            .authority(authority)
+            .path_and_query(path_and_query)
+            .build()
+            .map_err(|error| UpstreamError::Request {
+                message: format!("cannot build the upstream URI: {error}"),
+            })
+    }
+}
+
+/// Whether a bucket can be a DNS label over TLS (dotted names break wildcard certificates).
+fn virtual_host_safe(bucket: &str) -> bool {
+    !bucket.is_empty()
+        && bucket.len() <= 63
+        && bucket
+            .bytes()
+            .all(|byte| byte.is_ascii_lowercase() || byte.is_ascii_digit() || byte == b'-')
+}
+
+fn empty_body() -> UpstreamBody {
+    http_body_util::Empty::new()
+        .map_err(|never| match never {})
+        .boxed()
+}
+
+/// An error with its sources, for messages ("connection refused" hides two levels down).
+fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut message = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        message.push_str(": ");
+        message.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    message
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(bucket: Option<&str>, key: Option<&str>, query: &[(&str, &str)]) -> ForwardRequest {
+        ForwardRequest {
+            operation: "Test",
+            method: Method::GET,
+            bucket: bucket.map(str::to_owned),
+            key: key.map(str::to_owned),
+            query: query
+                .iter()
+                .map(|(name, value)| ((*name).to_owned(), (*value).to_owned()))
+                .collect(),
+            headers: HeaderMap::new(),
+            payload: Payload::Empty,
+        }
+    }
+
+    async fn forwarder(endpoint: &str, force_path_style: bool) -> Forwarder {
+        let config = UpstreamConfig {
+            endpoint: endpoint.to_owned(),
+            force_path_style,
+            ..UpstreamConfig::default()
+        };
+        let shared = SdkConfig::builder().build();
+        Forwarder::new(&config, &shared, Arc::new(Metrics::new())).unwrap()
+    }
+
+    #[tokio::test]
+    async fn uris_are_canonically_encoded() {
+        let path_style = forwarder("http://127.0.0.1:9000", true).await;
+        let uri = path_style
+            .uri_for(&request(
+                Some("bucket"),
+                Some("dir/a b+c%~é"),
+                &[("prefix", "x y/z"), ("uploads", "")],
+            ))
+            .unwrap();
+        assert_eq!(
+            uri.to_string(),
+            "http://127.0.0.1:9000/bucket/dir/a%20b%2Bc%25~%C3%A9?prefix=x%20y%2Fz&uploads"
+        );
+        let root = path_style.uri_for(&request(None, None, &[])).unwrap();
+        assert_eq!(root.to_string(), "http://127.0.0.1:9000/");
+        let bucket_only = path_style
+            .uri_for(&request(Some("bucket"), None, &[("list-type", "2")]))
+            .unwrap();
+        assert_eq!(
+            bucket_only.to_string(),
+            "http://127.0.0.1:9000/bucket?list-type=2"
+        );
+    }
+
+    #[tokio::test]
+    async fn virtual_hosts_are_used_unless_path_style_or_dotted() {
+        let virtual_hosts = forwarder("https://s3.example.com", false).await;
+        let uri = virtual_hosts
+            .uri_for(&request(Some("photos"), Some("a/b"), &[]))
+            .unwrap();
+        assert_eq!(uri.to_string(), "https://photos.s3.example.com/a/b");
+        let dotted = virtual_hosts
+            .uri_for(&request(Some("my.photos"), Some("a"), &[]))
+            .unwrap();
+        assert_eq!(dotted.to_string(), "https://s3.example.com/my.photos/a");
+    }
+}

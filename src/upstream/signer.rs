@@ -1,0 +1,130 @@
+//! SigV4 signing of forwarded requests with Portico's upstream credentials.
+//!
+//! Credentials come from the same provider the SDK client uses (static config or the
+//! standard AWS chain) and are kept until five minutes before they expire, so a busy
+//! proxy does not ask the chain (or IMDS) once per request.
+
+use std::time::{Duration, SystemTime};
+
+use aws_credential_types::Credentials;
+use aws_credential_types::provider::{ProvideCredentials, SharedCredentialsProvider};
+use aws_sigv4::http_request::{
+    PayloadChecksumKind, PercentEncodingMode, SignableBody, SignableRequest, SigningSettings,
+    UriPathNormalizationMode, sign,
+};
+use aws_sigv4::sign::v4;
+use aws_smithy_runtime_api::client::identity::Identity;
+use http::Request;
+
+use super::UpstreamError;
+
+/// Renew cached credentials this long before they expire.
+const RENEW_BEFORE: Duration = Duration::from_secs(300);
+
+/// How the body of a signed request is declared in `x-amz-content-sha256`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BodySignature {
+    Empty,
+    Unsigned,
+    UnsignedWithTrailer,
+}
+
+pub struct Signer {
+    provider: Option<SharedCredentialsProvider>,
+    region: String,
+    current: tokio::sync::Mutex<Option<Credentials>>,
+}
+
+impl Signer {
+    pub fn new(provider: Option<SharedCredentialsProvider>, region: String) -> Self {
+        Self {
+            provider,
+            region,
+            current: tokio::sync::Mutex::new(None),
+        }
+    }
+
+    async fn credentials(&self) -> Result<Option<Credentials>, UpstreamError> {
+        let Some(provider) = &self.provider else {
+            return Ok(None);
+        };
+        let mut current = self.current.lock().await;
+        if let Some(credentials) = current.as_ref() {
+            let fresh = credentials.expiry().is_none_or(|expiry| {
+                expiry
+                    .duration_since(SystemTime::now())
+                    .is_ok_and(|left| left > RENEW_BEFORE)
+            });
+            if fresh {
+                return Ok(Some(credentials.clone()));
+            }
+        }
+        let credentials =
+            provider
+                .provide_credentials()
+                .await
+                .map_err(|error| UpstreamError::Request {
+                    message: format!("no upstream credentials: {error}"),
+                })?;
+        *current = Some(credentials.clone());
+        Ok(Some(credentials))
+    }
+
+    /// Adds `x-amz-date`, `x-amz-content-sha256` and `Authorization` to `request`, whose
+    /// URI must already be in S3's canonical encoding.
+    pub async fn sign<B>(
+        &self,
+        request: &mut Request<B>,
+        body: BodySignature,
+    ) -> Result<(), UpstreamError> {
+        let Some(credentials) = self.credentials().await? else {
+            return Ok(());
+        };
+        let identity = Identity::from(credentials);
+        let mut settings = SigningSettings::default();
+        settings.percent_encoding_mode = PercentEncodingMode::Single;
+        settings.uri_path_normalization_mode = UriPathNormalizationMode::Disabled;
+        settings.payload_checksum_kind = PayloadChecksumKind::XAmzSha256;
+        let params = v4::SigningParams::builder()
+            .identity(&identity)
+            .region(&self.region)
+            .name("s3")
+            .time(SystemTime::now())
+            .settings(settings)
+            .build()
+            .map_err(|error| UpstreamError::Request {
+                message: error.to_string(),
+            })?
+            .into();
+        let invalid_header = |_| UpstreamError::Request {
+            message: "a header value is not visible ASCII".to_owned(),
+        };
+        let headers = request
+            .headers()
+            .iter()
+            .map(|(name, value)| Ok((name.as_str(), value.to_str().map_err(invalid_header)?)))
+            .collect::<Result<Vec<_>, UpstreamError>>()?;
+        let signable_body = match body {
+            BodySignature::Empty => SignableBody::empty(),
+            BodySignature::Unsigned => SignableBody::UnsignedPayload,
+            BodySignature::UnsignedWithTrailer => SignableBody::StreamingUnsignedPayloadTrailer,
+        };
+        let uri = request.uri().to_string();
+        let signable = SignableRequest::new(
+            request.method().as_str(),
+            uri.as_str(),
+            headers.into_iter(),
+            signable_body,
+        )
+        .map_err(|error| UpstreamError::Request {
+            message: error.to_string(),
+        })?;
+        let (instructions, _) = sign(signable, &params)
+            .map_err(|error| UpstreamError::Request {
+                message: error.to_string(),
+            })?
+            .into_parts();
+        instructions.apply_to_request_http1x(request);
+        Ok(())
+    }
+}

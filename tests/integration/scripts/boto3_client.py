@@ -1,0 +1,69 @@
+"""boto3 through Portico: put/get/head/list/delete, multipart upload, presigned GET and PUT
+with urllib. Every object read back is compared with what was written, and with MinIO
+direct. Prints one line per step; any mismatch raises (non-zero exit)."""
+
+import hashlib
+import io
+import os
+import sys
+import urllib.request
+
+import boto3
+from botocore.config import Config
+
+portico_url, minio_url, access_key, secret_key, bucket = sys.argv[1:6]
+
+
+def client(endpoint):
+    return boto3.client(
+        "s3",
+        endpoint_url=endpoint,
+        aws_access_key_id=access_key,
+        aws_secret_access_key=secret_key,
+        region_name="us-east-1",
+        config=Config(s3={"addressing_style": "path"}, retries={"max_attempts": 1}),
+    )
+
+
+portico = client(portico_url)
+direct = client(minio_url)
+digest = lambda data: hashlib.sha256(data).hexdigest()
+
+small = os.urandom(1024)
+portico.put_object(Bucket=bucket, Key="boto3/small.bin", Body=small, ContentType="application/x-test")
+assert portico.get_object(Bucket=bucket, Key="boto3/small.bin")["Body"].read() == small
+head = portico.head_object(Bucket=bucket, Key="boto3/small.bin")
+assert head["ContentLength"] == 1024 and head["ContentType"] == "application/x-test", head
+assert head["ETag"] == '"%s"' % hashlib.md5(small).hexdigest(), head["ETag"]
+print("put/get/head ok")
+
+# upload_fileobj sends a multipart upload above its 8 MiB threshold.
+large = os.urandom(20 * 1024 * 1024 + 5)
+portico.upload_fileobj(io.BytesIO(large), bucket, "boto3/large.bin")
+etag = portico.head_object(Bucket=bucket, Key="boto3/large.bin")["ETag"]
+assert etag.endswith('-3"'), etag
+assert digest(portico.get_object(Bucket=bucket, Key="boto3/large.bin")["Body"].read()) == digest(large)
+assert digest(direct.get_object(Bucket=bucket, Key="boto3/large.bin")["Body"].read()) == digest(large)
+print("multipart ok", etag)
+
+keys = [item["Key"] for item in portico.list_objects_v2(Bucket=bucket, Prefix="boto3/")["Contents"]]
+assert keys == ["boto3/large.bin", "boto3/small.bin"], keys
+print("list ok")
+
+url = portico.generate_presigned_url("put_object", Params={"Bucket": bucket, "Key": "boto3/presigned.txt"}, ExpiresIn=300)
+request = urllib.request.Request(url, data=b"presigned upload", method="PUT")
+assert urllib.request.urlopen(request).status == 200
+url = portico.generate_presigned_url("get_object", Params={"Bucket": bucket, "Key": "boto3/presigned.txt"}, ExpiresIn=300)
+assert urllib.request.urlopen(url).read() == b"presigned upload"
+assert direct.get_object(Bucket=bucket, Key="boto3/presigned.txt")["Body"].read() == b"presigned upload"
+print("presigned ok")
+
+portico.delete_object(Bucket=bucket, Key="boto3/presigned.txt")
+portico.delete_objects(Bucket=bucket, Delete={"Objects": [{"Key": "boto3/small.bin"}, {"Key": "boto3/large.bin"}]})
+assert "Contents" not in direct.list_objects_v2(Bucket=bucket, Prefix="boto3/")
+try:
+    portico.get_object(Bucket=bucket, Key="boto3/small.bin")
+    raise AssertionError("a deleted object was still served")
+except portico.exceptions.NoSuchKey:
+    pass
+print("delete ok")
