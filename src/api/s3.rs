@@ -238,9 +238,8 @@ impl S3 for PorticoS3 {
             .head(&object)
             .await
             .map_err(|error| s3_error(&error, &request_id))?;
-        if let Some(error) =
-            precondition_error(preconditions(&request).evaluate(&meta), &meta, &request_id)
-        {
+        let conditions = preconditions(&request);
+        if let Some(error) = precondition_error(conditions.evaluate(&meta), &meta, &request_id) {
             return Err(error);
         }
         // A Range on HEAD answers with the range's length and Content-Range (the front
@@ -262,6 +261,7 @@ impl S3 for PorticoS3 {
             }
             None => None,
         };
+        let range = range.filter(|_| conditions.range_applies(&meta));
         let selection = Selection::resolve(range, meta.size)
             .map_err(|error| s3_error(&ReadError::InvalidRange(error), &request_id))?;
         let (content_length, content_range) = content_extent(selection, meta.size);

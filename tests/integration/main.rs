@@ -6,7 +6,10 @@ mod support;
 
 mod clients;
 mod coalescing;
+mod conditionals;
 mod errors;
+mod forwarding;
 mod lifecycle;
 mod operations;
 mod reads;
+mod writes;

@@ -1,0 +1,401 @@
+//! Writes through Portico: read-your-writes, write-through, every payload framing clients
+//! use (plain, signed aws-chunked, unsigned aws-chunked with a trailing checksum inside
+//! HTTP chunked), checksums honoured, and uploads cut off mid-body leaving nothing.
+
+use std::time::Duration;
+
+use aws_sdk_s3::primitives::ByteStream;
+use aws_sdk_s3::types::{
+    ChecksumMode, CompletedMultipartUpload, CompletedPart, Delete, ObjectIdentifier,
+};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use crate::support::{Rig, failed_get, random_bytes};
+
+const MIB: usize = 1024 * 1024;
+
+async fn put_through_portico(rig: &Rig, key: &str, data: &[u8]) -> String {
+    let output = rig
+        .client
+        .put_object()
+        .bucket(&rig.bucket)
+        .key(key)
+        .body(ByteStream::from(data.to_vec()))
+        .send()
+        .await
+        .unwrap_or_else(|error| panic!("PUT {key}: {error:?}"));
+    output.e_tag().expect("ETag").to_owned()
+}
+
+async fn exists_upstream(rig: &Rig, key: &str) -> bool {
+    rig.direct
+        .head_object()
+        .bucket(&rig.bucket)
+        .key(key)
+        .send()
+        .await
+        .is_ok()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_write_through_portico_is_read_back_at_once() {
+    let rig = Rig::start("ryw", |_| {}).await;
+    let first = random_bytes(3 * MIB + 512 * 1024, 1);
+    let second = random_bytes(2 * MIB + 3, 2);
+    put_through_portico(&rig, "object", &first).await;
+    assert!(rig.get("object", None).await == first);
+    let gets = rig.upstream_gets();
+    assert!(rig.get("object", None).await == first);
+    assert_eq!(
+        rig.upstream_gets(),
+        gets,
+        "the first version is served from cache"
+    );
+    put_through_portico(&rig, "object", &second).await;
+    assert!(
+        rig.get("object", None).await == second,
+        "the GET after the second PUT returns the second version"
+    );
+    assert!(rig.get("object", Some("bytes=2097152-")).await == second[2 * MIB..]);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn deletes_copies_and_completed_uploads_invalidate_cached_keys() {
+    let rig = Rig::start("invalidate", |_| {}).await;
+    for key in ["deleted", "batch-deleted", "copied-over", "completed-over"] {
+        rig.put(key, key.as_bytes()).await;
+        assert_eq!(rig.get(key, None).await, key.as_bytes());
+    }
+    rig.put("copy-source", b"copy source").await;
+
+    rig.client
+        .delete_object()
+        .bucket(&rig.bucket)
+        .key("deleted")
+        .send()
+        .await
+        .expect("DeleteObject");
+    assert_eq!(
+        failed_get(&rig.client, &rig.bucket, "deleted", None)
+            .await
+            .0,
+        404
+    );
+
+    let delete = Delete::builder()
+        .objects(
+            ObjectIdentifier::builder()
+                .key("batch-deleted")
+                .build()
+                .expect("id"),
+        )
+        .build()
+        .expect("delete");
+    rig.client
+        .delete_objects()
+        .bucket(&rig.bucket)
+        .delete(delete)
+        .send()
+        .await
+        .expect("DeleteObjects");
+    assert_eq!(
+        failed_get(&rig.client, &rig.bucket, "batch-deleted", None)
+            .await
+            .0,
+        404
+    );
+
+    rig.client
+        .copy_object()
+        .bucket(&rig.bucket)
+        .key("copied-over")
+        .copy_source(format!("{}/copy-source", rig.bucket))
+        .send()
+        .await
+        .expect("CopyObject");
+    assert_eq!(rig.get("copied-over", None).await, b"copy source");
+
+    let upload = rig
+        .client
+        .create_multipart_upload()
+        .bucket(&rig.bucket)
+        .key("completed-over")
+        .send()
+        .await
+        .expect("CreateMultipartUpload");
+    let upload_id = upload.upload_id().expect("upload id");
+    let part = rig
+        .client
+        .upload_part()
+        .bucket(&rig.bucket)
+        .key("completed-over")
+        .upload_id(upload_id)
+        .part_number(1)
+        .body(ByteStream::from_static(b"multipart body"))
+        .send()
+        .await
+        .expect("UploadPart");
+    let completed = CompletedMultipartUpload::builder()
+        .parts(
+            CompletedPart::builder()
+                .part_number(1)
+                .set_e_tag(part.e_tag().map(str::to_owned))
+                .build(),
+        )
+        .build();
+    let done = rig
+        .client
+        .complete_multipart_upload()
+        .bucket(&rig.bucket)
+        .key("completed-over")
+        .upload_id(upload_id)
+        .multipart_upload(completed)
+        .send()
+        .await
+        .expect("CompleteMultipartUpload");
+    assert!(
+        done.e_tag().is_some_and(|etag| etag.ends_with("-1\"")),
+        "{:?}",
+        done.e_tag()
+    );
+    assert_eq!(rig.get("completed-over", None).await, b"multipart body");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn write_through_serves_a_fresh_upload_without_an_upstream_get() {
+    let rig = Rig::start("write-through", |settings| settings.write_through = true).await;
+    let data = random_bytes(3 * MIB + 100, 3);
+    put_through_portico(&rig, "fresh", &data).await;
+    rig.forwarder.take();
+    assert!(rig.get("fresh", None).await == data);
+    assert!(rig.get("fresh", Some("bytes=1048576-2097151")).await == data[MIB..2 * MIB]);
+    assert_eq!(rig.upstream_gets(), 0, "every block came from the write");
+    assert!(
+        rig.portico()
+            .metric("portico_cache_block_lookups_total{result=\"memory_hit\"}")
+            .await
+            >= 5.0
+    );
+}
+
+/// Sends a raw HTTP/1.1 request and returns the response status (0 if none came).
+async fn raw_request(address: &str, head: &str, body: &[u8]) -> u16 {
+    let mut stream = TcpStream::connect(address).await.expect("connect");
+    stream.write_all(head.as_bytes()).await.expect("send head");
+    stream.write_all(body).await.expect("send body");
+    let mut response = Vec::new();
+    let mut buffer = [0u8; 4096];
+    loop {
+        let read = tokio::time::timeout(Duration::from_secs(30), stream.read(&mut buffer))
+            .await
+            .expect("response in time")
+            .expect("read");
+        response.extend_from_slice(&buffer[..read]);
+        let text = String::from_utf8_lossy(&response);
+        // Skip interim 100 Continue responses.
+        let final_head = text
+            .split("\r\n\r\n")
+            .find(|head| head.starts_with("HTTP/1.1 ") && !head.starts_with("HTTP/1.1 100"));
+        if let Some(head) = final_head {
+            return head[9..12].parse().unwrap_or(0);
+        }
+        if read == 0 {
+            return 0;
+        }
+    }
+}
+
+fn aws_chunked(data: &[u8], chunk: usize, signed: bool, trailer: Option<(&str, &str)>) -> Vec<u8> {
+    let signature =
+        ";chunk-signature=0000000000000000000000000000000000000000000000000000000000000000";
+    let extension = if signed { signature } else { "" };
+    let mut out = Vec::new();
+    for piece in data.chunks(chunk) {
+        out.extend_from_slice(format!("{:x}{extension}\r\n", piece.len()).as_bytes());
+        out.extend_from_slice(piece);
+        out.extend_from_slice(b"\r\n");
+    }
+    out.extend_from_slice(format!("0{extension}\r\n").as_bytes());
+    if let Some((name, value)) = trailer {
+        out.extend_from_slice(format!("{name}:{value}\r\n").as_bytes());
+    }
+    out.extend_from_slice(b"\r\n");
+    out
+}
+
+/// Wraps `body` in HTTP/1.1 chunked transfer coding.
+fn http_chunked(body: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for piece in body.chunks(100_000) {
+        out.extend_from_slice(format!("{:x}\r\n", piece.len()).as_bytes());
+        out.extend_from_slice(piece);
+        out.extend_from_slice(b"\r\n");
+    }
+    out.extend_from_slice(b"0\r\n\r\n");
+    out
+}
+
+fn crc32_base64(data: &[u8]) -> String {
+    aws_smithy_types::base64::encode(crc32fast::hash(data).to_be_bytes())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn every_payload_framing_reaches_the_upstream_intact() {
+    let rig = Rig::start("framing", |_| {}).await;
+    let address = rig.portico().s3.trim_start_matches("http://").to_owned();
+    let bucket = &rig.bucket;
+    let data = random_bytes(300_000, 4);
+    let length = data.len();
+    let checksum = crc32_base64(&data);
+    let auth = "Authorization: AWS4-HMAC-SHA256 Credential=any/20260101/us-east-1/s3/aws4_request, SignedHeaders=host, Signature=00\r\n";
+
+    // Signed chunks (the aws CLI's and older SDKs' form), with Content-Length.
+    let body = aws_chunked(&data, 64 * 1024, true, None);
+    let head = format!(
+        "PUT /{bucket}/signed HTTP/1.1\r\nHost: {address}\r\n{auth}x-amz-date: 20260101T000000Z\r\n\
+         x-amz-content-sha256: STREAMING-AWS4-HMAC-SHA256-PAYLOAD\r\nContent-Encoding: aws-chunked\r\n\
+         x-amz-decoded-content-length: {length}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    assert_eq!(raw_request(&address, &head, &body).await, 200);
+
+    // Unsigned chunks with a trailing CRC32, inside HTTP chunked, with Expect: 100-continue
+    // (what recent SDKs send by default).
+    let trailer_head = |key: &str| {
+        format!(
+            "PUT /{bucket}/{key} HTTP/1.1\r\nHost: {address}\r\n{auth}x-amz-date: 20260101T000000Z\r\n\
+             x-amz-content-sha256: STREAMING-UNSIGNED-PAYLOAD-TRAILER\r\nContent-Encoding: aws-chunked\r\n\
+             x-amz-decoded-content-length: {length}\r\nx-amz-trailer: x-amz-checksum-crc32\r\n\
+             x-amz-sdk-checksum-algorithm: CRC32\r\nTransfer-Encoding: chunked\r\n\
+             Expect: 100-continue\r\nConnection: close\r\n\r\n"
+        )
+    };
+    let body = http_chunked(&aws_chunked(
+        &data,
+        8192,
+        false,
+        Some(("x-amz-checksum-crc32", &checksum)),
+    ));
+    assert_eq!(
+        raw_request(&address, &trailer_head("trailer"), &body).await,
+        200
+    );
+
+    for key in ["signed", "trailer"] {
+        let object = rig
+            .direct
+            .get_object()
+            .bucket(bucket)
+            .key(key)
+            .checksum_mode(ChecksumMode::Enabled)
+            .send()
+            .await
+            .expect("GET direct");
+        let stored_checksum = object.checksum_crc32().map(str::to_owned);
+        let stored = object.body.collect().await.expect("body").into_bytes();
+        assert!(
+            stored == data,
+            "{key}: the upstream holds exactly the decoded bytes"
+        );
+        if key == "trailer" {
+            assert_eq!(
+                stored_checksum.as_deref(),
+                Some(checksum.as_str()),
+                "the trailing checksum was honoured"
+            );
+        }
+        assert!(rig.get(key, None).await == data);
+    }
+
+    // A wrong trailing checksum or Content-MD5 is refused upstream and stores nothing.
+    let wrong = crc32_base64(b"something else");
+    let body = http_chunked(&aws_chunked(
+        &data,
+        8192,
+        false,
+        Some(("x-amz-checksum-crc32", &wrong)),
+    ));
+    assert_eq!(
+        raw_request(&address, &trailer_head("bad-trailer"), &body).await,
+        400
+    );
+    assert!(!exists_upstream(&rig, "bad-trailer").await);
+    let head = format!(
+        "PUT /{bucket}/bad-md5 HTTP/1.1\r\nHost: {address}\r\nContent-MD5: 1B2M2Y8AsgTpgAmY7PhCfg==\r\n\
+         Content-Length: {length}\r\nConnection: close\r\n\r\n"
+    );
+    assert_eq!(raw_request(&address, &head, &data).await, 400);
+    assert!(!exists_upstream(&rig, "bad-md5").await);
+
+    // Broken framing is the client's error.
+    let head = format!(
+        "PUT /{bucket}/broken HTTP/1.1\r\nHost: {address}\r\nx-amz-content-sha256: STREAMING-UNSIGNED-PAYLOAD-TRAILER\r\n\
+         Content-Encoding: aws-chunked\r\nx-amz-decoded-content-length: 10\r\nContent-Length: 12\r\nConnection: close\r\n\r\n"
+    );
+    assert_eq!(raw_request(&address, &head, b"zz\r\nnonsense").await, 400);
+    assert!(!exists_upstream(&rig, "broken").await);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_upload_cut_off_mid_body_leaves_nothing_behind() {
+    let rig = Rig::start("cutoff", |_| {}).await;
+    let address = rig.portico().s3.trim_start_matches("http://").to_owned();
+    let bucket = &rig.bucket;
+    let heads = [
+        format!(
+            "PUT /{bucket}/plain HTTP/1.1\r\nHost: {address}\r\nContent-Length: {}\r\n\r\n",
+            8 * MIB
+        ),
+        format!(
+            "PUT /{bucket}/chunked HTTP/1.1\r\nHost: {address}\r\n\
+             x-amz-content-sha256: STREAMING-UNSIGNED-PAYLOAD-TRAILER\r\nContent-Encoding: aws-chunked\r\n\
+             x-amz-decoded-content-length: {}\r\nx-amz-trailer: x-amz-checksum-crc32\r\n\
+             Transfer-Encoding: chunked\r\n\r\n",
+            8 * MIB
+        ),
+    ];
+    for (key, head) in ["plain", "chunked"].into_iter().zip(heads) {
+        let mut stream = TcpStream::connect(&address).await.expect("connect");
+        stream.write_all(head.as_bytes()).await.expect("head");
+        let piece = random_bytes(MIB, 5);
+        let body = if key == "chunked" {
+            let mut framed = format!("{:x}\r\n{:x}\r\n", MIB + 9, MIB).into_bytes();
+            framed.extend_from_slice(&piece);
+            framed
+        } else {
+            piece
+        };
+        stream.write_all(&body).await.expect("partial body");
+        // Cut the connection only once the upstream is receiving the body.
+        let started = tokio::time::Instant::now();
+        while !rig
+            .forwarder
+            .object_requests("PUT")
+            .iter()
+            .any(|seen| seen.path.ends_with(key))
+        {
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "the PUT never reached the upstream"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        drop(stream);
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    for key in ["plain", "chunked"] {
+        assert!(
+            !exists_upstream(&rig, key).await,
+            "{key}: no partial object upstream"
+        );
+        assert_eq!(
+            failed_get(&rig.client, &rig.bucket, key, None).await.0,
+            404,
+            "{key}"
+        );
+    }
+    // Portico keeps serving writes.
+    put_through_portico(&rig, "plain", b"complete").await;
+    assert_eq!(rig.get("plain", None).await, b"complete");
+}
