@@ -36,9 +36,12 @@ clippy:
 build:
 	cargo build --bin portico
 
-## bench: hot-hit throughput and latency vs MinIO direct, and peak RSS of a 1 GiB GET (release build)
+## bench: hot-hit throughput and latency vs MinIO direct, peak RSS of a 1 GiB GET, and the
+## write-path figures (1 GiB PUT through Portico vs direct, upstream requests of a re-sync)
 bench: tools
 	cargo bench --bench hot_hits
+	cargo build --release --bin portico
+	scripts/bench-writes.sh
 
 tools: $(MINIO) $(PYTHON_TOOLS)/bin/s3cmd $(AWS_CLI)
 
