@@ -55,7 +55,7 @@ put_cli() { # endpoint key → seconds
 }
 rate() { echo "scale=0; 1024 / $1" | bc; }
 
-for round in 1 2; do
+for round in 1 2 3; do
   d=$(put_curl "$direct" "curl-direct-$round"); p=$(put_curl "$through" "curl-portico-$round")
   echo "1 GiB PUT, one stream (curl), round $round: direct $(rate "$d") MiB/s, through Portico $(rate "$p") MiB/s"
 done
@@ -63,7 +63,7 @@ d=$(put_cli "$direct" cli-direct); p=$(put_cli "$through" cli-portico)
 echo "1 GiB PUT, aws s3 cp (multipart, 8 MiB parts): direct $(rate "$d") MiB/s, through Portico $(rate "$p") MiB/s"
 
 mkdir -p "$work/tree"
-for index in $(seq -w 1 100); do head -c $((64 * 1024 + index)) /dev/urandom >"$work/tree/file-$index.bin"; done
+for index in $(seq -w 1 100); do head -c $((64 * 1024 + 10#$index)) /dev/urandom >"$work/tree/file-$index.bin"; done
 "$aws_cli" --endpoint-url "$direct" s3 sync --no-progress "$work/tree" s3://bench/tree >/dev/null
 upstream_requests() {
   curl -fs "http://127.0.0.1:$admin_port/metrics" \
@@ -72,7 +72,7 @@ upstream_requests() {
 upstream_by_operation() {
   curl -fs "http://127.0.0.1:$admin_port/metrics" | grep '^portico_upstream_requests_total{' | grep -v ListBuckets
 }
-for round in 1 2; do
+for round in 1 2 3; do
   before=$(upstream_requests)
   "$aws_cli" --endpoint-url "$through" s3 sync --no-progress s3://bench/tree "$work/down-$round" >/dev/null
   after=$(upstream_requests)
