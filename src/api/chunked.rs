@@ -18,6 +18,8 @@ use http::{HeaderMap, HeaderName, HeaderValue};
 use http_body::{Body, Frame, SizeHint};
 use parking_lot::Mutex;
 
+use crate::upstream::BoxError;
+
 /// The longest chunk-header or trailer line accepted (a signed header is ~90 bytes).
 const MAX_LINE_BYTES: usize = 4096;
 /// The most trailer bytes accepted in total.
@@ -199,8 +201,6 @@ impl ErrorSlot {
         self.0.lock().clone()
     }
 }
-
-pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// A client's `aws-chunked` body, decoded: data frames, then one trailers frame if the
 /// client sent trailers.

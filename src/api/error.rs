@@ -1,13 +1,15 @@
-//! The one table from read-path errors to S3 error codes, HTTP statuses and messages.
+//! The one table from read-path and upstream errors to S3 error codes, HTTP statuses and
+//! messages, for cached reads and forwarded requests alike.
 //!
 //! Errors the upstream sent pass through with their code, status and message; the
 //! upstream's request id is added as `x-portico-upstream-request-id` and logged.
 
-use http::{HeaderMap, HeaderValue, StatusCode};
+use http::{HeaderMap, HeaderValue, Response, StatusCode};
 use s3s::{S3Error, S3ErrorCode};
 
 use crate::cache::Missing;
 use crate::read::{ErrorSource, ReadError};
+use crate::types::ObjectRefError;
 use crate::upstream::UpstreamError;
 
 pub const UPSTREAM_REQUEST_ID_HEADER: &str = "x-portico-upstream-request-id";
@@ -76,6 +78,37 @@ fn upstream_request_id(error: &ReadError) -> Option<&str> {
         ReadError::NotFound(_, request_id) => request_id.as_deref(),
         ReadError::Upstream(upstream) => upstream.request_id(),
         _ => None,
+    }
+}
+
+/// The error for a request the upstream could not answer (forwarded requests).
+pub fn forward_error(error: &UpstreamError) -> S3Error {
+    tracing::warn!(%error, "forwarding to the upstream failed");
+    let (code, status, message) = upstream_error(error);
+    let mut s3_error = S3Error::with_message(code, message);
+    s3_error.set_status_code(status);
+    s3_error
+}
+
+/// The error for a bucket and key that do not form a valid object reference.
+pub fn invalid_object(error: &ObjectRefError) -> S3Error {
+    let code = match error {
+        ObjectRefError::KeyTooLong(_) => S3ErrorCode::KeyTooLongError,
+        _ => S3ErrorCode::InvalidArgument,
+    };
+    S3Error::with_message(code, error.to_string())
+}
+
+/// `error` as an S3 XML response carrying `request_id`.
+pub fn error_response(mut error: S3Error, request_id: &str) -> Response<s3s::Body> {
+    error.set_request_id(request_id);
+    match error.to_http_response() {
+        Ok(response) => response.map(Into::into),
+        Err(_) => {
+            let mut response = Response::new(s3s::Body::empty());
+            *response.status_mut() = StatusCode::INTERNAL_SERVER_ERROR;
+            response
+        }
     }
 }
 

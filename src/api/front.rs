@@ -18,6 +18,7 @@ use s3s::service::S3Service;
 use s3s::{S3Error, S3ErrorCode};
 
 use super::conditions::Preconditions;
+use super::error::error_response;
 use super::host::VirtualHosts;
 use super::passthrough::{Forwarded, Passthrough};
 use super::route::{Address, Route};
@@ -125,14 +126,9 @@ impl Front {
         let address = match Address::parse(request.uri(), host, self.hosts.as_ref()) {
             Ok(address) => address,
             Err(error) => {
-                let mut s3_error =
-                    S3Error::with_message(S3ErrorCode::InvalidURI, error.to_string());
-                s3_error.set_request_id(context.id());
-                let response = s3_error
-                    .to_http_response()
-                    .map(|response| response.map(Into::into))
-                    .map_err(|error| s3s::HttpError::new(Box::new(error)));
-                return Box::pin(async move { response });
+                let error = S3Error::with_message(S3ErrorCode::InvalidURI, error.to_string());
+                let response = error_response(error, context.id());
+                return Box::pin(async move { Ok(response) });
             }
         };
         match Route::of(request.method(), &address, request.headers()) {

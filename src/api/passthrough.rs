@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
-use http::{HeaderMap, HeaderValue, Request, Response, StatusCode};
+use http::{HeaderMap, HeaderValue, Request, Response};
 use http_body::{Body, Frame, SizeHint};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
@@ -21,12 +21,12 @@ use parking_lot::Mutex;
 use quick_xml::events::Event;
 use s3s::{S3Error, S3ErrorCode};
 
-use super::chunked::{BodyError, BoxError, DecodedBody, EncodedBody, ErrorSlot};
-use super::error::UPSTREAM_REQUEST_ID_HEADER;
+use super::chunked::{BodyError, DecodedBody, EncodedBody, ErrorSlot};
+use super::error::{UPSTREAM_REQUEST_ID_HEADER, error_response, forward_error, invalid_object};
 use super::route::{Address, Effect};
 use crate::read::ReadPath;
 use crate::types::ObjectRef;
-use crate::upstream::{ForwardRequest, Forwarder, Payload, UpstreamBody, UpstreamError};
+use crate::upstream::{BoxError, ForwardRequest, Forwarder, Payload, UpstreamBody};
 
 /// The largest DeleteObjects request accepted (S3 allows 1,000 keys of up to 1 KiB each).
 const MAX_DELETE_LIST_BYTES: usize = 2 * 1024 * 1024;
@@ -119,18 +119,23 @@ impl Passthrough {
             address,
             ..
         } = forwarded;
-        let changed = changed_object(&address, effect)?;
+        let mut changed: Vec<ObjectRef> = changed_object(&address, effect)?.into_iter().collect();
         let (parts, body) = request.into_parts();
         let errors = ErrorSlot::default();
         let framing = Framing::of(&parts.headers, &parts.method)?;
         let mut headers = forwarded_headers(&parts.headers);
         let (mut payload, decoded_length) = framing.payload(body, &mut headers, errors.clone());
 
-        let mut deleted = Vec::new();
-        if effect == Effect::DeleteListed {
+        if effect == Effect::DeleteListed
+            && let Some(bucket) = &address.bucket
+        {
             let list = collect_bounded(payload, MAX_DELETE_LIST_BYTES).await?;
-            deleted = deleted_keys(&list)?;
-            payload = Payload::Plain(full_body(list.clone()), Some(list.len() as u64));
+            changed = deleted_keys(&list)?
+                .iter()
+                .filter_map(|key| ObjectRef::new(bucket, key).ok())
+                .collect();
+            let length = list.len() as u64;
+            payload = Payload::Plain(full_body(list), Some(length));
         }
         let capture = match (effect, self.write_through, decoded_length) {
             (Effect::WriteObject, Some(settings), Some(length))
@@ -143,36 +148,28 @@ impl Passthrough {
             _ => None,
         };
 
+        let Address { bucket, key, query } = address;
         let result = self
             .forwarder
             .send(ForwardRequest {
                 operation,
                 method: parts.method,
-                bucket: address.bucket.clone(),
-                key: address.key.clone(),
-                query: address.query,
+                bucket,
+                key,
+                query,
                 headers,
                 payload,
             })
             .await;
-        if let Some(object) = &changed {
+        for object in &changed {
             self.read.invalidate(object);
-        }
-        if effect == Effect::DeleteListed
-            && let Some(bucket) = &address.bucket
-        {
-            for key in &deleted {
-                if let Ok(object) = ObjectRef::new(bucket, key) {
-                    self.read.invalidate(&object);
-                }
-            }
         }
         let response = match result {
             Ok(response) => response,
-            Err(error) => return Err(body_error(&errors).unwrap_or_else(|| upstream_error(&error))),
+            Err(error) => return Err(body_error(&errors).unwrap_or_else(|| forward_error(&error))),
         };
         if response.status().is_success()
-            && let (Some(capture), Some(object)) = (capture, &changed)
+            && let (Some(capture), Some(object)) = (capture, changed.first())
         {
             self.admit(object, &response, capture).await;
         }
@@ -198,7 +195,8 @@ impl Passthrough {
     }
 }
 
-/// The object a write changes (the key of PutObject, CopyObject's destination, …).
+/// The object a PutObject, CopyObject (destination), CompleteMultipartUpload or
+/// DeleteObject changes; DeleteObjects' keys come from its body.
 fn changed_object(address: &Address, effect: Effect) -> Result<Option<ObjectRef>, S3Error> {
     if !matches!(effect, Effect::WriteObject | Effect::ChangeKey) {
         return Ok(None);
@@ -206,13 +204,9 @@ fn changed_object(address: &Address, effect: Effect) -> Result<Option<ObjectRef>
     let (Some(bucket), Some(key)) = (&address.bucket, &address.key) else {
         return Ok(None);
     };
-    ObjectRef::new(bucket, key).map(Some).map_err(|error| {
-        let code = match error {
-            crate::types::ObjectRefError::KeyTooLong(_) => S3ErrorCode::KeyTooLongError,
-            _ => S3ErrorCode::InvalidArgument,
-        };
-        S3Error::with_message(code, error.to_string())
-    })
+    ObjectRef::new(bucket, key)
+        .map(Some)
+        .map_err(|error| invalid_object(&error))
 }
 
 /// How the client framed its request body.
@@ -258,14 +252,12 @@ impl Framing {
             None => None,
         };
         let chunked = headers.contains_key(http::header::TRANSFER_ENCODING);
-        Ok(match (length, chunked) {
-            (Some(0), _) | (None, false)
-                if !matches!(*method, http::Method::PUT | http::Method::POST) =>
-            {
-                Self::None
-            }
-            (Some(0), _) | (None, false) => Self::Plain(Some(0)),
-            (length, _) => Self::Plain(length),
+        let empty = length == Some(0) || (length.is_none() && !chunked);
+        Ok(match *method {
+            // An empty PutObject still needs its `Content-Length: 0` upstream.
+            http::Method::PUT | http::Method::POST if empty => Self::Plain(Some(0)),
+            _ if empty => Self::None,
+            _ => Self::Plain(length),
         })
     }
 
@@ -458,33 +450,6 @@ fn body_error(errors: &ErrorSlot) -> Option<S3Error> {
         BodyError::Chunked(_) => S3ErrorCode::InvalidRequest,
     };
     Some(S3Error::with_message(code, error.to_string()))
-}
-
-fn upstream_error(error: &UpstreamError) -> S3Error {
-    tracing::warn!(%error, "forwarding to the upstream failed");
-    let (code, message) = match error {
-        UpstreamError::Unreachable { .. } => (
-            S3ErrorCode::ServiceUnavailable,
-            "The upstream object store is unreachable. Please retry.",
-        ),
-        _ => (
-            S3ErrorCode::InternalError,
-            "We encountered an internal error. Please try again.",
-        ),
-    };
-    S3Error::with_message(code, message)
-}
-
-fn error_response(mut error: S3Error, request_id: &str) -> Response<s3s::Body> {
-    error.set_request_id(request_id);
-    match error.to_http_response() {
-        Ok(response) => response.map(Into::into),
-        Err(_) => {
-            let mut response = Response::new(s3s::Body::empty());
-            *response.status_mut() = StatusCode::INTERNAL_SERVER_ERROR;
-            response
-        }
-    }
 }
 
 /// The upstream's response for the client: same status, headers and streamed body; the

@@ -13,10 +13,12 @@ use s3s::dto::{
 };
 use s3s::{S3, S3Error, S3ErrorCode, S3Request, S3Response, S3Result};
 
+use std::time::{Duration, UNIX_EPOCH};
+
 use http::{HeaderMap, HeaderValue, StatusCode};
 
 use super::conditions::{Preconditions, Verdict};
-use super::error::s3_error;
+use super::error::{invalid_object, s3_error};
 use super::front::RequestContext;
 use crate::cache::ObjectMeta;
 use crate::read::{ReadError, ReadPath};
@@ -105,11 +107,7 @@ fn request_id_of<T>(request: &S3Request<T>, operation: &'static str) -> String {
 
 fn object_ref(bucket: &str, key: &str, request_id: &str) -> S3Result<ObjectRef> {
     ObjectRef::new(bucket, key).map_err(|error| {
-        let code = match error {
-            crate::types::ObjectRefError::KeyTooLong(_) => S3ErrorCode::KeyTooLongError,
-            _ => S3ErrorCode::InvalidArgument,
-        };
-        let mut s3_error = S3Error::with_message(code, error.to_string());
+        let mut s3_error = invalid_object(&error);
         s3_error.set_request_id(request_id);
         s3_error
     })
@@ -126,11 +124,14 @@ fn precondition_error(verdict: Verdict, meta: &ObjectMeta, request_id: &str) -> 
             if let Ok(etag) = HeaderValue::from_str(&meta.etag) {
                 headers.insert(http::header::ETAG, etag);
             }
-            let headers_of = ObjectHeaders::of(meta);
-            if let Some(modified) = headers_of.last_modified
-                && let Ok(text) = modified_header(&modified)
+            if let Some(secs) = meta
+                .last_modified_unix_secs
+                .and_then(|secs| u64::try_from(secs).ok())
             {
-                headers.insert(http::header::LAST_MODIFIED, text);
+                let modified = httpdate::fmt_http_date(UNIX_EPOCH + Duration::from_secs(secs));
+                if let Ok(value) = HeaderValue::from_str(&modified) {
+                    headers.insert(http::header::LAST_MODIFIED, value);
+                }
             }
             error.set_headers(headers);
             error
@@ -146,14 +147,6 @@ fn precondition_error(verdict: Verdict, meta: &ObjectMeta, request_id: &str) -> 
     };
     error.set_request_id(request_id);
     Some(error)
-}
-
-fn modified_header(timestamp: &Timestamp) -> Result<HeaderValue, ()> {
-    let mut text = Vec::new();
-    timestamp
-        .format(TimestampFormat::HttpDate, &mut text)
-        .map_err(|_| ())?;
-    HeaderValue::from_bytes(&text).map_err(|_| ())
 }
 
 fn preconditions<T>(request: &S3Request<T>) -> Preconditions {

@@ -267,7 +267,7 @@ mod tests {
         }
     }
 
-    async fn forwarder(endpoint: &str, force_path_style: bool) -> Forwarder {
+    fn forwarder(endpoint: &str, force_path_style: bool) -> Forwarder {
         let config = UpstreamConfig {
             endpoint: endpoint.to_owned(),
             force_path_style,
@@ -277,9 +277,9 @@ mod tests {
         Forwarder::new(&config, &shared, Arc::new(Metrics::new())).unwrap()
     }
 
-    #[tokio::test]
-    async fn uris_are_canonically_encoded() {
-        let path_style = forwarder("http://127.0.0.1:9000", true).await;
+    #[test]
+    fn uris_are_canonically_encoded() {
+        let path_style = forwarder("http://127.0.0.1:9000", true);
         let uri = path_style
             .uri_for(&request(
                 Some("bucket"),
@@ -302,9 +302,9 @@ mod tests {
         );
     }
 
-    #[tokio::test]
-    async fn virtual_hosts_are_used_unless_path_style_or_dotted() {
-        let virtual_hosts = forwarder("https://s3.example.com", false).await;
+    #[test]
+    fn virtual_hosts_are_used_unless_path_style_or_dotted() {
+        let virtual_hosts = forwarder("https://s3.example.com", false);
         let uri = virtual_hosts
             .uri_for(&request(Some("photos"), Some("a/b"), &[]))
             .unwrap();

@@ -21,7 +21,7 @@ use aws_sdk_s3::primitives::ByteStream;
 use bytes::{Bytes, BytesMut};
 
 pub use error::UpstreamError;
-pub use forward::{EndpointError, ForwardRequest, Forwarder, Payload, UpstreamBody};
+pub use forward::{BoxError, EndpointError, ForwardRequest, Forwarder, Payload, UpstreamBody};
 
 use crate::cache::ObjectMeta;
 use crate::config::UpstreamConfig;

@@ -19,28 +19,24 @@ async fn status(
             request.headers_mut().insert(name.clone(), value.clone());
         }
     };
+    // GetObject and HeadObject builders share these method names but no trait.
+    macro_rules! send {
+        ($builder:expr) => {
+            $builder
+                .bucket(bucket)
+                .key(key)
+                .customize()
+                .mutate_request(add)
+                .send()
+                .await
+                .map(|output| output.content_range().is_some())
+                .map_err(|error| error.raw_response().map_or(0, |raw| raw.status().as_u16()))
+        };
+    }
     let result = if head {
-        client
-            .head_object()
-            .bucket(bucket)
-            .key(key)
-            .customize()
-            .mutate_request(add)
-            .send()
-            .await
-            .map(|output| output.content_range().is_some())
-            .map_err(|error| error.raw_response().map_or(0, |raw| raw.status().as_u16()))
+        send!(client.head_object())
     } else {
-        client
-            .get_object()
-            .bucket(bucket)
-            .key(key)
-            .customize()
-            .mutate_request(add)
-            .send()
-            .await
-            .map(|output| output.content_range().is_some())
-            .map_err(|error| error.raw_response().map_or(0, |raw| raw.status().as_u16()))
+        send!(client.get_object())
     };
     match result {
         Ok(true) => 206,
