@@ -179,6 +179,15 @@ impl BlockCache {
         }
     }
 
+    /// The metadata record if the memory tier holds it; no disk I/O.
+    pub fn meta_in_memory(&self, object: &ObjectRef) -> Option<MetaRecord> {
+        let entry = self.hybrid.memory().get(&CacheKey::Meta(object.clone()))?;
+        match entry.value() {
+            CacheValue::Meta(record) => Some(record.clone()),
+            CacheValue::Block(_) => None,
+        }
+    }
+
     /// The block from memory, disk, or `fetch` — run once however many callers miss at once.
     ///
     /// `fetch` runs in a spawned task: a caller that goes away does not cancel it for the

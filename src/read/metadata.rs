@@ -29,24 +29,8 @@ impl ReadPath {
                 None
             }
         };
-        if let Some(record) = &cached {
-            match &record.state {
-                MetaState::Found(meta)
-                    if inner.clock.is_fresh(record, inner.settings.metadata_ttl) =>
-                {
-                    inner.metrics.count_metadata("fresh");
-                    return Ok(meta.clone());
-                }
-                MetaState::Missing(missing)
-                    if inner
-                        .clock
-                        .is_fresh_negative(record, inner.settings.negative_ttl) =>
-                {
-                    inner.metrics.count_metadata("negative");
-                    return Err(ReadError::NotFound(*missing, None));
-                }
-                _ => {}
-            }
+        if let Some(answer) = cached.as_ref().and_then(|record| self.fresh(record)) {
+            return answer;
         }
         let known = cached.as_ref().and_then(MetaRecord::meta).cloned();
         let this = self.clone();
@@ -55,10 +39,36 @@ impl ReadPath {
         let (result, _) = inner
             .discoveries
             .run(key, move || async move {
+                // A discovery that finished while this caller read the disk tier has left
+                // its answer in memory: use it instead of asking the upstream again.
+                let settled = this.inner.cache.meta_in_memory(&object);
+                if let Some(answer) = settled.as_ref().and_then(|record| this.fresh(record)) {
+                    return answer;
+                }
                 this.discover(&object, generation, known, probe).await
             })
             .await;
         result.map_err(|error| ReadError::Internal(error.to_string()))?
+    }
+
+    /// The answer a cached record gives, if it is still fresh.
+    fn fresh(&self, record: &MetaRecord) -> Option<Result<Arc<ObjectMeta>, ReadError>> {
+        let inner = &self.inner;
+        match &record.state {
+            MetaState::Found(meta) if inner.clock.is_fresh(record, inner.settings.metadata_ttl) => {
+                inner.metrics.count_metadata("fresh");
+                Some(Ok(meta.clone()))
+            }
+            MetaState::Missing(missing)
+                if inner
+                    .clock
+                    .is_fresh_negative(record, inner.settings.negative_ttl) =>
+            {
+                inner.metrics.count_metadata("negative");
+                Some(Err(ReadError::NotFound(*missing, None)))
+            }
+            _ => None,
+        }
     }
 
     /// Asks the upstream about an object whose cached metadata is missing or stale.
