@@ -10,11 +10,16 @@ use std::sync::Arc;
 /// Longest object key S3 accepts, in bytes.
 pub const MAX_KEY_BYTES: usize = 1024;
 
-/// A bucket and a key within it. Cheap to clone.
+/// Longest version id Portico accepts in a request, in bytes.
+pub const MAX_VERSION_ID_BYTES: usize = 1024;
+
+/// A bucket and a key within it, optionally pinned to one version (`versionId`). Without
+/// a version it names whatever version is current. Cheap to clone.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ObjectRef {
     bucket: Arc<str>,
     key: Arc<str>,
+    version: Option<Arc<str>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -25,6 +30,10 @@ pub enum ObjectRefError {
     EmptyKey,
     #[error("object key is {0} bytes, longer than the 1024 bytes S3 allows")]
     KeyTooLong(usize),
+    #[error("version id must not be empty")]
+    EmptyVersion,
+    #[error("version id is {0} bytes, longer than the 1024 bytes Portico accepts")]
+    VersionTooLong(usize),
 }
 
 impl ObjectRef {
@@ -41,7 +50,21 @@ impl ObjectRef {
         Ok(Self {
             bucket: bucket.into(),
             key: key.into(),
+            version: None,
         })
+    }
+
+    /// The same object pinned to `version`, or current again when `version` is `None`.
+    pub fn with_version(self, version: Option<&str>) -> Result<Self, ObjectRefError> {
+        let version = match version {
+            None => None,
+            Some("") => return Err(ObjectRefError::EmptyVersion),
+            Some(version) if version.len() > MAX_VERSION_ID_BYTES => {
+                return Err(ObjectRefError::VersionTooLong(version.len()));
+            }
+            Some(version) => Some(version.into()),
+        };
+        Ok(Self { version, ..self })
     }
 
     pub fn bucket(&self) -> &str {
@@ -51,11 +74,29 @@ impl ObjectRef {
     pub fn key(&self) -> &str {
         &self.key
     }
+
+    /// The pinned version id, if any.
+    pub fn version(&self) -> Option<&str> {
+        self.version.as_deref()
+    }
+
+    /// The same bucket and key without a pinned version.
+    pub fn current(&self) -> Self {
+        Self {
+            bucket: self.bucket.clone(),
+            key: self.key.clone(),
+            version: None,
+        }
+    }
 }
 
 impl fmt::Display for ObjectRef {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}", self.bucket, self.key)
+        write!(f, "{}/{}", self.bucket, self.key)?;
+        match &self.version {
+            Some(version) => write!(f, "?versionId={version}"),
+            None => Ok(()),
+        }
     }
 }
 

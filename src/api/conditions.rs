@@ -160,6 +160,7 @@ mod tests {
             cache_control: None,
             expires: None,
             user_metadata: Vec::new(),
+            checksums: None,
         }
     }
 

@@ -27,6 +27,11 @@ pub fn s3_error(error: &ReadError, request_id: &str) -> S3Error {
             StatusCode::NOT_FOUND,
             "The specified bucket does not exist".to_owned(),
         ),
+        ReadError::NotFound(Missing::NoSuchVersion, _) => (
+            S3ErrorCode::NoSuchVersion,
+            StatusCode::NOT_FOUND,
+            "The specified version does not exist.".to_owned(),
+        ),
         ReadError::InvalidRange(_) => (
             S3ErrorCode::InvalidRange,
             StatusCode::RANGE_NOT_SATISFIABLE,
@@ -177,6 +182,10 @@ mod tests {
         assert_eq!(
             parts(ReadError::NotFound(Missing::NoSuchBucket, None)).0,
             "NoSuchBucket"
+        );
+        assert_eq!(
+            parts(ReadError::NotFound(Missing::NoSuchVersion, None)).1,
+            404
         );
         assert_eq!(
             parts(ReadError::InvalidRange(Unsatisfiable { size: 11 })),

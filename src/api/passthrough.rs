@@ -25,7 +25,7 @@ use super::chunked::{BodyError, DecodedBody, EncodedBody, ErrorSlot};
 use super::error::{UPSTREAM_REQUEST_ID_HEADER, error_response, forward_error, invalid_object};
 use super::route::{Address, Effect};
 use crate::read::ReadPath;
-use crate::types::ObjectRef;
+use crate::types::{ObjectRef, ObjectRefError};
 use crate::upstream::{BoxError, ForwardRequest, Forwarder, Payload, UpstreamBody};
 
 /// The largest DeleteObjects request accepted (S3 allows 1,000 keys of up to 1 KiB each).
@@ -119,7 +119,7 @@ impl Passthrough {
             address,
             ..
         } = forwarded;
-        let mut changed: Vec<ObjectRef> = changed_object(&address, effect)?.into_iter().collect();
+        let mut changed = changed_objects(&address, effect)?;
         let (parts, body) = request.into_parts();
         let errors = ErrorSlot::default();
         let framing = Framing::of(&parts.headers, &parts.method)?;
@@ -130,9 +130,10 @@ impl Passthrough {
             && let Some(bucket) = &address.bucket
         {
             let list = collect_bounded(payload, MAX_DELETE_LIST_BYTES).await?;
-            changed = deleted_keys(&list)?
+            changed = deleted_objects(&list)?
                 .iter()
-                .filter_map(|key| ObjectRef::new(bucket, key).ok())
+                .filter_map(|(key, version)| deleted(bucket, key, version.as_deref()).ok())
+                .flatten()
                 .collect();
             let length = list.len() as u64;
             payload = Payload::Plain(full_body(list), Some(length));
@@ -195,18 +196,16 @@ impl Passthrough {
     }
 }
 
-/// The object a PutObject, CopyObject (destination), CompleteMultipartUpload or
-/// DeleteObject changes; DeleteObjects' keys come from its body.
-fn changed_object(address: &Address, effect: Effect) -> Result<Option<ObjectRef>, S3Error> {
+/// The objects a PutObject, CopyObject (destination), CompleteMultipartUpload or
+/// DeleteObject changes (the written object first); DeleteObjects' keys come from its body.
+fn changed_objects(address: &Address, effect: Effect) -> Result<Vec<ObjectRef>, S3Error> {
     if !matches!(effect, Effect::WriteObject | Effect::ChangeKey) {
-        return Ok(None);
+        return Ok(Vec::new());
     }
     let (Some(bucket), Some(key)) = (&address.bucket, &address.key) else {
-        return Ok(None);
+        return Ok(Vec::new());
     };
-    ObjectRef::new(bucket, key)
-        .map(Some)
-        .map_err(|error| invalid_object(&error))
+    deleted(bucket, key, address.query_value("versionId")).map_err(|error| invalid_object(&error))
 }
 
 /// How the client framed its request body.
@@ -396,8 +395,8 @@ async fn collect_bounded(payload: Payload, limit: usize) -> Result<Bytes, S3Erro
     Ok(collected.freeze())
 }
 
-/// The keys a DeleteObjects request names.
-fn deleted_keys(list: &[u8]) -> Result<Vec<String>, S3Error> {
+/// The objects a DeleteObjects request names: each key, with its version id when given.
+fn deleted_objects(list: &[u8]) -> Result<Vec<(String, Option<String>)>, S3Error> {
     let malformed = || {
         S3Error::with_message(
             S3ErrorCode::MalformedXML,
@@ -405,24 +404,34 @@ fn deleted_keys(list: &[u8]) -> Result<Vec<String>, S3Error> {
         )
     };
     let mut reader = quick_xml::Reader::from_reader(list);
-    let mut keys = Vec::new();
-    // The text of the `Key` element being read; entity references arrive as their own events.
-    let mut key: Option<String> = None;
+    let mut objects = Vec::new();
+    let (mut key, mut version): (Option<String>, Option<String>) = (None, None);
+    // The element whose text is being read (`Key` or `VersionId` of an `Object`) and the
+    // text so far; entity references arrive as their own events.
+    let mut reading: Option<(&'static str, String)> = None;
     loop {
         match reader.read_event().map_err(|_| malformed())? {
-            Event::Start(start) if start.local_name().as_ref() == b"Key" => {
-                key = Some(String::new());
-            }
-            Event::End(end) if end.local_name().as_ref() == b"Key" => {
-                keys.push(key.take().ok_or_else(malformed)?);
-            }
+            Event::Start(start) => match start.local_name().as_ref() {
+                b"Object" => (key, version) = (None, None),
+                b"Key" => reading = Some(("Key", String::new())),
+                b"VersionId" => reading = Some(("VersionId", String::new())),
+                _ => {}
+            },
+            Event::End(end) => match end.local_name().as_ref() {
+                b"Key" | b"VersionId" => match reading.take().ok_or_else(malformed)? {
+                    ("Key", text) => key = Some(text),
+                    (_, text) => version = Some(text),
+                },
+                b"Object" => objects.push((key.take().ok_or_else(malformed)?, version.take())),
+                _ => {}
+            },
             Event::Text(text) => {
-                if let Some(key) = key.as_mut() {
-                    key.push_str(&text.decode().map_err(|_| malformed())?);
+                if let Some((_, value)) = reading.as_mut() {
+                    value.push_str(&text.decode().map_err(|_| malformed())?);
                 }
             }
             Event::GeneralRef(reference) => {
-                if let Some(key) = key.as_mut() {
+                if let Some((_, value)) = reading.as_mut() {
                     let resolved = match reference.resolve_char_ref().map_err(|_| malformed())? {
                         Some(character) => character.to_string(),
                         None => {
@@ -432,14 +441,28 @@ fn deleted_keys(list: &[u8]) -> Result<Vec<String>, S3Error> {
                                 .to_owned()
                         }
                     };
-                    key.push_str(&resolved);
+                    value.push_str(&resolved);
                 }
             }
             Event::Eof => break,
             _ => {}
         }
     }
-    Ok(keys)
+    Ok(objects)
+}
+
+/// What deleting `key` (at `version`, if given) changes: that version, and the current
+/// version of the key, which a delete of any version may replace.
+fn deleted(
+    bucket: &str,
+    key: &str,
+    version: Option<&str>,
+) -> Result<Vec<ObjectRef>, ObjectRefError> {
+    let current = ObjectRef::new(bucket, key)?;
+    Ok(match version {
+        Some(_) => vec![current.clone().with_version(version)?, current],
+        None => vec![current],
+    })
 }
 
 /// The client's error when its body was at fault, else `None`.
@@ -541,8 +564,15 @@ mod tests {
     fn deleted_keys_are_read_from_the_request() {
         let xml = br#"<?xml version="1.0" encoding="UTF-8"?>
 <Delete xmlns="http://s3.amazonaws.com/doc/2006-03-01/"><Object><Key>a &amp; b.txt</Key></Object><Object><Key>dir/c</Key><VersionId>v1</VersionId></Object><Quiet>true</Quiet></Delete>"#;
-        assert_eq!(deleted_keys(xml).unwrap(), vec!["a & b.txt", "dir/c"]);
-        assert!(deleted_keys(b"<Delete><Object><Key>a</Object>").is_err());
+        assert_eq!(
+            deleted_objects(xml).unwrap(),
+            vec![
+                ("a & b.txt".to_owned(), None),
+                ("dir/c".to_owned(), Some("v1".to_owned()))
+            ]
+        );
+        assert!(deleted_objects(b"<Delete><Object><Key>a</Object>").is_err());
+        assert!(deleted_objects(b"<Delete><Object><VersionId>v</VersionId></Object>").is_err());
     }
 
     #[test]

@@ -13,13 +13,14 @@ use s3s::host::S3Host;
 use super::host::VirtualHosts;
 
 /// Query parameters a cached GET or HEAD may carry.
-const CACHEABLE_QUERY: [&str; 7] = [
+const CACHEABLE_QUERY: [&str; 8] = [
     "response-cache-control",
     "response-content-disposition",
     "response-content-encoding",
     "response-content-language",
     "response-content-type",
     "response-expires",
+    "versionId",
     "x-id",
 ];
 
@@ -288,7 +289,11 @@ mod tests {
     #[test]
     fn only_plain_object_reads_are_cached() {
         assert_eq!(operation(Method::GET, "/b/k"), "cache");
-        assert_eq!(operation(Method::HEAD, "/b/k?versionId=3"), "HeadObject");
+        assert_eq!(operation(Method::HEAD, "/b/k?versionId=3"), "cache");
+        assert_eq!(
+            operation(Method::GET, "/b/k?versionId=3&x-id=GetObject"),
+            "cache"
+        );
         assert_eq!(
             operation(
                 Method::GET,

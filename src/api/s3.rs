@@ -2,14 +2,14 @@
 //!
 //! Only requests the cache can answer reach these handlers (see `route`): conditional
 //! headers are evaluated here against the cached metadata, `response-*` overrides are
-//! applied by the front. `x-amz-checksum-mode: ENABLED`, which current SDKs send on every
-//! GET, is served without `x-amz-checksum-*` headers: clients validate only checksums that
-//! are present, and Portico checks every block's length and foyer checksums every disk
-//! entry.
+//! applied by the front. `versionId` reads are cached under that version.
+//! `x-amz-checksum-mode: ENABLED`, which current SDKs send on every GET, returns the stored
+//! `x-amz-checksum-*` headers where S3 does: on whole-object GETs and HEADs (ranged reads
+//! carry none).
 
 use s3s::dto::{
-    ETag, GetObjectInput, GetObjectOutput, HeadObjectInput, HeadObjectOutput, Metadata, Range,
-    StreamingBlob, Timestamp, TimestampFormat,
+    ChecksumMode, ChecksumType, ETag, GetObjectInput, GetObjectOutput, HeadObjectInput,
+    HeadObjectOutput, Metadata, Range, StreamingBlob, Timestamp, TimestampFormat,
 };
 use s3s::{S3, S3Error, S3ErrorCode, S3Request, S3Response, S3Result};
 
@@ -20,7 +20,7 @@ use http::{HeaderMap, HeaderValue, StatusCode};
 use super::conditions::{Preconditions, Verdict};
 use super::error::{invalid_object, s3_error};
 use super::front::RequestContext;
-use crate::cache::ObjectMeta;
+use crate::cache::{Checksums, ObjectMeta};
 use crate::read::{ReadError, ReadPath};
 use crate::types::{ObjectRef, RangeRequest, Selection};
 
@@ -94,6 +94,31 @@ macro_rules! object_output {
     }};
 }
 
+/// Sets the `x-amz-checksum-*` fields of a GetObjectOutput or HeadObjectOutput.
+macro_rules! set_checksums {
+    ($output:expr, $checksums:expr) => {{
+        let output = &mut $output;
+        let checksums: &Checksums = $checksums;
+        for (algorithm, value) in &checksums.values {
+            let value = Some(value.clone());
+            match algorithm.as_str() {
+                "crc32" => output.checksum_crc32 = value,
+                "crc32c" => output.checksum_crc32c = value,
+                "crc64nvme" => output.checksum_crc64nvme = value,
+                "sha1" => output.checksum_sha1 = value,
+                "sha256" => output.checksum_sha256 = value,
+                _ => {}
+            }
+        }
+        output.checksum_type = checksums.kind.clone().map(ChecksumType::from);
+    }};
+}
+
+/// Whether the request asks for the object's checksums (`x-amz-checksum-mode: ENABLED`).
+fn wants_checksums(mode: Option<&ChecksumMode>) -> bool {
+    mode.is_some_and(|mode| mode.as_str().eq_ignore_ascii_case(ChecksumMode::ENABLED))
+}
+
 /// Names the request's operation and returns its request id.
 fn request_id_of<T>(request: &S3Request<T>, operation: &'static str) -> String {
     match request.extensions.get::<RequestContext>() {
@@ -105,8 +130,14 @@ fn request_id_of<T>(request: &S3Request<T>, operation: &'static str) -> String {
     }
 }
 
-fn object_ref(bucket: &str, key: &str, request_id: &str) -> S3Result<ObjectRef> {
-    ObjectRef::new(bucket, key).map_err(|error| {
+fn object_ref(
+    bucket: &str,
+    key: &str,
+    version: Option<&str>,
+    request_id: &str,
+) -> S3Result<ObjectRef> {
+    let object = ObjectRef::new(bucket, key).and_then(|object| object.with_version(version));
+    object.map_err(|error| {
         let mut s3_error = invalid_object(&error);
         s3_error.set_request_id(request_id);
         s3_error
@@ -184,20 +215,27 @@ impl S3 for PorticoS3 {
         let request_id = request_id_of(&request, "GetObject");
         let input = &request.input;
         let conditions = preconditions(&request);
-        let object = object_ref(&input.bucket, &input.key, &request_id)?;
+        let object = object_ref(
+            &input.bucket,
+            &input.key,
+            input.version_id.as_deref(),
+            &request_id,
+        )?;
         let failed = |error: ReadError| s3_error(&error, &request_id);
         let mut range = input.range.map(range_request);
         if range.is_some() && conditions.has_if_range() {
-            let meta = self.read.head(&object).await.map_err(failed)?;
+            let meta = self.read.head(&object, false).await.map_err(failed)?;
             if !conditions.range_applies(&meta) {
                 range = None;
             }
         }
-        let read = match self.read.get(&object, range).await {
+        // S3 reports checksums of the whole object only, so only a whole GET needs them.
+        let checksums = wants_checksums(input.checksum_mode.as_ref()) && range.is_none();
+        let read = match self.read.get(&object, range, checksums).await {
             Ok(read) => read,
             Err(error @ ReadError::InvalidRange(_)) if !conditions.is_empty() => {
                 // Preconditions come before the range: a failed one answers instead of 416.
-                let meta = self.read.head(&object).await.map_err(failed)?;
+                let meta = self.read.head(&object, false).await.map_err(failed)?;
                 let verdict = conditions.evaluate(&meta);
                 return Err(precondition_error(verdict, &meta, &request_id)
                     .unwrap_or_else(|| failed(error)));
@@ -211,11 +249,17 @@ impl S3 for PorticoS3 {
         }
         let (content_length, content_range) = content_extent(read.selection, read.meta.size);
         let body = StreamingBlob::wrap(read.body);
-        let output = object_output!(GetObjectOutput, &read.meta, {
+        let mut output = object_output!(GetObjectOutput, &read.meta, {
             body: Some(body),
             content_length: i64::try_from(content_length).ok(),
             content_range: content_range,
         });
+        if checksums
+            && read.selection == Selection::Whole
+            && let Some(stored) = &read.meta.checksums
+        {
+            set_checksums!(output, stored);
+        }
         Ok(S3Response::new(output))
     }
 
@@ -225,10 +269,17 @@ impl S3 for PorticoS3 {
     ) -> S3Result<S3Response<HeadObjectOutput>> {
         let request_id = request_id_of(&request, "HeadObject");
         let input = &request.input;
-        let object = object_ref(&input.bucket, &input.key, &request_id)?;
+        let object = object_ref(
+            &input.bucket,
+            &input.key,
+            input.version_id.as_deref(),
+            &request_id,
+        )?;
+        let checksums = wants_checksums(input.checksum_mode.as_ref())
+            && !request.headers.contains_key(http::header::RANGE);
         let meta = self
             .read
-            .head(&object)
+            .head(&object, checksums)
             .await
             .map_err(|error| s3_error(&error, &request_id))?;
         let conditions = preconditions(&request);
@@ -258,10 +309,16 @@ impl S3 for PorticoS3 {
         let selection = Selection::resolve(range, meta.size)
             .map_err(|error| s3_error(&ReadError::InvalidRange(error), &request_id))?;
         let (content_length, content_range) = content_extent(selection, meta.size);
-        let output = object_output!(HeadObjectOutput, &meta, {
+        let mut output = object_output!(HeadObjectOutput, &meta, {
             content_length: i64::try_from(content_length).ok(),
             content_range: content_range,
         });
+        if checksums
+            && selection == Selection::Whole
+            && let Some(stored) = &meta.checksums
+        {
+            set_checksums!(output, stored);
+        }
         Ok(S3Response::new(output))
     }
 }

@@ -16,14 +16,28 @@ use super::meta::MetaRecord;
 use crate::types::{BlockIndex, ObjectRef};
 
 /// One block of one version of one object.
+///
+/// The version token alone names the bytes, so the object is always held without a pinned
+/// `versionId`: a GET by version id and a plain GET of the same version share blocks.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct BlockKey {
-    pub object: ObjectRef,
+    object: ObjectRef,
     pub version: Arc<str>,
     pub index: BlockIndex,
 }
 
-/// Everything the hybrid cache stores is either a block or an object's metadata.
+impl BlockKey {
+    pub fn new(object: &ObjectRef, version: Arc<str>, index: BlockIndex) -> Self {
+        Self {
+            object: object.current(),
+            version,
+            index,
+        }
+    }
+}
+
+/// Everything the hybrid cache stores is either a block or an object's metadata. Metadata
+/// of a pinned version (`versionId`) has its own key, apart from the current version's.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum CacheKey {
     Block(BlockKey),
@@ -38,11 +52,19 @@ pub enum CacheValue {
 
 const TAG_BLOCK: u8 = 1;
 const TAG_META: u8 = 2;
+const TAG_META_VERSION: u8 = 3;
 
-fn decode_object(reader: &mut impl Read) -> Result<ObjectRef> {
+fn decode_object(reader: &mut impl Read, versioned: bool) -> Result<ObjectRef> {
     let bucket = get_str(reader)?;
     let key = get_str(reader)?;
-    ObjectRef::new(&bucket, &key).map_err(|_| parse_error("invalid object reference in cache key"))
+    let version = if versioned {
+        Some(get_str(reader)?)
+    } else {
+        None
+    };
+    ObjectRef::new(&bucket, &key)
+        .and_then(|object| object.with_version(version.as_deref()))
+        .map_err(|_| parse_error("invalid object reference in cache key"))
 }
 
 impl Code for CacheKey {
@@ -56,9 +78,17 @@ impl Code for CacheKey {
                 put_u64(writer, block.index)
             }
             Self::Meta(object) => {
-                put_u8(writer, TAG_META)?;
+                let tag = match object.version() {
+                    Some(_) => TAG_META_VERSION,
+                    None => TAG_META,
+                };
+                put_u8(writer, tag)?;
                 put_str(writer, object.bucket())?;
-                put_str(writer, object.key())
+                put_str(writer, object.key())?;
+                match object.version() {
+                    Some(version) => put_str(writer, version),
+                    None => Ok(()),
+                }
             }
         }
     }
@@ -66,16 +96,13 @@ impl Code for CacheKey {
     fn decode(reader: &mut impl Read) -> Result<Self> {
         match get_u8(reader)? {
             TAG_BLOCK => {
-                let object = decode_object(reader)?;
+                let object = decode_object(reader, false)?;
                 let version = get_str(reader)?;
                 let index = get_u64(reader)?;
-                Ok(Self::Block(BlockKey {
-                    object,
-                    version: version.into(),
-                    index,
-                }))
+                Ok(Self::Block(BlockKey::new(&object, version.into(), index)))
             }
-            TAG_META => Ok(Self::Meta(decode_object(reader)?)),
+            TAG_META => Ok(Self::Meta(decode_object(reader, false)?)),
+            TAG_META_VERSION => Ok(Self::Meta(decode_object(reader, true)?)),
             _ => Err(parse_error("unknown cache key tag")),
         }
     }
@@ -88,7 +115,11 @@ impl Code for CacheKey {
                     + str_size(&block.version)
                     + 8
             }
-            Self::Meta(object) => 1 + str_size(object.bucket()) + str_size(object.key()),
+            Self::Meta(object) => {
+                1 + str_size(object.bucket())
+                    + str_size(object.key())
+                    + object.version().map_or(0, str_size)
+            }
         }
     }
 }
@@ -149,11 +180,25 @@ mod tests {
     #[test]
     fn meta_keys_and_values_round_trip() {
         let object = ObjectRef::new("bucket", "a/b c/ü.parquet").unwrap();
+        let pinned = object.clone().with_version(Some("3/L4kqtJl")).unwrap();
         let key = CacheKey::Meta(object);
         assert_eq!(round_trip(&key), key);
+        let pinned_key = CacheKey::Meta(pinned);
+        assert_eq!(round_trip(&pinned_key), pinned_key);
+        assert_ne!(pinned_key, key);
         let value =
             CacheValue::Meta(MetaClock::new().record(MetaState::Missing(Missing::NoSuchBucket)));
         assert_eq!(round_trip(&value), value);
+    }
+
+    #[test]
+    fn block_keys_never_pin_a_version_id() {
+        let object = ObjectRef::new("bucket", "k").unwrap();
+        let pinned = object.clone().with_version(Some("v1")).unwrap();
+        assert_eq!(
+            BlockKey::new(&pinned, "\"e\"".into(), 0),
+            BlockKey::new(&object, "\"e\"".into(), 0)
+        );
     }
 
     #[test]
@@ -178,11 +223,11 @@ mod tests {
             index in any::<u64>(),
             data in proptest::collection::vec(any::<u8>(), 0..4096),
         ) {
-            let key = CacheKey::Block(BlockKey {
-                object: ObjectRef::new(&bucket, &key).unwrap(),
-                version: version.into(),
+            let key = CacheKey::Block(BlockKey::new(
+                &ObjectRef::new(&bucket, &key).unwrap(),
+                version.into(),
                 index,
-            });
+            ));
             prop_assert_eq!(round_trip(&key), key);
             let value = CacheValue::Block(Bytes::from(data));
             prop_assert_eq!(round_trip(&value), value);

@@ -34,6 +34,19 @@ pub struct ObjectMeta {
     pub expires: Option<String>,
     /// `x-amz-meta-*` pairs without the prefix, sorted by name.
     pub user_metadata: Vec<(String, String)>,
+    /// The checksums stored with the object; `None` when not known yet (metadata learnt
+    /// from a ranged GET, which carries no checksums).
+    pub checksums: Option<Checksums>,
+}
+
+/// An object's stored checksums, as a HEAD with `x-amz-checksum-mode: ENABLED` reports them.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Checksums {
+    /// `(algorithm, base64 value)` pairs; algorithms are `crc32`, `crc32c`, `crc64nvme`,
+    /// `sha1` and `sha256`.
+    pub values: Vec<(String, String)>,
+    /// `FULL_OBJECT` or `COMPOSITE`, as `x-amz-checksum-type` says.
+    pub kind: Option<String>,
 }
 
 impl ObjectMeta {
@@ -51,7 +64,18 @@ impl ObjectMeta {
         }
     }
 
-    const FORMAT: u8 = 1;
+    /// Whether `other` describes the same object, whatever either knows of its checksums.
+    pub fn same_object(&self, other: &Self) -> bool {
+        let strip = |meta: &Self| Self {
+            checksums: None,
+            ..meta.clone()
+        };
+        strip(self) == strip(other)
+    }
+
+    /// Format 1 had no checksums; format 2 appends them.
+    const FORMAT_V1: u8 = 1;
+    const FORMAT: u8 = 2;
 
     fn encode(&self, writer: &mut impl Write) -> Result<()> {
         put_u8(writer, Self::FORMAT)?;
@@ -61,14 +85,23 @@ impl ObjectMeta {
         for field in self.optional_headers() {
             put_opt_str(writer, field)?;
         }
-        put_pairs(writer, &self.user_metadata)
+        put_pairs(writer, &self.user_metadata)?;
+        match &self.checksums {
+            None => put_u8(writer, 0),
+            Some(checksums) => {
+                put_u8(writer, 1)?;
+                put_pairs(writer, &checksums.values)?;
+                put_opt_str(writer, checksums.kind.as_deref())
+            }
+        }
     }
 
     fn decode(reader: &mut impl Read) -> Result<Self> {
-        if get_u8(reader)? != Self::FORMAT {
+        let format = get_u8(reader)?;
+        if format != Self::FORMAT && format != Self::FORMAT_V1 {
             return Err(parse_error("unknown object metadata format"));
         }
-        Ok(Self {
+        let mut meta = Self {
             size: get_u64(reader)?,
             etag: get_str(reader)?,
             last_modified_unix_secs: get_opt_i64(reader)?,
@@ -80,7 +113,15 @@ impl ObjectMeta {
             cache_control: get_opt_str(reader)?,
             expires: get_opt_str(reader)?,
             user_metadata: get_pairs(reader)?,
-        })
+            checksums: None,
+        };
+        if format == Self::FORMAT && get_u8(reader)? == 1 {
+            meta.checksums = Some(Checksums {
+                values: get_pairs(reader)?,
+                kind: get_opt_str(reader)?,
+            });
+        }
+        Ok(meta)
     }
 
     /// The optional header fields in encoding order.
@@ -98,12 +139,24 @@ impl ObjectMeta {
 
     fn encoded_size(&self) -> usize {
         let headers: usize = self.optional_headers().into_iter().map(opt_str_size).sum();
-        let pairs: usize = self
-            .user_metadata
-            .iter()
-            .map(|(name, value)| str_size(name) + str_size(value))
-            .sum();
-        1 + 8 + str_size(&self.etag) + 9 + headers + 4 + pairs
+        let pairs = |pairs: &[(String, String)]| -> usize {
+            pairs
+                .iter()
+                .map(|(name, value)| str_size(name) + str_size(value))
+                .sum()
+        };
+        let modified = 1 + self.last_modified_unix_secs.map_or(0, |_| 8);
+        let checksums = self.checksums.as_ref().map_or(0, |checksums| {
+            4 + pairs(&checksums.values) + opt_str_size(checksums.kind.as_deref())
+        });
+        1 + 8
+            + str_size(&self.etag)
+            + modified
+            + headers
+            + 4
+            + pairs(&self.user_metadata)
+            + 1
+            + checksums
     }
 }
 
@@ -112,6 +165,18 @@ impl ObjectMeta {
 pub enum Missing {
     NoSuchKey,
     NoSuchBucket,
+    /// The pinned `versionId` does not exist.
+    NoSuchVersion,
+}
+
+impl std::fmt::Display for Missing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::NoSuchKey => "key",
+            Self::NoSuchBucket => "bucket",
+            Self::NoSuchVersion => "version",
+        })
+    }
 }
 
 /// What is known about an object: its metadata, or that it does not exist.
@@ -201,6 +266,7 @@ impl MetaRecord {
     const FOUND: u8 = 1;
     const MISSING_KEY: u8 = 2;
     const MISSING_BUCKET: u8 = 3;
+    const MISSING_VERSION: u8 = 4;
 
     pub fn meta(&self) -> Option<&Arc<ObjectMeta>> {
         match &self.state {
@@ -219,6 +285,7 @@ impl MetaRecord {
             }
             MetaState::Missing(Missing::NoSuchKey) => put_u8(writer, Self::MISSING_KEY),
             MetaState::Missing(Missing::NoSuchBucket) => put_u8(writer, Self::MISSING_BUCKET),
+            MetaState::Missing(Missing::NoSuchVersion) => put_u8(writer, Self::MISSING_VERSION),
         }
     }
 
@@ -231,6 +298,7 @@ impl MetaRecord {
             Self::FOUND => MetaState::Found(Arc::new(ObjectMeta::decode(reader)?)),
             Self::MISSING_KEY => MetaState::Missing(Missing::NoSuchKey),
             Self::MISSING_BUCKET => MetaState::Missing(Missing::NoSuchBucket),
+            Self::MISSING_VERSION => MetaState::Missing(Missing::NoSuchVersion),
             _ => return Err(parse_error("unknown metadata record tag")),
         };
         Ok(Self { state, validated })
@@ -258,16 +326,27 @@ mod tests {
             cache_control: Some("max-age=60".to_owned()),
             expires: Some("Thu, 01 Dec 2094 16:00:00 GMT".to_owned()),
             user_metadata: vec![("owner".to_owned(), "ünïcode".to_owned())],
+            checksums: Some(Checksums {
+                values: vec![("crc32".to_owned(), "NhCmhg==".to_owned())],
+                kind: Some("FULL_OBJECT".to_owned()),
+            }),
         }
     }
 
     #[test]
     fn records_round_trip_through_the_codec() {
         let clock = MetaClock::new();
+        let unknown_checksums = ObjectMeta {
+            checksums: None,
+            ..sample_meta()
+        };
         for state in [
             MetaState::Found(Arc::new(sample_meta())),
+            MetaState::Found(Arc::new(unknown_checksums)),
+            MetaState::Found(Arc::new(ObjectMeta::default())),
             MetaState::Missing(Missing::NoSuchKey),
             MetaState::Missing(Missing::NoSuchBucket),
+            MetaState::Missing(Missing::NoSuchVersion),
         ] {
             let record = clock.record(state);
             let mut bytes = Vec::new();
@@ -276,6 +355,21 @@ mod tests {
             let decoded = MetaRecord::decode(&mut bytes.as_slice()).unwrap();
             assert_eq!(decoded, record);
         }
+    }
+
+    #[test]
+    fn records_of_the_first_format_decode_without_checksums() {
+        let meta = ObjectMeta {
+            checksums: None,
+            ..sample_meta()
+        };
+        let record = MetaClock::new().record(MetaState::Found(Arc::new(meta)));
+        let mut bytes = Vec::new();
+        record.encode(&mut bytes).unwrap();
+        // Format 1 is format 2 without the trailing checksum flag.
+        assert_eq!(bytes.pop(), Some(0));
+        bytes[17] = ObjectMeta::FORMAT_V1;
+        assert_eq!(MetaRecord::decode(&mut bytes.as_slice()).unwrap(), record);
     }
 
     #[test]

@@ -26,7 +26,7 @@ use foyer::{
 use mixtrics::metrics::BoxedRegistry;
 
 pub use key::{BlockKey, CacheKey, CacheValue};
-pub use meta::{MetaClock, MetaRecord, MetaState, Missing, ObjectMeta};
+pub use meta::{Checksums, MetaClock, MetaRecord, MetaState, Missing, ObjectMeta};
 
 use crate::config::CacheConfig;
 use crate::types::ObjectRef;
@@ -303,11 +303,11 @@ mod tests {
     }
 
     fn block_key(index: u64) -> BlockKey {
-        BlockKey {
-            object: ObjectRef::new("bucket", "key").unwrap(),
-            version: "\"etag\"".into(),
+        BlockKey::new(
+            &ObjectRef::new("bucket", "key").unwrap(),
+            "\"etag\"".into(),
             index,
-        }
+        )
     }
 
     async fn open(dir: &std::path::Path, disk: ByteSize) -> BlockCache {

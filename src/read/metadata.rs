@@ -13,10 +13,14 @@ use crate::upstream::{HeadOutcome, UpstreamError};
 
 impl ReadPath {
     /// Fresh metadata from the cache, or from one coalesced upstream request.
+    ///
+    /// With `checksums`, the answer also knows the object's stored checksums, which only a
+    /// HEAD reports: metadata learnt from a ranged GET is completed by one.
     pub(super) async fn resolve_meta(
         &self,
         object: &ObjectRef,
         probe: Probe,
+        checksums: bool,
     ) -> Result<Arc<ObjectMeta>, ReadError> {
         let inner = &self.inner;
         // Read before the cache: a write that lands after this makes the result unusable
@@ -29,12 +33,15 @@ impl ReadPath {
                 None
             }
         };
-        if let Some(answer) = cached.as_ref().and_then(|record| self.fresh(record)) {
+        if let Some(answer) = cached
+            .as_ref()
+            .and_then(|record| self.fresh(record, checksums))
+        {
             return answer;
         }
         let known = cached.as_ref().and_then(MetaRecord::meta).cloned();
         let this = self.clone();
-        let key = (object.clone(), generation);
+        let key = (object.clone(), generation, checksums);
         let object = object.clone();
         let (result, _) = inner
             .discoveries
@@ -42,20 +49,32 @@ impl ReadPath {
                 // A discovery that finished while this caller read the disk tier has left
                 // its answer in memory: use it instead of asking the upstream again.
                 let settled = this.inner.cache.meta_in_memory(&object);
-                if let Some(answer) = settled.as_ref().and_then(|record| this.fresh(record)) {
+                if let Some(answer) = settled
+                    .as_ref()
+                    .and_then(|record| this.fresh(record, checksums))
+                {
                     return answer;
                 }
-                this.discover(&object, generation, known, probe).await
+                this.discover(&object, generation, known, probe, checksums)
+                    .await
             })
             .await;
         result.map_err(|error| ReadError::Internal(error.to_string()))?
     }
 
-    /// The answer a cached record gives, if it is still fresh.
-    fn fresh(&self, record: &MetaRecord) -> Option<Result<Arc<ObjectMeta>, ReadError>> {
+    /// The answer a cached record gives, if it is still fresh (and knows the checksums
+    /// when they are asked for).
+    fn fresh(
+        &self,
+        record: &MetaRecord,
+        checksums: bool,
+    ) -> Option<Result<Arc<ObjectMeta>, ReadError>> {
         let inner = &self.inner;
         match &record.state {
-            MetaState::Found(meta) if inner.clock.is_fresh(record, inner.settings.metadata_ttl) => {
+            MetaState::Found(meta)
+                if inner.clock.is_fresh(record, inner.settings.metadata_ttl)
+                    && (!checksums || meta.checksums.is_some()) =>
+            {
                 inner.metrics.count_metadata("fresh");
                 Some(Ok(meta.clone()))
             }
@@ -78,11 +97,22 @@ impl ReadPath {
         generation: u64,
         known: Option<Arc<ObjectMeta>>,
         probe: Probe,
+        checksums: bool,
     ) -> Discovery {
         let outcome = match (&known, probe) {
-            (Some(known), _) => self.revalidate(object, known).await,
-            (None, Probe::Head) => self.head_fresh(object).await,
-            (None, Probe::Block(_) | Probe::Tail) => self.probe_get(object, probe).await,
+            (Some(known), _) if !checksums || known.checksums.is_some() => {
+                self.revalidate(object, known).await
+            }
+            // Only a HEAD reports checksums.
+            (Some(_), _) | (None, Probe::Head) => self.head_fresh(object).await,
+            (None, Probe::Block(_) | Probe::Tail) => {
+                // The GET comes first even when a HEAD must follow: its errors carry the
+                // S3 code a GET answers with, a HEAD's do not.
+                match self.probe_get(object, probe).await {
+                    Ok(_) if checksums => self.head_fresh(object).await,
+                    outcome => outcome,
+                }
+            }
         };
         match outcome {
             Ok(meta) => {
@@ -127,9 +157,10 @@ impl ReadPath {
                 self.inner.metrics.count_metadata("revalidated");
                 Ok(known.clone())
             }
-            HeadOutcome::Found(meta) if *meta == **known => {
+            HeadOutcome::Found(meta) if meta.same_object(known) => {
                 self.inner.metrics.count_metadata("revalidated");
-                Ok(known.clone())
+                // The HEAD also reported the checksums.
+                Ok(Arc::new(*meta))
             }
             HeadOutcome::Found(meta) => {
                 self.inner.metrics.count_metadata("changed");

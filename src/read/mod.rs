@@ -40,7 +40,7 @@ pub struct ReadSettings {
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ReadError {
-    #[error("no such {}", match .0 { Missing::NoSuchKey => "key", Missing::NoSuchBucket => "bucket" })]
+    #[error("no such {0}")]
     NotFound(Missing, Option<String>),
     #[error(transparent)]
     InvalidRange(#[from] Unsatisfiable),
@@ -135,11 +135,7 @@ impl Target {
     }
 
     fn key(&self, index: BlockIndex) -> BlockKey {
-        BlockKey {
-            object: self.object.clone(),
-            version: self.version.clone(),
-            index,
-        }
+        BlockKey::new(&self.object, self.version.clone(), index)
     }
 }
 
@@ -149,7 +145,8 @@ struct Inner {
     metrics: Arc<Metrics>,
     settings: ReadSettings,
     clock: MetaClock,
-    discoveries: Coalescer<(ObjectRef, u64), Discovery>,
+    /// Keyed by object, write generation and whether checksums are asked for.
+    discoveries: Coalescer<(ObjectRef, u64, bool), Discovery>,
     generations: writes::Generations,
 }
 
@@ -179,22 +176,28 @@ impl ReadPath {
         }
     }
 
-    /// The object's metadata, for a HEAD.
-    pub async fn head(&self, object: &ObjectRef) -> Result<Arc<ObjectMeta>, ReadError> {
-        self.resolve_meta(object, Probe::Head).await
+    /// The object's metadata, for a HEAD; with `checksums`, including its stored checksums.
+    pub async fn head(
+        &self,
+        object: &ObjectRef,
+        checksums: bool,
+    ) -> Result<Arc<ObjectMeta>, ReadError> {
+        self.resolve_meta(object, Probe::Head, checksums).await
     }
 
-    /// Starts a GET of `range` of `object`. The first block is read before this returns,
-    /// so every error that can still become a status code does.
+    /// Starts a GET of `range` of `object`; with `checksums`, the metadata includes the
+    /// object's stored checksums. The first block is read before this returns, so every
+    /// error that can still become a status code does.
     pub async fn get(
         &self,
         object: &ObjectRef,
         range: Option<RangeRequest>,
+        checksums: bool,
     ) -> Result<ObjectRead, ReadError> {
         let probe = Probe::for_range(range, self.inner.settings.block_size);
         let mut retried = false;
         loop {
-            let meta = self.resolve_meta(object, probe).await?;
+            let meta = self.resolve_meta(object, probe, checksums).await?;
             let selection = Selection::resolve(range, meta.size)?;
             let Some(bytes) = selection.bytes(meta.size) else {
                 return Ok(ObjectRead {

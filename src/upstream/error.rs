@@ -11,7 +11,7 @@ use crate::cache::Missing;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum UpstreamError {
-    #[error("the upstream has no such {}", match .missing { Missing::NoSuchKey => "key", Missing::NoSuchBucket => "bucket" })]
+    #[error("the upstream has no such {missing}")]
     NotFound {
         missing: Missing,
         request_id: Option<String>,
@@ -99,10 +99,10 @@ impl UpstreamError {
                 match status {
                     304 => Self::NotModified,
                     404 => Self::NotFound {
-                        missing: if code == "NoSuchBucket" {
-                            Missing::NoSuchBucket
-                        } else {
-                            Missing::NoSuchKey
+                        missing: match code.as_str() {
+                            "NoSuchBucket" => Missing::NoSuchBucket,
+                            "NoSuchVersion" => Missing::NoSuchVersion,
+                            _ => Missing::NoSuchKey,
                         },
                         request_id,
                     },

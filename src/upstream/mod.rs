@@ -17,13 +17,15 @@ use aws_sdk_s3::Client;
 use aws_sdk_s3::config::{
     Credentials, Region, RequestChecksumCalculation, ResponseChecksumValidation,
 };
+use aws_sdk_s3::operation::head_object::HeadObjectOutput;
 use aws_sdk_s3::primitives::ByteStream;
+use aws_sdk_s3::types::ChecksumMode;
 use bytes::{Bytes, BytesMut};
 
 pub use error::UpstreamError;
 pub use forward::{BoxError, EndpointError, ForwardRequest, Forwarder, Payload, UpstreamBody};
 
-use crate::cache::ObjectMeta;
+use crate::cache::{Checksums, Missing, ObjectMeta};
 use crate::config::UpstreamConfig;
 use crate::telemetry::Metrics;
 use crate::types::ObjectRef;
@@ -46,7 +48,7 @@ pub enum HeadOutcome {
 
 /// Builds [`ObjectMeta`] from a GetObject or HeadObject output (they share accessor names).
 macro_rules! object_meta {
-    ($output:expr, $size:expr) => {{
+    ($output:expr, $size:expr, $checksums:expr) => {{
         let output = $output;
         let mut user_metadata: Vec<(String, String)> = output
             .metadata()
@@ -70,8 +72,27 @@ macro_rules! object_meta {
             cache_control: output.cache_control().map(str::to_owned),
             expires: output.expires_string().map(str::to_owned),
             user_metadata,
+            checksums: $checksums,
         }
     }};
+}
+
+/// The checksums a HeadObject output with checksum mode enabled reports.
+fn checksums_of(output: &HeadObjectOutput) -> Checksums {
+    let values = [
+        ("crc32", output.checksum_crc32()),
+        ("crc32c", output.checksum_crc32_c()),
+        ("crc64nvme", output.checksum_crc64_nvme()),
+        ("sha1", output.checksum_sha1()),
+        ("sha256", output.checksum_sha256()),
+    ]
+    .into_iter()
+    .filter_map(|(algorithm, value)| Some((algorithm.to_owned(), value?.to_owned())))
+    .collect();
+    Checksums {
+        values,
+        kind: output.checksum_type().map(|kind| kind.as_str().to_owned()),
+    }
 }
 
 /// The AWS SDK configuration for the upstream: region, timeouts and credentials (static
@@ -150,6 +171,7 @@ impl Upstream {
             .get_object()
             .bucket(object.bucket())
             .key(object.key())
+            .set_version_id(object.version().map(str::to_owned))
             .range(range)
             .set_if_match(if_match.map(str::to_owned))
             .send()
@@ -178,7 +200,8 @@ impl Upstream {
                 "{content_length} bytes returned for a read of at most {max_bytes}"
             )));
         }
-        let meta = object_meta!(&output, size);
+        // A ranged GET carries no checksums of the whole object.
+        let meta = object_meta!(&output, size, None);
         let body = std::mem::replace(&mut output.body, ByteStream::from_static(b""));
         let body = self.read_body(body, content_length).await?;
         Ok((RangeRead { meta, first, body }, status))
@@ -213,7 +236,8 @@ impl Upstream {
         Ok(buffer.freeze())
     }
 
-    /// HEADs `object`; with `if_none_match`, an unchanged object answers `NotModified`.
+    /// HEADs `object`, asking for its stored checksums; with `if_none_match`, an unchanged
+    /// object answers `NotModified`.
     pub async fn head(
         &self,
         object: &ObjectRef,
@@ -225,6 +249,8 @@ impl Upstream {
             .head_object()
             .bucket(object.bucket())
             .key(object.key())
+            .set_version_id(object.version().map(str::to_owned))
+            .checksum_mode(ChecksumMode::Enabled)
             .set_if_none_match(if_none_match.map(str::to_owned))
             .send()
             .await
@@ -237,9 +263,21 @@ impl Upstream {
                     .ok_or_else(|| {
                         UpstreamError::invalid_response("HEAD response has no Content-Length")
                     });
-                size.map(|size| HeadOutcome::Found(Box::new(object_meta!(&output, size))))
+                size.map(|size| {
+                    let checksums = Some(checksums_of(&output));
+                    HeadOutcome::Found(Box::new(object_meta!(&output, size, checksums)))
+                })
             }
             Err(UpstreamError::NotModified) => Ok(HeadOutcome::NotModified),
+            // A HEAD's 404 has no body to name what is missing; for a pinned version it is
+            // the version.
+            Err(UpstreamError::NotFound {
+                missing: Missing::NoSuchKey,
+                request_id,
+            }) if object.version().is_some() => Err(UpstreamError::NotFound {
+                missing: Missing::NoSuchVersion,
+                request_id,
+            }),
             Err(error) => Err(error),
         };
         let status = match &outcome {

@@ -12,4 +12,5 @@ mod forwarding;
 mod lifecycle;
 mod operations;
 mod reads;
+mod versions;
 mod writes;

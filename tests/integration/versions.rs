@@ -1,0 +1,272 @@
+//! Reads pinned to a version (`versionId`) and reads that ask for the stored checksums
+//! (`x-amz-checksum-mode: ENABLED`), served from cache with S3's answers.
+
+use aws_sdk_s3::Client;
+use aws_sdk_s3::error::ProvideErrorMetadata;
+use aws_sdk_s3::primitives::ByteStream;
+use aws_sdk_s3::types::{
+    BucketVersioningStatus, ChecksumAlgorithm, ChecksumMode, VersioningConfiguration,
+};
+
+use crate::support::{Rig, http_request, random_bytes};
+
+const MIB: usize = 1024 * 1024;
+
+async fn enable_versioning(rig: &Rig) {
+    rig.direct
+        .put_bucket_versioning()
+        .bucket(&rig.bucket)
+        .versioning_configuration(
+            VersioningConfiguration::builder()
+                .status(BucketVersioningStatus::Enabled)
+                .build(),
+        )
+        .send()
+        .await
+        .expect("enable versioning");
+}
+
+/// Uploads directly to MinIO and returns the new version id.
+async fn put_version(rig: &Rig, key: &str, data: &[u8]) -> String {
+    rig.direct
+        .put_object()
+        .bucket(&rig.bucket)
+        .key(key)
+        .body(ByteStream::from(data.to_vec()))
+        .send()
+        .await
+        .expect("PUT")
+        .version_id()
+        .expect("a versioned bucket returns a version id")
+        .to_owned()
+}
+
+/// The bytes and `x-amz-version-id` of a GET of `version` through `client`.
+async fn get_version(client: &Client, bucket: &str, key: &str, version: &str) -> (Vec<u8>, String) {
+    let output = client
+        .get_object()
+        .bucket(bucket)
+        .key(key)
+        .version_id(version)
+        .send()
+        .await
+        .unwrap_or_else(|error| panic!("GET {key}?versionId={version}: {error:?}"));
+    let version = output.version_id().unwrap_or_default().to_owned();
+    let body = output.body.collect().await.expect("body").into_bytes();
+    (body.to_vec(), version)
+}
+
+/// The status and error code of a GET of `version` that must fail.
+async fn failed_version_get(
+    client: &Client,
+    bucket: &str,
+    key: &str,
+    version: &str,
+) -> (u16, Option<String>) {
+    let error = client
+        .get_object()
+        .bucket(bucket)
+        .key(key)
+        .version_id(version)
+        .send()
+        .await
+        .expect_err("the GET must fail");
+    let status = error
+        .raw_response()
+        .map_or(0, |response| response.status().as_u16());
+    (status, error.code().map(str::to_owned))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn versioned_reads_are_cached_under_their_version() {
+    let rig = Rig::start("versions", |_| {}).await;
+    enable_versioning(&rig).await;
+    let first = random_bytes(2 * MIB + 100, 21);
+    let second = random_bytes(3 * MIB + 7, 22);
+    let v1 = put_version(&rig, "object", &first).await;
+    let v2 = put_version(&rig, "object", &second).await;
+    let bucket = &rig.bucket;
+
+    assert!(get_version(&rig.client, bucket, "object", &v1).await == (first.clone(), v1.clone()));
+    assert!(get_version(&rig.client, bucket, "object", &v2).await == (second.clone(), v2.clone()));
+    assert!(rig.get("object", None).await == second);
+    let gets = rig.forwarder.object_requests("GET");
+    assert!(
+        gets.iter()
+            .filter(|seen| seen
+                .query
+                .as_deref()
+                .is_some_and(|query| query.contains("versionId")))
+            .count()
+            >= 6,
+        "every block of both versions was fetched by version id: {gets:?}"
+    );
+
+    let before = rig.upstream_gets();
+    assert!(get_version(&rig.client, bucket, "object", &v1).await.0 == first);
+    let output = rig
+        .client
+        .get_object()
+        .bucket(bucket)
+        .key("object")
+        .version_id(&v2)
+        .range("bytes=1048570-2097200")
+        .send()
+        .await
+        .expect("ranged GET of a version");
+    let ranged = output.body.collect().await.expect("body").into_bytes();
+    assert!(ranged == second[1_048_570..=2_097_200]);
+    assert_eq!(
+        rig.upstream_gets(),
+        before,
+        "both versions are served from cache"
+    );
+
+    // Deleting the current version through Portico makes the first one current at once,
+    // and the deleted version is gone.
+    rig.client
+        .delete_object()
+        .bucket(bucket)
+        .key("object")
+        .version_id(&v2)
+        .send()
+        .await
+        .expect("DeleteObject of a version");
+    assert!(rig.get("object", None).await == first);
+    assert_eq!(
+        failed_version_get(&rig.client, bucket, "object", &v2).await,
+        (404, Some("NoSuchVersion".to_owned()))
+    );
+
+    // Unknown and malformed version ids get the upstream's answers.
+    for version in ["00000000-0000-0000-0000-000000000000", "not-a-version"] {
+        assert_eq!(
+            failed_version_get(&rig.client, bucket, "object", version).await,
+            failed_version_get(&rig.direct, bucket, "object", version).await,
+            "versionId={version}"
+        );
+    }
+}
+
+/// The stored checksums a whole-object GET reports with checksum mode enabled.
+async fn get_checksums(client: &Client, bucket: &str, key: &str) -> [Option<String>; 4] {
+    let output = client
+        .get_object()
+        .bucket(bucket)
+        .key(key)
+        .checksum_mode(ChecksumMode::Enabled)
+        .send()
+        .await
+        .unwrap_or_else(|error| panic!("GET {key}: {error:?}"));
+    let checksums = [
+        output.checksum_crc32().map(str::to_owned),
+        output.checksum_crc32_c().map(str::to_owned),
+        output.checksum_sha256().map(str::to_owned),
+        output.checksum_type().map(|kind| kind.as_str().to_owned()),
+    ];
+    // The SDK validates the body against a full-object checksum while reading it.
+    output.body.collect().await.expect("body validates");
+    checksums
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn checksum_mode_reads_return_the_stored_checksums() {
+    let rig = Rig::start("checksums", |_| {}).await;
+    let bucket = &rig.bucket;
+    let data = random_bytes(2 * MIB + 5, 23);
+    for (key, algorithm) in [
+        ("crc32", ChecksumAlgorithm::Crc32),
+        ("crc32c", ChecksumAlgorithm::Crc32C),
+        ("sha256", ChecksumAlgorithm::Sha256),
+    ] {
+        rig.direct
+            .put_object()
+            .bucket(bucket)
+            .key(key)
+            .checksum_algorithm(algorithm)
+            .body(ByteStream::from(data.clone()))
+            .send()
+            .await
+            .expect("PUT with a checksum");
+    }
+
+    for key in ["crc32", "crc32c", "sha256"] {
+        let direct = get_checksums(&rig.direct, bucket, key).await;
+        assert!(
+            direct[..3].iter().any(Option::is_some),
+            "{key}: the upstream stored a checksum"
+        );
+        assert_eq!(
+            get_checksums(&rig.client, bucket, key).await,
+            direct,
+            "{key}: cold"
+        );
+        let gets = rig.upstream_gets();
+        assert_eq!(
+            get_checksums(&rig.client, bucket, key).await,
+            direct,
+            "{key}: cached"
+        );
+        assert_eq!(rig.upstream_gets(), gets, "{key}: served from cache");
+        let head = rig
+            .client
+            .head_object()
+            .bucket(bucket)
+            .key(key)
+            .checksum_mode(ChecksumMode::Enabled)
+            .send()
+            .await
+            .expect("HEAD");
+        assert_eq!(
+            [
+                head.checksum_crc32().map(str::to_owned),
+                head.checksum_crc32_c().map(str::to_owned),
+                head.checksum_sha256().map(str::to_owned),
+            ],
+            direct[..3],
+            "{key}: HEAD"
+        );
+    }
+
+    // Ranged reads carry no whole-object checksum.
+    let ranged = rig
+        .client
+        .get_object()
+        .bucket(bucket)
+        .key("crc32")
+        .range("bytes=0-99")
+        .checksum_mode(ChecksumMode::Enabled)
+        .send()
+        .await
+        .expect("ranged GET");
+    assert_eq!(ranged.checksum_crc32(), None);
+
+    // Metadata learnt from a plain GET is completed by one HEAD, not by re-reading blocks.
+    rig.direct
+        .put_object()
+        .bucket(bucket)
+        .key("late")
+        .checksum_algorithm(ChecksumAlgorithm::Crc32)
+        .body(ByteStream::from(data.clone()))
+        .send()
+        .await
+        .expect("PUT");
+    let url = format!("{}/{bucket}/late", rig.portico().s3);
+    let (status, _, body) = http_request("GET", &url, &[]).await;
+    assert!(status == 200 && body == data);
+    let direct = get_checksums(&rig.direct, bucket, "late").await;
+    let (gets, heads) = (rig.upstream_gets(), rig.upstream_heads());
+    assert_eq!(get_checksums(&rig.client, bucket, "late").await, direct);
+    assert_eq!(rig.upstream_gets(), gets);
+    assert_eq!(rig.upstream_heads(), heads + 1);
+    let error = rig
+        .client
+        .get_object()
+        .bucket(bucket)
+        .key("missing")
+        .checksum_mode(ChecksumMode::Enabled)
+        .send()
+        .await
+        .expect_err("missing key");
+    assert_eq!(error.code(), Some("NoSuchKey"));
+}
