@@ -18,6 +18,7 @@ use hyper_util::rt::TokioExecutor;
 use portico_testkit::forwarder::Forwarder;
 use portico_testkit::minio::minio;
 use portico_testkit::portico::{Portico, Settings};
+use portico_testkit::sign::Signer;
 use portico_testkit::{s3_client, unique_bucket};
 use rand::{Rng, SeedableRng};
 
@@ -193,8 +194,13 @@ async fn main() {
     let pid = portico.pid().expect("portico pid");
     let http: Http = HttpClient::builder(TokioExecutor::new()).build_http();
 
-    // Hot hits: warm the 64 MiB working set into memory, then load both targets.
-    let portico_url = format!("{}/{bucket}/hot.bin", portico.s3);
+    // Hot hits: warm the 64 MiB working set into memory, then load both targets. Portico
+    // verifies SigV4 on every request: a presigned URL, verified each time, costs the
+    // clients nothing.
+    let plain_url = format!("{}/{bucket}/hot.bin", portico.s3);
+    let host = portico.s3.trim_start_matches("http://").to_owned();
+    let portico_url =
+        Signer::default().presign("GET", &plain_url, &host, Duration::from_secs(3600));
     get(&http, &portico_url, None).await;
     get(&http, &portico_url, None).await;
     forwarder.take();
@@ -215,16 +221,29 @@ async fn main() {
         "{:<16} {:>8} {:>10} {:>10} {:>10}",
         "target", "requests", "GiB/s", "p50 ms", "p99 ms"
     );
-    print_load("portico (memory)", &through_portico);
+    print_load("portico (sigv4)", &through_portico);
     print_load("minio direct", &to_minio);
     println!(
         "portico / direct: {:.2}x throughput; upstream GETs during the Portico run: {hot_upstream_gets}",
         through_portico.gib_per_sec() / to_minio.gib_per_sec()
     );
-
     println!(
         "portico peak RSS during hot hits: {} MiB (memory_capacity 256 MiB)",
         status_field_kib(pid, "VmHWM:") / 1024
+    );
+
+    // The same load without authentication: the cost of verifying SigV4.
+    portico.stop().await;
+    settings.without_auth();
+    let portico = Portico::start(binary, &settings).await;
+    let unsigned_url = format!("{}/{bucket}/hot.bin", portico.s3);
+    get(&http, &unsigned_url, None).await;
+    get(&http, &unsigned_url, None).await;
+    let without_auth = random_ranges(&unsigned_url).await;
+    print_load("portico (none)", &without_auth);
+    println!(
+        "sigv4 / none: {:.2}x throughput",
+        through_portico.gib_per_sec() / without_auth.gib_per_sec()
     );
 
     // A full GET of 1 GiB: memory stays bounded by the cache capacity, not the object.

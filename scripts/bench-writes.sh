@@ -28,6 +28,7 @@ minio_pid=$!
 for _ in $(seq 1 100); do curl -fs "http://127.0.0.1:$minio_port/minio/health/ready" >/dev/null && break; sleep 0.1; done
 
 PORTICO_UPSTREAM_ACCESS_KEY_ID=$user PORTICO_UPSTREAM_SECRET_ACCESS_KEY=$secret \
+  PORTICO_AUTH_ACCESS_KEY_ID=$user PORTICO_AUTH_SECRET_ACCESS_KEY=$secret \
   PORTICO_UPSTREAM_FORCE_PATH_STYLE=true PORTICO_CACHE_MEMORY_CAPACITY=1GiB PORTICO_CACHE_DISK_CAPACITY=4GiB \
   "$portico" --listen "127.0.0.1:$s3_port" --admin-listen "127.0.0.1:$admin_port" \
   --upstream-endpoint "http://127.0.0.1:$minio_port" --cache-dir "$work/cache" >"$work/portico.out" 2>"$work/portico.log" &

@@ -12,6 +12,9 @@ s3_port=${DEMO_S3_PORT:-8080}
 admin_port=${DEMO_ADMIN_PORT:-9090}
 user=portico-demo
 secret=portico-demo-secret
+# The credential clients sign their requests to Portico with (auth.mode = "sigv4").
+client_key=demo-client
+client_secret=demo-client-secret
 
 port_busy() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 for port in "$minio_port" "$s3_port" "$admin_port"; do
@@ -51,9 +54,12 @@ cat <<INFO
   Portico serves S3 on $endpoint (admin $admin), in front of MinIO at $origin.
   Demo bucket "demo": hello.txt and data/random-64MiB.bin.
 
-  curl $endpoint/demo/hello.txt
-  curl -r 0-1048575 -o /dev/null -w '%{http_code} %{size_download} bytes in %{time_total}s\\n' $endpoint/demo/data/random-64MiB.bin
-  AWS_ACCESS_KEY_ID=any AWS_SECRET_ACCESS_KEY=any AWS_DEFAULT_REGION=us-east-1 \\
+  Clients sign with the demo credential $client_key / $client_secret:
+
+  curl --aws-sigv4 aws:amz:us-east-1:s3 --user $client_key:$client_secret $endpoint/demo/hello.txt
+  curl --aws-sigv4 aws:amz:us-east-1:s3 --user $client_key:$client_secret -r 0-1048575 -o /dev/null \\
+    -w '%{http_code} %{size_download} bytes in %{time_total}s\\n' $endpoint/demo/data/random-64MiB.bin
+  AWS_ACCESS_KEY_ID=$client_key AWS_SECRET_ACCESS_KEY=$client_secret AWS_DEFAULT_REGION=us-east-1 \\
     aws --endpoint-url $endpoint s3api get-object --bucket demo --key data/random-64MiB.bin /tmp/random.bin
   curl $admin/healthz
   curl $admin/readyz
@@ -69,6 +75,8 @@ PORTICO_UPSTREAM_ENDPOINT="$origin" \
 PORTICO_UPSTREAM_FORCE_PATH_STYLE=true \
 PORTICO_UPSTREAM_ACCESS_KEY_ID=$user \
 PORTICO_UPSTREAM_SECRET_ACCESS_KEY=$secret \
+PORTICO_AUTH_ACCESS_KEY_ID=$client_key \
+PORTICO_AUTH_SECRET_ACCESS_KEY=$client_secret \
 PORTICO_CACHE_DIR="$state/cache" \
 PORTICO_CACHE_MEMORY_CAPACITY=256MiB \
 PORTICO_CACHE_DISK_CAPACITY=2GiB \

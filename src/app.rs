@@ -28,6 +28,8 @@ pub enum AppError {
     },
     #[error(transparent)]
     Endpoint(#[from] upstream::EndpointError),
+    #[error(transparent)]
+    Credentials(#[from] crate::auth::CredentialsError),
     #[error("cannot install the signal handler: {0}")]
     Signal(std::io::Error),
 }
@@ -77,7 +79,7 @@ pub async fn run(config: Config, on_ready: impl FnOnce(Bound)) -> Result<(), App
         &shared,
         metrics.clone(),
     )?);
-    let front = api::service(&config, read, forwarder, metrics.clone());
+    let front = api::service(&config, read, forwarder, metrics.clone())?;
     let grace = config.server.shutdown_grace.get();
     let s3_task = tokio::spawn(api::serve(s3_listener, front, stopping.clone(), grace));
     let admin_state = Arc::new(AdminState::new(metrics, cache.clone(), upstream));

@@ -1,12 +1,13 @@
 //! Portico: an S3-compatible read-through caching proxy.
 //!
-//! Clients send S3 requests to [`api`]; GETs and HEADs are answered by the [`read`] path
+//! Clients send S3 requests to [`api`], which [`auth`]enticates them; GETs and HEADs are answered by the [`read`] path
 //! from the hybrid memory + disk block [`cache`], which fetches missing blocks from the
 //! [`upstream`] object store once however many requests wait for them.
 
 pub mod admin;
 pub mod api;
 pub mod app;
+pub mod auth;
 pub mod cache;
 pub mod coalesce;
 pub mod config;

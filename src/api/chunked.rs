@@ -4,9 +4,10 @@
 //!
 //! Invariants: the decoder never buffers chunk data (only header and trailer lines, each
 //! bounded); it yields exactly the bytes the chunk sizes announce and fails on any framing
-//! error, on a body that ends early, and on a decoded length other than the announced one.
-//! A failed decode ends the stream with an error, so the upstream never sees a complete
-//! request built from a broken one.
+//! error, on a body that ends early, on a decoded length other than the announced one and,
+//! for signed payloads, on any chunk or trailer whose signature does not verify. The
+//! decoded body holds back its last bytes until every check has passed, so a failed decode
+//! ends the stream with an error before the upstream has a complete request.
 
 use std::collections::VecDeque;
 use std::pin::Pin;
@@ -18,6 +19,7 @@ use http::{HeaderMap, HeaderName, HeaderValue};
 use http_body::{Body, Frame, SizeHint};
 use parking_lot::Mutex;
 
+use crate::auth::sigv4::{ChunkSigner, DataHash, EMPTY_SHA256};
 use crate::upstream::BoxError;
 
 /// The longest chunk-header or trailer line accepted (a signed header is ~90 bytes).
@@ -37,6 +39,8 @@ pub enum ChunkedError {
         "the decoded payload has {actual} bytes but x-amz-decoded-content-length says {announced}"
     )]
     LengthMismatch { announced: u64, actual: u64 },
+    #[error("a chunk or trailer signature does not match")]
+    SignatureMismatch,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -52,6 +56,19 @@ enum State {
     Done,
 }
 
+/// Verifies a signed payload's chunk and trailer signatures as they are decoded.
+#[derive(Debug)]
+struct Signatures {
+    signer: ChunkSigner,
+    /// The running hash of the current chunk's data.
+    data: DataHash,
+    /// The signature the current chunk's header announced.
+    announced: String,
+    /// The trailer lines as signed: `name:value\n` each.
+    canonical_trailers: String,
+    trailer_signature: Option<String>,
+}
+
 /// Push decoder for `aws-chunked` framing.
 #[derive(Debug)]
 pub struct Decoder {
@@ -60,6 +77,7 @@ pub struct Decoder {
     decoded_bytes: u64,
     trailer_bytes: usize,
     trailers: HeaderMap,
+    signatures: Option<Signatures>,
 }
 
 impl Default for Decoder {
@@ -70,21 +88,43 @@ impl Default for Decoder {
             decoded_bytes: 0,
             trailer_bytes: 0,
             trailers: HeaderMap::new(),
+            signatures: None,
         }
     }
 }
 
 impl Decoder {
+    /// A decoder that also verifies every chunk's and the trailer's signature.
+    pub fn signed(signer: ChunkSigner) -> Self {
+        Self {
+            signatures: Some(Signatures {
+                signer,
+                data: DataHash::default(),
+                announced: String::new(),
+                canonical_trailers: String::new(),
+                trailer_signature: None,
+            }),
+            ..Self::default()
+        }
+    }
+
     /// Consumes `input`, pushing the chunk data it contains onto `out`.
     pub fn feed(&mut self, mut input: Bytes, out: &mut Vec<Bytes>) -> Result<(), ChunkedError> {
         while !input.is_empty() {
             match self.state {
                 State::Data(remaining) => {
                     let take = remaining.min(input.len() as u64);
-                    out.push(input.split_to(take as usize));
+                    let data = input.split_to(take as usize);
                     self.decoded_bytes += take;
+                    if let Some(signatures) = self.signatures.as_mut() {
+                        signatures.data.update(&data);
+                    }
+                    out.push(data);
                     self.state = match remaining - take {
-                        0 => State::DataEnd,
+                        0 => {
+                            self.verify_chunk()?;
+                            State::DataEnd
+                        }
                         left => State::Data(left),
                     };
                 }
@@ -135,25 +175,98 @@ impl Decoder {
             }
             State::Header => {
                 let size = parse_chunk_size(line)?;
+                if let Some(signatures) = self.signatures.as_mut() {
+                    signatures.announced = chunk_signature(line)?.to_owned();
+                }
                 self.state = if size == 0 {
+                    self.verify_chunk()?;
                     State::Trailer
                 } else {
                     State::Data(size)
                 };
             }
-            State::Trailer if line.is_empty() => self.state = State::Done,
+            State::Trailer if line.is_empty() => {
+                self.verify_trailer()?;
+                self.state = State::Done;
+            }
             State::Trailer => {
                 self.trailer_bytes += line.len();
                 if self.trailer_bytes > MAX_TRAILER_BYTES {
                     return Err(ChunkedError::Malformed("trailers too large"));
                 }
                 let (name, value) = parse_trailer(line)?;
-                self.trailers.append(name, value);
+                match self.signatures.as_mut() {
+                    Some(signatures) if name == "x-amz-trailer-signature" => {
+                        let signature = value.to_str().unwrap_or_default().to_owned();
+                        signatures.trailer_signature = Some(signature);
+                    }
+                    Some(signatures) => {
+                        let value_text = String::from_utf8_lossy(value.as_bytes());
+                        signatures.canonical_trailers.push_str(name.as_str());
+                        signatures.canonical_trailers.push(':');
+                        signatures.canonical_trailers.push_str(&value_text);
+                        signatures.canonical_trailers.push('\n');
+                        self.trailers.append(name, value);
+                    }
+                    None => {
+                        self.trailers.append(name, value);
+                    }
+                }
             }
             State::Data(_) | State::Done => unreachable!("no lines are read in this state"),
         }
         Ok(())
     }
+}
+
+impl Decoder {
+    /// Checks the signature of the chunk whose data just ended (or the final empty chunk).
+    fn verify_chunk(&mut self) -> Result<(), ChunkedError> {
+        let Some(signatures) = self.signatures.as_mut() else {
+            return Ok(());
+        };
+        let hash = match self.state {
+            State::Header => EMPTY_SHA256.to_owned(),
+            _ => signatures.data.finish(),
+        };
+        if signatures.signer.verify_chunk(&hash, &signatures.announced) {
+            Ok(())
+        } else {
+            Err(ChunkedError::SignatureMismatch)
+        }
+    }
+
+    /// Checks the trailer signature; trailers of a signed payload must be signed.
+    fn verify_trailer(&mut self) -> Result<(), ChunkedError> {
+        let Some(signatures) = self.signatures.as_mut() else {
+            return Ok(());
+        };
+        match &signatures.trailer_signature {
+            None if signatures.canonical_trailers.is_empty() => Ok(()),
+            None => Err(ChunkedError::SignatureMismatch),
+            Some(given) => {
+                let given = given.clone();
+                if signatures
+                    .signer
+                    .verify_trailer(&signatures.canonical_trailers, &given)
+                {
+                    Ok(())
+                } else {
+                    Err(ChunkedError::SignatureMismatch)
+                }
+            }
+        }
+    }
+}
+
+/// The `chunk-signature` extension of a signed chunk's header line.
+fn chunk_signature(line: &[u8]) -> Result<&str, ChunkedError> {
+    let text = std::str::from_utf8(line)
+        .map_err(|_| ChunkedError::Malformed("chunk header is not text"))?;
+    text.split(';')
+        .skip(1)
+        .find_map(|extension| extension.trim().strip_prefix("chunk-signature="))
+        .ok_or(ChunkedError::SignatureMismatch)
 }
 
 fn parse_chunk_size(line: &[u8]) -> Result<u64, ChunkedError> {
@@ -186,6 +299,8 @@ pub enum BodyError {
     Chunked(#[from] ChunkedError),
     #[error("the client stopped sending the request body: {0}")]
     Client(String),
+    #[error("the body does not match its signed x-amz-content-sha256")]
+    Sha256Mismatch,
 }
 
 /// Where a body adapter records the error it ended with, for the handler to report.
@@ -203,21 +318,31 @@ impl ErrorSlot {
 }
 
 /// A client's `aws-chunked` body, decoded: data frames, then one trailers frame if the
-/// client sent trailers.
+/// client sent trailers. The last decoded piece is held back until the whole payload has
+/// been checked.
 pub struct DecodedBody<B> {
     inner: B,
     decoder: Option<Decoder>,
     ready: VecDeque<Bytes>,
+    /// Set once the payload ended and passed every check: the trailers still to send.
+    verified: Option<Option<HeaderMap>>,
     announced_bytes: u64,
     errors: ErrorSlot,
 }
 
 impl<B> DecodedBody<B> {
-    pub fn new(inner: B, announced_bytes: u64, errors: ErrorSlot) -> Self {
+    /// Decodes `inner`; with `signer`, also verifies every chunk and trailer signature.
+    pub fn new(
+        inner: B,
+        announced_bytes: u64,
+        signer: Option<ChunkSigner>,
+        errors: ErrorSlot,
+    ) -> Self {
         Self {
             inner,
-            decoder: Some(Decoder::default()),
+            decoder: Some(signer.map_or_else(Decoder::default, Decoder::signed)),
             ready: VecDeque::new(),
+            verified: None,
             announced_bytes,
             errors,
         }
@@ -225,6 +350,7 @@ impl<B> DecodedBody<B> {
 
     fn fail(&mut self, error: BodyError) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         self.decoder = None;
+        self.ready.clear();
         self.errors.set(error.clone());
         Poll::Ready(Some(Err(error.into())))
     }
@@ -243,8 +369,18 @@ where
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         loop {
-            if let Some(data) = self.ready.pop_front() {
+            // Until the payload is verified, the newest piece stays behind.
+            if (self.ready.len() > 1 || self.verified.is_some())
+                && let Some(data) = self.ready.pop_front()
+            {
                 return Poll::Ready(Some(Ok(Frame::data(data))));
+            }
+            if let Some(trailers) = self.verified.as_mut() {
+                return Poll::Ready(
+                    trailers
+                        .take()
+                        .map(|trailers| Ok(Frame::trailers(trailers))),
+                );
             }
             if self.decoder.is_none() {
                 return Poll::Ready(None);
@@ -259,7 +395,8 @@ where
                     if let Err(error) = decoder.feed(data, &mut out) {
                         return self.fail(error.into());
                     }
-                    self.ready.extend(out);
+                    self.ready
+                        .extend(out.into_iter().filter(|piece| !piece.is_empty()));
                 }
                 Some(Err(error)) => return self.fail(BodyError::Client(error.to_string())),
                 None => {
@@ -273,10 +410,7 @@ where
                         return self
                             .fail(ChunkedError::LengthMismatch { announced, actual }.into());
                     }
-                    if trailers.is_empty() {
-                        return Poll::Ready(None);
-                    }
-                    return Poll::Ready(Some(Ok(Frame::trailers(trailers))));
+                    self.verified = Some((!trailers.is_empty()).then_some(trailers));
                 }
             }
         }
@@ -491,7 +625,7 @@ mod tests {
     async fn a_short_body_fails_and_records_why() {
         let inner = http_body_util::Full::new(Bytes::from_static(TRAILER));
         let errors = ErrorSlot::default();
-        let body = DecodedBody::new(inner, 12, errors.clone());
+        let body = DecodedBody::new(inner, 12, None, errors.clone());
         assert!(body.collect().await.is_err());
         assert_eq!(
             errors.get(),

@@ -1,7 +1,8 @@
 //! What every S3 request passes through first: a request id, the per-request context
-//! handlers fill in, request metrics, (with `auth.mode = none`) the removal of client
-//! signatures that Portico does not verify, and the routing decision — cached reads go to
-//! s3s and the read path, everything else to the passthrough.
+//! handlers fill in, request metrics, authentication (SigV4, unless `auth.mode = none`) and
+//! the credential's limits, the removal of client signatures (Portico signs upstream
+//! requests itself), and the routing decision — cached reads go to s3s and the read path,
+//! everything else to the passthrough.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -21,7 +22,8 @@ use super::conditions::Preconditions;
 use super::error::error_response;
 use super::host::VirtualHosts;
 use super::passthrough::{Forwarded, Passthrough};
-use super::route::{Address, Route};
+use super::route::{Address, Route, parse_query};
+use crate::auth::{AuthError, Authenticator, RequestHead, Verified, authorize};
 use crate::telemetry::Metrics;
 
 /// Query parameters of presigned URLs (SigV4 and SigV2).
@@ -90,7 +92,8 @@ pub struct Front {
     hosts: Option<VirtualHosts>,
     metrics: Arc<Metrics>,
     ids: Arc<RequestIds>,
-    strip_signatures: bool,
+    /// `None` when authentication is off.
+    auth: Option<Arc<Authenticator>>,
 }
 
 impl Front {
@@ -99,7 +102,7 @@ impl Front {
         passthrough: Arc<Passthrough>,
         hosts: Option<VirtualHosts>,
         metrics: Arc<Metrics>,
-        strip_signatures: bool,
+        auth: Option<Arc<Authenticator>>,
     ) -> Self {
         Self {
             s3,
@@ -107,30 +110,49 @@ impl Front {
             hosts,
             metrics,
             ids: Arc::new(RequestIds::new()),
-            strip_signatures,
+            auth,
         }
+    }
+
+    /// Verifies the request's signature; `Ok(None)` when authentication is off.
+    fn authenticate<B>(&self, request: &Request<B>) -> Result<Option<Verified>, AuthError> {
+        let Some(auth) = &self.auth else {
+            return Ok(None);
+        };
+        let raw_query = request.uri().query().unwrap_or_default();
+        let query = parse_query(raw_query).unwrap_or_default();
+        let head = RequestHead {
+            method: request.method(),
+            raw_path: request.uri().path(),
+            raw_query,
+            query: &query,
+            headers: request.headers(),
+            host: host_of(request).unwrap_or_default(),
+        };
+        auth.verify(&head, SystemTime::now()).map(Some)
     }
 
     /// Sends `request` to the cached read path or the passthrough.
     fn dispatch(&self, request: Request<Incoming>, context: &RequestContext) -> Dispatched {
-        let host = request
-            .headers()
-            .get(http::header::HOST)
-            .and_then(|value| value.to_str().ok())
-            .or_else(|| {
-                request
-                    .uri()
-                    .authority()
-                    .map(|authority| authority.as_str())
-            });
+        let host = host_of(&request);
         let address = match Address::parse(request.uri(), host, self.hosts.as_ref()) {
             Ok(address) => address,
             Err(error) => {
                 let error = S3Error::with_message(S3ErrorCode::InvalidURI, error.to_string());
-                let response = error_response(error, context.id());
-                return Box::pin(async move { Ok(response) });
+                return refuse(error, context);
             }
         };
+        if let Some(verified) = request.extensions().get::<Verified>()
+            && let Err(error) = authorize(
+                &verified.credential,
+                request.method(),
+                address.bucket.as_deref(),
+                request.headers(),
+            )
+        {
+            tracing::debug!(request_id = context.id(), access_key_id = %verified.credential.access_key_id, %error, "request refused");
+            return refuse(error.to_s3(), context);
+        }
         match Route::of(request.method(), &address, request.headers()) {
             Route::Cached => {
                 let mut request = request;
@@ -161,6 +183,26 @@ impl Front {
 
 type Dispatched = Pin<Box<dyn Future<Output = Result<Response<s3s::Body>, s3s::HttpError>> + Send>>;
 
+/// Answers with `error` without looking further at the request.
+fn refuse(error: S3Error, context: &RequestContext) -> Dispatched {
+    let response = error_response(error, context.id());
+    Box::pin(async move { Ok(response) })
+}
+
+/// The `Host` header, or the HTTP/2 authority.
+fn host_of<B>(request: &Request<B>) -> Option<&str> {
+    request
+        .headers()
+        .get(http::header::HOST)
+        .and_then(|value| value.to_str().ok())
+        .or_else(|| {
+            request
+                .uri()
+                .authority()
+                .map(|authority| authority.as_str())
+        })
+}
+
 impl hyper::service::Service<Request<Incoming>> for Front {
     type Response = Response<MeteredBody<s3s::Body>>;
     type Error = s3s::HttpError;
@@ -173,10 +215,20 @@ impl hyper::service::Service<Request<Incoming>> for Front {
             operation: OnceLock::new(),
         }));
         request.extensions_mut().insert(context.clone());
-        if self.strip_signatures {
-            strip_signature(&mut request);
-        }
-        let response = self.dispatch(request, &context);
+        let response = match self.authenticate(&request) {
+            Ok(verified) => {
+                if let Some(verified) = verified {
+                    request.extensions_mut().insert(verified);
+                }
+                strip_signature(&mut request);
+                self.dispatch(request, &context)
+            }
+            Err(error) => {
+                tracing::debug!(request_id = context.id(), %error, "authentication failed");
+                context.set_operation("Unauthenticated");
+                refuse(error.to_s3(), &context)
+            }
+        };
         let metrics = self.metrics.clone();
         Box::pin(async move {
             let mut response = response.await?;

@@ -1,6 +1,7 @@
 //! The S3 HTTP surface: s3s for the wire protocol (routing, XML, errors), Portico's
 //! handlers behind it, and the listener that serves it with graceful shutdown.
 
+mod checked;
 mod chunked;
 mod conditions;
 mod error;
@@ -24,40 +25,56 @@ pub use error::UPSTREAM_REQUEST_ID_HEADER;
 pub use front::{Front, RequestContext};
 pub use host::VirtualHosts;
 
+use crate::auth::{Authenticator, Credential, CredentialStore, CredentialsError};
 use crate::config::{AuthMode, Config};
 use crate::read::ReadPath;
 use crate::telemetry::Metrics;
 use crate::upstream::Forwarder;
 use passthrough::{Passthrough, WriteThrough};
 
-/// Builds the S3 service for `config`.
+/// Builds the S3 service for `config`; fails when the credentials file cannot be loaded.
 pub fn service(
     config: &Config,
     read: ReadPath,
     forwarder: Arc<Forwarder>,
     metrics: Arc<Metrics>,
-) -> Front {
+) -> Result<Front, CredentialsError> {
     let mut builder = S3ServiceBuilder::new(s3::PorticoS3::new(read.clone()));
     let hosts =
         (!config.server.domains.is_empty()).then(|| VirtualHosts::new(&config.server.domains));
     if let Some(hosts) = &hosts {
         builder.set_host(hosts.clone());
     }
-    let strip_signatures = match config.auth.mode {
-        AuthMode::None => true,
+    let auth = match config.auth.mode {
+        AuthMode::None => {
+            tracing::warn!(
+                "auth.mode = \"none\": S3 requests are not authenticated; anyone who reaches the S3 listener can use Portico's upstream credentials"
+            );
+            None
+        }
+        AuthMode::Sigv4 => {
+            let auth = &config.auth;
+            let configured = (!auth.access_key_id.is_empty())
+                .then(|| Credential::new(&auth.access_key_id, &auth.secret_access_key));
+            let file = (!auth.credentials_file.as_os_str().is_empty())
+                .then(|| auth.credentials_file.clone());
+            let credentials = CredentialStore::open(configured, file)?;
+            credentials.watch();
+            Some(Arc::new(Authenticator::new(credentials)))
+        }
     };
     let write_through = config.cache.write_through.then(|| WriteThrough {
         // Held in memory until the upload completes: at most a quarter of the memory tier.
         max_object_bytes: config.cache.memory_capacity.bytes() / 4,
     });
     let passthrough = Arc::new(Passthrough::new(forwarder, read, write_through));
-    Front::new(
+    Ok(Front::new(
         builder.build(),
         passthrough,
         hosts,
         metrics,
-        strip_signatures,
-    )
+        auth,
+    ))
 }
 
 /// Serves S3 on `listener` until `shutdown` fires, then lets open requests finish for up

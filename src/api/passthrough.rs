@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
-use http::{HeaderMap, HeaderValue, Request, Response};
+use http::{HeaderMap, HeaderValue, Request, Response, StatusCode};
 use http_body::{Body, Frame, SizeHint};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
@@ -21,9 +21,12 @@ use parking_lot::Mutex;
 use quick_xml::events::Event;
 use s3s::{S3Error, S3ErrorCode};
 
-use super::chunked::{BodyError, DecodedBody, EncodedBody, ErrorSlot};
+use super::checked::Sha256Body;
+use super::chunked::{BodyError, ChunkedError, DecodedBody, EncodedBody, ErrorSlot};
 use super::error::{UPSTREAM_REQUEST_ID_HEADER, error_response, forward_error, invalid_object};
 use super::route::{Address, Effect};
+use crate::auth::sigv4::ChunkSigner;
+use crate::auth::{PayloadCheck, Verified};
 use crate::read::ReadPath;
 use crate::types::{ObjectRef, ObjectRefError};
 use crate::upstream::{BoxError, ForwardRequest, Forwarder, Payload, UpstreamBody};
@@ -124,7 +127,21 @@ impl Passthrough {
         let errors = ErrorSlot::default();
         let framing = Framing::of(&parts.headers, &parts.method)?;
         let mut headers = forwarded_headers(&parts.headers);
-        let (mut payload, decoded_length) = framing.payload(body, &mut headers, errors.clone());
+        let check = parts
+            .extensions
+            .get::<Verified>()
+            .map_or(PayloadCheck::Unsigned, |verified| verified.payload.clone());
+        let mut body = client_body(body, errors.clone());
+        let mut signer = None;
+        match check {
+            PayloadCheck::Unsigned => {}
+            PayloadCheck::Sha256(expected) => {
+                body = Sha256Body::new(body, expected, errors.clone()).boxed();
+            }
+            PayloadCheck::Chunks(chunks) => signer = Some(chunks),
+        }
+        let (mut payload, decoded_length) =
+            framing.payload(body, &mut headers, signer, errors.clone());
 
         if effect == Effect::DeleteListed
             && let Some(bucket) = &address.bucket
@@ -262,20 +279,22 @@ impl Framing {
 
     /// The upstream payload for `body`, adjusting `headers` to its framing; the decoded
     /// length when known.
+    /// `signer` verifies the chunk signatures of a signed `aws-chunked` body.
     fn payload(
         self,
-        body: Incoming,
+        body: UpstreamBody,
         headers: &mut HeaderMap,
+        signer: Option<ChunkSigner>,
         errors: ErrorSlot,
     ) -> (Payload, Option<u64>) {
         match self {
             Self::None => (Payload::Empty, Some(0)),
-            Self::Plain(length) => (Payload::Plain(client_body(body, errors), length), length),
+            Self::Plain(length) => (Payload::Plain(body, length), length),
             Self::AwsChunked {
                 decoded_length,
                 trailer,
             } => {
-                let decoded = DecodedBody::new(body, decoded_length, errors);
+                let decoded = DecodedBody::new(body, decoded_length, signer, errors);
                 let remaining = remove_aws_chunked(headers);
                 if trailer {
                     let encoding = match remaining {
@@ -468,11 +487,20 @@ fn deleted(
 /// The client's error when its body was at fault, else `None`.
 fn body_error(errors: &ErrorSlot) -> Option<S3Error> {
     let error = errors.get()?;
-    let code = match error {
-        BodyError::Client(_) => S3ErrorCode::IncompleteBody,
-        BodyError::Chunked(_) => S3ErrorCode::InvalidRequest,
+    let (code, status) = match error {
+        BodyError::Client(_) => (S3ErrorCode::IncompleteBody, StatusCode::BAD_REQUEST),
+        BodyError::Chunked(ChunkedError::SignatureMismatch) => {
+            (S3ErrorCode::SignatureDoesNotMatch, StatusCode::FORBIDDEN)
+        }
+        BodyError::Chunked(_) => (S3ErrorCode::InvalidRequest, StatusCode::BAD_REQUEST),
+        BodyError::Sha256Mismatch => (
+            S3ErrorCode::Custom("XAmzContentSHA256Mismatch".into()),
+            StatusCode::BAD_REQUEST,
+        ),
     };
-    Some(S3Error::with_message(code, error.to_string()))
+    let mut s3_error = S3Error::with_message(code, error.to_string());
+    s3_error.set_status_code(status);
+    Some(s3_error)
 }
 
 /// The upstream's response for the client: same status, headers and streamed body; the

@@ -117,7 +117,7 @@ fn decode_query_part(raw: &str) -> Result<String, AddressError> {
         .map_err(|_| AddressError::Query)
 }
 
-fn parse_query(raw: &str) -> Result<Vec<(String, String)>, AddressError> {
+pub fn parse_query(raw: &str) -> Result<Vec<(String, String)>, AddressError> {
     raw.split('&')
         .filter(|pair| !pair.is_empty())
         .map(|pair| {

@@ -57,12 +57,15 @@ impl Default for ServerConfig {
 pub struct AdminConfig {
     /// Address of the health, readiness and metrics listener.
     pub listen: SocketAddr,
+    /// Bearer token for the admin endpoints that change state; empty disables them.
+    pub token: String,
 }
 
 impl Default for AdminConfig {
     fn default() -> Self {
         Self {
             listen: SocketAddr::from(([127, 0, 0, 1], 9090)),
+            token: String::new(),
         }
     }
 }
@@ -149,8 +152,10 @@ impl CacheConfig {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum AuthMode {
-    /// Requests are accepted without verifying their signature.
+    /// Every request must carry a valid AWS Signature V4 of a configured credential.
     #[default]
+    Sigv4,
+    /// Requests are accepted without verifying their signature (trusted sidecars only).
     None,
 }
 
@@ -158,6 +163,11 @@ pub enum AuthMode {
 #[serde(default, deny_unknown_fields)]
 pub struct AuthConfig {
     pub mode: AuthMode,
+    /// One client credential (read-write, every bucket).
+    pub access_key_id: String,
+    pub secret_access_key: String,
+    /// A TOML file of `[[credentials]]`, reloaded when it changes; empty for none.
+    pub credentials_file: PathBuf,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -278,6 +288,20 @@ impl Config {
                 "config keys upstream.access_key_id and upstream.secret_access_key: set both, or neither to use the AWS credential chain",
             ));
         }
+        let auth = &self.auth;
+        if auth.access_key_id.is_empty() != auth.secret_access_key.is_empty() {
+            return Err(ConfigError::new(
+                "config keys auth.access_key_id and auth.secret_access_key: set both, or neither",
+            ));
+        }
+        if auth.mode == AuthMode::Sigv4
+            && auth.access_key_id.is_empty()
+            && auth.credentials_file.as_os_str().is_empty()
+        {
+            return Err(ConfigError::new(
+                "config key auth.mode: \"sigv4\" needs client credentials (set auth.access_key_id and auth.secret_access_key, or auth.credentials_file), or set auth.mode = \"none\" for a trusted sidecar",
+            ));
+        }
         for domain in &self.server.domains {
             let valid = !domain.is_empty()
                 && domain.split('.').all(|label| {
@@ -298,8 +322,14 @@ impl Config {
     /// The effective configuration as TOML, with secrets replaced by `"<redacted>"`.
     pub fn to_redacted_toml(&self) -> String {
         let mut shown = self.clone();
-        if !shown.upstream.secret_access_key.is_empty() {
-            shown.upstream.secret_access_key = "<redacted>".to_owned();
+        for secret in [
+            &mut shown.upstream.secret_access_key,
+            &mut shown.auth.secret_access_key,
+            &mut shown.admin.token,
+        ] {
+            if !secret.is_empty() {
+                *secret = "<redacted>".to_owned();
+            }
         }
         toml::to_string(&shown).unwrap_or_else(|error| format!("<config not printable: {error}>"))
     }
@@ -459,26 +489,53 @@ fn apply_cli(tree: &mut Table, cli: &CliOverrides) {
 mod tests {
     use super::*;
 
+    /// The client credential every runnable configuration needs (SigV4 is the default).
+    const CLIENT_CREDENTIAL: [(&str, &str); 2] = [
+        ("PORTICO_AUTH_ACCESS_KEY_ID", "client"),
+        ("PORTICO_AUTH_SECRET_ACCESS_KEY", "client-secret"),
+    ];
+
+    fn with_credential(env: &[(&str, &str)]) -> Vec<(String, String)> {
+        CLIENT_CREDENTIAL
+            .iter()
+            .chain(env)
+            .map(|(name, value)| (name.to_string(), value.to_string()))
+            .collect()
+    }
+
     fn load_text(text: &str, env: &[(&str, &str)]) -> Result<Config, ConfigError> {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("portico.toml");
         std::fs::write(&path, text).unwrap();
-        let env = env
-            .iter()
-            .map(|(name, value)| (name.to_string(), value.to_string()));
-        Config::load(Some(&path), env, &CliOverrides::default())
+        Config::load(Some(&path), with_credential(env), &CliOverrides::default())
+    }
+
+    fn defaults_with_credential() -> Config {
+        let mut config = Config::default();
+        config.auth.access_key_id = "client".to_owned();
+        config.auth.secret_access_key = "client-secret".to_owned();
+        config
     }
 
     #[test]
-    fn defaults_are_valid() {
-        Config::default().validate().unwrap();
+    fn defaults_need_only_a_client_credential() {
+        defaults_with_credential().validate().unwrap();
+        let error = Config::default().validate().unwrap_err().to_string();
+        assert!(error.starts_with("config key auth.mode:"), "{error}");
+        let mut open = Config::default();
+        open.auth.mode = AuthMode::None;
+        open.validate().unwrap();
+        let mut half = defaults_with_credential();
+        half.auth.secret_access_key.clear();
+        assert!(half.validate().is_err());
     }
 
     #[test]
     fn shipped_config_file_matches_the_defaults() {
         let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/portico.toml");
-        let loaded = Config::load(Some(&path), [], &CliOverrides::default()).unwrap();
-        assert_eq!(loaded, Config::default());
+        let loaded =
+            Config::load(Some(&path), with_credential(&[]), &CliOverrides::default()).unwrap();
+        assert_eq!(loaded, defaults_with_credential());
     }
 
     #[test]
@@ -518,10 +575,7 @@ mod tests {
             listen: Some("127.0.0.1:1234".parse().unwrap()),
             ..CliOverrides::default()
         };
-        let env = [(
-            "PORTICO_SERVER_LISTEN".to_owned(),
-            "127.0.0.1:9999".to_owned(),
-        )];
+        let env = with_credential(&[("PORTICO_SERVER_LISTEN", "127.0.0.1:9999")]);
         let config = Config::load(None, env, &cli).unwrap();
         assert_eq!(config.server.listen.port(), 1234);
     }

@@ -1,11 +1,12 @@
 //! The rig Portico's integration tests and benchmarks run on: a MinIO server on loopback
 //! ([`minio`]), a counting forwarder as an independent observer of upstream traffic
 //! ([`forwarder`]), the `portico` binary started on free ports ([`portico`]), and small
-//! HTTP and S3 client helpers.
+//! HTTP and S3 client helpers, and a SigV4 signer for raw requests ([`sign`]).
 
 pub mod forwarder;
 pub mod minio;
 pub mod portico;
+pub mod sign;
 
 use aws_sdk_s3::Client;
 use aws_sdk_s3::config::retry::RetryConfig;
@@ -80,4 +81,28 @@ pub async fn http_request(
         .expect("response body")
         .to_bytes();
     (status, headers, body)
+}
+
+/// [`http_request`] signed with SigV4 by the test credentials (empty payload). A `host`
+/// entry in `headers` is signed instead of the URL's authority.
+pub async fn signed_request(
+    method: &str,
+    url: &str,
+    headers: &[(&str, &str)],
+) -> (u16, http::HeaderMap, Bytes) {
+    let uri: http::Uri = url.parse().expect("URL");
+    let authority = uri.authority().expect("URL with a host").to_string();
+    let mut all: Vec<(&str, &str)> = headers.to_vec();
+    if !all
+        .iter()
+        .any(|(name, _)| name.eq_ignore_ascii_case("host"))
+    {
+        all.push(("host", &authority));
+    }
+    let signed = sign::Signer::default().sign(method, url, &all, sign::EMPTY_SHA256);
+    let mut with_signature: Vec<(&str, &str)> = headers.to_vec();
+    for (name, value) in &signed.headers {
+        with_signature.push((name, value));
+    }
+    http_request(method, url, &with_signature).await
 }

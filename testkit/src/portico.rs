@@ -24,6 +24,9 @@ pub struct Settings {
     /// The secret Portico signs upstream requests with.
     pub upstream_secret: &'static str,
     pub write_through: bool,
+    /// The body of the `[auth]` section: by default SigV4 with the test credentials that
+    /// [`crate::s3_client`] signs with.
+    pub auth: String,
 }
 
 impl Settings {
@@ -39,7 +42,15 @@ impl Settings {
             domains: Vec::new(),
             upstream_secret: SECRET_KEY,
             write_through: false,
+            auth: format!(
+                "mode = \"sigv4\"\naccess_key_id = \"{ACCESS_KEY}\"\nsecret_access_key = \"{SECRET_KEY}\"\n"
+            ),
         }
+    }
+
+    /// Turns client authentication off (`auth.mode = "none"`).
+    pub fn without_auth(&mut self) {
+        self.auth = "mode = \"none\"\n".to_owned();
     }
 
     fn toml(&self) -> String {
@@ -74,6 +85,9 @@ disk_capacity = "{disk}"
 metadata_ttl = "{ttl}"
 negative_ttl = "{negative_ttl}"
 write_through = {write_through}
+
+[auth]
+{auth}
 "#,
             domains = domains.join(", "),
             upstream = self.upstream,
@@ -85,6 +99,7 @@ write_through = {write_through}
             negative_ttl = self.negative_ttl,
             upstream_secret = self.upstream_secret,
             write_through = self.write_through,
+            auth = self.auth,
         )
     }
 }

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::support::{Rig, failed_get, failed_head, http_request, random_bytes, s3_client};
+use crate::support::{Rig, failed_get, failed_head, random_bytes, s3_client, signed_request};
 
 #[tokio::test]
 async fn missing_objects_and_unsatisfiable_ranges_get_s3_errors() {
@@ -20,7 +20,7 @@ async fn missing_objects_and_unsatisfiable_ranges_get_s3_errors() {
     assert_eq!((status, code.as_deref()), (416, Some("InvalidRange")));
 
     let url = format!("{}/{}/small.txt", rig.portico().s3, rig.bucket);
-    let (status, headers, body) = http_request("GET", &url, &[("range", "bytes=-0")]).await;
+    let (status, headers, body) = signed_request("GET", &url, &[("range", "bytes=-0")]).await;
     let body = String::from_utf8_lossy(&body);
     assert_eq!(status, 416);
     assert_eq!(headers["content-range"], "bytes */10");
@@ -33,7 +33,7 @@ async fn missing_objects_and_unsatisfiable_ranges_get_s3_errors() {
     );
 
     // A key not asked for before, so the 404 comes from the upstream, not the negative cache.
-    let (status, headers, body) = http_request(
+    let (status, headers, body) = signed_request(
         "GET",
         &format!("{}/{}/also-absent.txt", rig.portico().s3, rig.bucket),
         &[],

@@ -7,7 +7,7 @@ use aws_sdk_s3::types::{
     CompletedMultipartUpload, CompletedPart, EncodingType, ObjectAttributes, Tag, Tagging,
 };
 
-use crate::support::{Rig, http_request, random_bytes};
+use crate::support::{Rig, random_bytes, signed_request};
 
 const KEYS: [&str; 5] = [
     "a/one.txt",
@@ -74,7 +74,7 @@ async fn listings_match_the_upstream_in_every_form() {
 
     // A bucket path with a trailing slash is the bucket, not an object with an empty key.
     let (status, _, body) =
-        http_request("GET", &format!("{}/{}/", rig.portico().s3, rig.bucket), &[]).await;
+        signed_request("GET", &format!("{}/{}/", rig.portico().s3, rig.bucket), &[]).await;
     assert_eq!(status, 200);
     let body = String::from_utf8_lossy(&body);
     assert!(
@@ -83,7 +83,7 @@ async fn listings_match_the_upstream_in_every_form() {
     );
 
     // Upstream errors pass through as S3 XML with their code and status.
-    let (status, headers, body) = http_request(
+    let (status, headers, body) = signed_request(
         "GET",
         &format!("{}/no-such-bucket-here/?list-type=2", rig.portico().s3),
         &[],

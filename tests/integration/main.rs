@@ -4,6 +4,7 @@
 
 mod support;
 
+mod auth;
 mod clients;
 mod coalescing;
 mod conditionals;

@@ -9,7 +9,7 @@ use aws_sdk_s3::presigning::PresigningConfig;
 use aws_sdk_s3::primitives::ByteStream;
 use rand::{Rng, SeedableRng};
 
-use crate::support::{Rig, http_request, random_bytes};
+use crate::support::{Rig, http_request, random_bytes, signed_request};
 
 const BLOCK: usize = 1024 * 1024;
 
@@ -229,11 +229,11 @@ async fn virtual_host_style_addresses_the_bucket_by_host_name() {
     rig.put("dir/object.bin", &data).await;
     let host = format!("{}.s3.portico.test", rig.bucket);
     let url = format!("{}/dir/object.bin", rig.portico().s3);
-    let (status, _, body) = http_request("GET", &url, &[("host", &host)]).await;
+    let (status, _, body) = signed_request("GET", &url, &[("host", &host)]).await;
     assert_eq!(status, 200);
     assert!(body[..] == data[..]);
     let (status, headers, body) =
-        http_request("GET", &url, &[("host", &host), ("range", "bytes=-100")]).await;
+        signed_request("GET", &url, &[("host", &host), ("range", "bytes=-100")]).await;
     assert_eq!(status, 206);
     assert_eq!(headers["content-range"], "bytes 2900-2999/3000");
     assert!(body[..] == data[2900..]);
@@ -301,7 +301,7 @@ async fn object_headers_pass_through_on_get_and_head() {
         let (origin_status, expected, _) = http_request(method, origin.uri(), &[]).await;
         assert_eq!(origin_status, 200);
         let url = format!("{}/{}/report.csv.gz", rig.portico().s3, rig.bucket);
-        let (status, headers, body) = http_request(method, &url, &[]).await;
+        let (status, headers, body) = signed_request(method, &url, &[]).await;
         assert_eq!(status, 200);
         for name in names {
             assert_eq!(

@@ -8,7 +8,7 @@ use aws_sdk_s3::types::{
     BucketVersioningStatus, ChecksumAlgorithm, ChecksumMode, VersioningConfiguration,
 };
 
-use crate::support::{Rig, http_request, random_bytes};
+use crate::support::{Rig, random_bytes, signed_request};
 
 const MIB: usize = 1024 * 1024;
 
@@ -252,7 +252,7 @@ async fn checksum_mode_reads_return_the_stored_checksums() {
         .await
         .expect("PUT");
     let url = format!("{}/{bucket}/late", rig.portico().s3);
-    let (status, _, body) = http_request("GET", &url, &[]).await;
+    let (status, _, body) = signed_request("GET", &url, &[]).await;
     assert!(status == 200 && body == data);
     let direct = get_checksums(&rig.direct, bucket, "late").await;
     let (gets, heads) = (rig.upstream_gets(), rig.upstream_heads());

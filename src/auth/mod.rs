@@ -1,0 +1,423 @@
+//! Client authentication and authorization: AWS SigV4 on every S3 request (header-signed,
+//! presigned, and the chained signatures of `aws-chunked` payloads), checked against the
+//! credentials Portico is configured with, and each credential's bucket and write limits.
+//!
+//! Invariants: an unsigned or badly signed request never reaches the cache or the upstream;
+//! a signed payload whose bytes do not match its signature never reaches the upstream as a
+//! complete request (the body adapters hold back the last bytes until it is verified).
+
+mod credentials;
+pub mod sigv4;
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use http::{HeaderMap, Method, StatusCode};
+use s3s::{S3Error, S3ErrorCode};
+
+pub use credentials::{Access, Credential, CredentialStore, CredentialsError};
+use sigv4::{CanonicalInput, ChunkSigner, SignatureParts};
+
+/// How far a request's time may be from Portico's clock, as S3 allows.
+pub const MAX_CLOCK_SKEW: Duration = Duration::from_secs(15 * 60);
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AuthError {
+    #[error("the request is not signed")]
+    Anonymous,
+    #[error("unsupported authorization mechanism {0:?}")]
+    UnsupportedAlgorithm(String),
+    #[error("{0}")]
+    MalformedHeader(String),
+    #[error("{0}")]
+    MalformedQuery(String),
+    #[error("malformed credential {0:?}")]
+    MalformedCredential(String),
+    #[error("the request has no valid x-amz-date")]
+    MissingDate,
+    #[error("unknown access key id {0:?}")]
+    UnknownKey(String),
+    #[error("the signature does not match")]
+    SignatureMismatch,
+    #[error("the request time is more than 15 minutes from the server time")]
+    Skewed,
+    #[error("the presigned URL has expired")]
+    Expired,
+    #[error("x-amz-content-sha256 is missing")]
+    MissingContentSha256,
+    #[error("x-amz-content-sha256 is not a valid value")]
+    InvalidContentSha256,
+    #[error("access denied: {0}")]
+    Denied(&'static str),
+}
+
+impl AuthError {
+    /// The S3 error a client receives.
+    pub fn to_s3(&self) -> S3Error {
+        let (code, status, message) = match self {
+            Self::Anonymous | Self::Denied(_) => (
+                S3ErrorCode::AccessDenied,
+                StatusCode::FORBIDDEN,
+                "Access Denied",
+            ),
+            Self::UnsupportedAlgorithm(_) => (
+                S3ErrorCode::InvalidRequest,
+                StatusCode::BAD_REQUEST,
+                "The authorization mechanism you have provided is not supported. Please use AWS4-HMAC-SHA256.",
+            ),
+            Self::MalformedHeader(_) | Self::MalformedCredential(_) => (
+                S3ErrorCode::AuthorizationHeaderMalformed,
+                StatusCode::BAD_REQUEST,
+                "The authorization header is malformed.",
+            ),
+            Self::MalformedQuery(_) => (
+                S3ErrorCode::AuthorizationQueryParametersError,
+                StatusCode::BAD_REQUEST,
+                "The presigned URL's X-Amz-* parameters are malformed.",
+            ),
+            Self::MissingDate => (
+                S3ErrorCode::AccessDenied,
+                StatusCode::FORBIDDEN,
+                "AWS authentication requires a valid Date or x-amz-date header",
+            ),
+            Self::UnknownKey(_) => (
+                S3ErrorCode::InvalidAccessKeyId,
+                StatusCode::FORBIDDEN,
+                "The AWS Access Key Id you provided does not exist in our records.",
+            ),
+            Self::SignatureMismatch => (
+                S3ErrorCode::SignatureDoesNotMatch,
+                StatusCode::FORBIDDEN,
+                "The request signature we calculated does not match the signature you provided. Check your key and signing method.",
+            ),
+            Self::Skewed => (
+                S3ErrorCode::RequestTimeTooSkewed,
+                StatusCode::FORBIDDEN,
+                "The difference between the request time and the current time is too large.",
+            ),
+            Self::Expired => (
+                S3ErrorCode::AccessDenied,
+                StatusCode::FORBIDDEN,
+                "Request has expired",
+            ),
+            Self::MissingContentSha256 => (
+                S3ErrorCode::InvalidRequest,
+                StatusCode::BAD_REQUEST,
+                "Missing required header for this request: x-amz-content-sha256",
+            ),
+            Self::InvalidContentSha256 => (
+                S3ErrorCode::InvalidArgument,
+                StatusCode::BAD_REQUEST,
+                "x-amz-content-sha256 must be UNSIGNED-PAYLOAD, STREAMING-UNSIGNED-PAYLOAD-TRAILER, STREAMING-AWS4-HMAC-SHA256-PAYLOAD, STREAMING-AWS4-HMAC-SHA256-PAYLOAD-TRAILER or a SHA-256 in hex.",
+            ),
+        };
+        let mut error = S3Error::with_message(code, message);
+        error.set_status_code(status);
+        error
+    }
+}
+
+/// How the request body is checked as it streams.
+#[derive(Debug, Clone)]
+pub enum PayloadCheck {
+    /// Not signed (`UNSIGNED-PAYLOAD`, `STREAMING-UNSIGNED-PAYLOAD-TRAILER`, presigned), or
+    /// authentication is off.
+    Unsigned,
+    /// The body must hash to this SHA-256 (lower-case hex).
+    Sha256(String),
+    /// `STREAMING-AWS4-HMAC-SHA256-PAYLOAD[-TRAILER]`: every chunk (and the trailer) is signed.
+    Chunks(ChunkSigner),
+}
+
+/// A verified request: who sent it and how its body is checked.
+#[derive(Debug, Clone)]
+pub struct Verified {
+    pub credential: Arc<Credential>,
+    pub payload: PayloadCheck,
+}
+
+/// The parts of a request authentication looks at.
+pub struct RequestHead<'a> {
+    pub method: &'a Method,
+    pub raw_path: &'a str,
+    pub raw_query: &'a str,
+    /// The decoded query.
+    pub query: &'a [(String, String)],
+    pub headers: &'a HeaderMap,
+    pub host: &'a str,
+}
+
+pub struct Authenticator {
+    credentials: CredentialStore,
+}
+
+impl Authenticator {
+    pub fn new(credentials: CredentialStore) -> Self {
+        Self { credentials }
+    }
+
+    /// Verifies the request's signature at time `now`.
+    pub fn verify(&self, head: &RequestHead<'_>, now: SystemTime) -> Result<Verified, AuthError> {
+        let header = |name: &str| head.headers.get(name).and_then(|value| value.to_str().ok());
+        let presigned = head.query.iter().any(|(name, _)| name == "X-Amz-Signature");
+        let (parts, payload_hash) = match header("authorization") {
+            Some(authorization) => {
+                let parts = SignatureParts::from_header(authorization, header("x-amz-date"))?;
+                let hash = header("x-amz-content-sha256").ok_or(AuthError::MissingContentSha256)?;
+                (parts, hash.to_owned())
+            }
+            None if presigned => {
+                let parts = SignatureParts::from_query(head.query)?;
+                let hash = header("x-amz-content-sha256").unwrap_or(sigv4::UNSIGNED_PAYLOAD);
+                (parts, hash.to_owned())
+            }
+            None => return Err(AuthError::Anonymous),
+        };
+        check_time(&parts, now)?;
+        let credential = self
+            .credentials
+            .get(&parts.access_key_id)
+            .ok_or_else(|| AuthError::UnknownKey(parts.access_key_id.clone()))?;
+        let payload = payload_check(&payload_hash)?;
+        let key = sigv4::signing_key(credential.secret(), &parts);
+        let input = CanonicalInput {
+            method: head.method.as_str(),
+            raw_path: head.raw_path,
+            raw_query: head.raw_query,
+            headers: head.headers,
+            host: head.host,
+            payload_hash: &payload_hash,
+        };
+        // Clients sign the canonical encoding of the path; one that signed the path exactly
+        // as it sent it (a different but valid encoding) is accepted too.
+        let canonical = sigv4::canonical_uri(head.raw_path);
+        let candidates = [canonical.as_str(), head.raw_path];
+        let signed = candidates
+            .iter()
+            .take(if canonical == head.raw_path { 1 } else { 2 })
+            .any(|uri| {
+                let request = sigv4::canonical_request(&input, &parts, uri);
+                let expected = sigv4::sign(&key, &sigv4::request_string_to_sign(&parts, &request));
+                sigv4::same_signature(&expected, &parts.signature)
+            });
+        if !signed {
+            return Err(AuthError::SignatureMismatch);
+        }
+        let payload = match payload {
+            Payload::Unsigned => PayloadCheck::Unsigned,
+            Payload::Sha256 => PayloadCheck::Sha256(payload_hash.to_ascii_lowercase()),
+            Payload::SignedChunks => PayloadCheck::Chunks(ChunkSigner::new(key, &parts)),
+        };
+        Ok(Verified {
+            credential,
+            payload,
+        })
+    }
+}
+
+enum Payload {
+    Unsigned,
+    Sha256,
+    SignedChunks,
+}
+
+fn payload_check(hash: &str) -> Result<Payload, AuthError> {
+    match hash {
+        sigv4::UNSIGNED_PAYLOAD | "STREAMING-UNSIGNED-PAYLOAD-TRAILER" => Ok(Payload::Unsigned),
+        "STREAMING-AWS4-HMAC-SHA256-PAYLOAD" | "STREAMING-AWS4-HMAC-SHA256-PAYLOAD-TRAILER" => {
+            Ok(Payload::SignedChunks)
+        }
+        _ if hash.len() == 64 && hash.bytes().all(|byte| byte.is_ascii_hexdigit()) => {
+            Ok(Payload::Sha256)
+        }
+        _ => Err(AuthError::InvalidContentSha256),
+    }
+}
+
+/// Parses `YYYYMMDDTHHMMSSZ` into seconds since the epoch.
+fn parse_amz_date(text: &str) -> Option<i64> {
+    let bytes = text.as_bytes();
+    if bytes.len() != 16 || bytes[8] != b'T' || bytes[15] != b'Z' {
+        return None;
+    }
+    let number = |range: std::ops::Range<usize>| text.get(range)?.parse::<u32>().ok();
+    let month = time::Month::try_from(u8::try_from(number(4..6)?).ok()?).ok()?;
+    let date = time::Date::from_calendar_date(
+        i32::try_from(number(0..4)?).ok()?,
+        month,
+        u8::try_from(number(6..8)?).ok()?,
+    )
+    .ok()?;
+    let time = time::Time::from_hms(
+        u8::try_from(number(9..11)?).ok()?,
+        u8::try_from(number(11..13)?).ok()?,
+        u8::try_from(number(13..15)?).ok()?,
+    )
+    .ok()?;
+    Some(date.with_time(time).assume_utc().unix_timestamp())
+}
+
+fn check_time(parts: &SignatureParts, now: SystemTime) -> Result<(), AuthError> {
+    let signed = parse_amz_date(&parts.amz_date).ok_or(AuthError::MissingDate)?;
+    let now = now
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |elapsed| elapsed.as_secs() as i64);
+    let skew = MAX_CLOCK_SKEW.as_secs() as i64;
+    match parts.expires {
+        Some(expires) => {
+            if now > signed.saturating_add(expires as i64) {
+                return Err(AuthError::Expired);
+            }
+            if signed > now + skew {
+                return Err(AuthError::Skewed);
+            }
+        }
+        None => {
+            if (signed - now).abs() > skew {
+                return Err(AuthError::Skewed);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Whether `credential` may send this request: its bucket list (including a copy's source)
+/// and, for read-only credentials, reads only.
+pub fn authorize(
+    credential: &Credential,
+    method: &Method,
+    bucket: Option<&str>,
+    headers: &HeaderMap,
+) -> Result<(), AuthError> {
+    if credential.access == Access::ReadOnly && !matches!(*method, Method::GET | Method::HEAD) {
+        return Err(AuthError::Denied("the credential is read-only"));
+    }
+    if credential.buckets.is_some() {
+        let Some(bucket) = bucket else {
+            return Err(AuthError::Denied(
+                "a credential limited to buckets cannot list all buckets",
+            ));
+        };
+        if !credential.may_address(bucket) {
+            return Err(AuthError::Denied(
+                "the bucket is outside the credential's list",
+            ));
+        }
+        if let Some(source) = headers
+            .get("x-amz-copy-source")
+            .and_then(|value| value.to_str().ok())
+        {
+            let decoded = percent_encoding::percent_decode_str(source).decode_utf8_lossy();
+            let source_bucket = decoded
+                .trim_start_matches('/')
+                .split('/')
+                .next()
+                .unwrap_or_default();
+            if !credential.may_address(source_bucket) {
+                return Err(AuthError::Denied(
+                    "the copy source is outside the credential's list",
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(amz_date: &str) -> SystemTime {
+        UNIX_EPOCH + Duration::from_secs(parse_amz_date(amz_date).unwrap() as u64)
+    }
+
+    fn parts(amz_date: &str, expires: Option<u64>) -> SignatureParts {
+        SignatureParts {
+            access_key_id: "AKID".to_owned(),
+            date: amz_date[..8].to_owned(),
+            region: "us-east-1".to_owned(),
+            service: "s3".to_owned(),
+            amz_date: amz_date.to_owned(),
+            signed_headers: vec!["host".to_owned()],
+            signature: "0".repeat(64),
+            expires,
+        }
+    }
+
+    #[test]
+    fn amz_dates_are_parsed_strictly() {
+        assert_eq!(parse_amz_date("19700101T000100Z"), Some(60));
+        assert_eq!(parse_amz_date("20260230T000000Z"), None);
+        assert_eq!(parse_amz_date("20260101T246000Z"), None);
+        assert_eq!(parse_amz_date("20260101 000000Z"), None);
+        assert_eq!(parse_amz_date("2026-01-01T00:00:00Z"), None);
+    }
+
+    #[test]
+    fn request_times_allow_fifteen_minutes_of_skew() {
+        let signed = parts("20260101T120000Z", None);
+        assert_eq!(check_time(&signed, at("20260101T121400Z")), Ok(()));
+        assert_eq!(check_time(&signed, at("20260101T114600Z")), Ok(()));
+        assert_eq!(
+            check_time(&signed, at("20260101T121600Z")),
+            Err(AuthError::Skewed)
+        );
+        assert_eq!(
+            check_time(&signed, at("20260101T114400Z")),
+            Err(AuthError::Skewed)
+        );
+    }
+
+    #[test]
+    fn presigned_urls_expire() {
+        let presigned = parts("20260101T120000Z", Some(3600));
+        assert_eq!(check_time(&presigned, at("20260101T125959Z")), Ok(()));
+        assert_eq!(
+            check_time(&presigned, at("20260101T130001Z")),
+            Err(AuthError::Expired)
+        );
+        assert_eq!(
+            check_time(&presigned, at("20260101T113000Z")),
+            Err(AuthError::Skewed)
+        );
+    }
+
+    #[test]
+    fn credentials_are_limited_to_their_buckets_and_access() {
+        let text = r#"
+[[credentials]]
+access_key_id = "reader"
+secret_access_key = "s"
+access = "read-only"
+buckets = ["data"]
+"#;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.toml");
+        std::fs::write(&path, text).unwrap();
+        let store = CredentialStore::open(None, Some(path)).unwrap();
+        let reader = store.get("reader").unwrap();
+        let none = HeaderMap::new();
+        assert_eq!(
+            authorize(&reader, &Method::GET, Some("data"), &none),
+            Ok(())
+        );
+        assert!(authorize(&reader, &Method::GET, Some("other"), &none).is_err());
+        assert!(authorize(&reader, &Method::GET, None, &none).is_err());
+        assert!(authorize(&reader, &Method::PUT, Some("data"), &none).is_err());
+        assert!(authorize(&reader, &Method::DELETE, Some("data"), &none).is_err());
+        let mut writer = (*reader).clone();
+        writer.access = Access::ReadWrite;
+        let mut copy = HeaderMap::new();
+        copy.insert("x-amz-copy-source", "/other/key".parse().unwrap());
+        assert_eq!(
+            authorize(&writer, &Method::PUT, Some("data"), &none),
+            Ok(())
+        );
+        assert!(authorize(&writer, &Method::PUT, Some("data"), &copy).is_err());
+        copy.insert("x-amz-copy-source", "data/key%20x".parse().unwrap());
+        assert_eq!(
+            authorize(&writer, &Method::PUT, Some("data"), &copy),
+            Ok(())
+        );
+    }
+}

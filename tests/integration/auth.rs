@@ -1,0 +1,400 @@
+//! Client authentication: every failure gets S3's code and 403 (or S3's 400 for a body that
+//! does not match its signature) and reaches neither the cache nor the upstream; every
+//! valid form — header-signed, presigned GET and PUT, signed chunks with and without a
+//! signed trailer — succeeds. Requests are signed by `aws-sigv4`, the AWS SDK's signer.
+
+use std::time::{Duration, SystemTime};
+
+use aws_sdk_s3::error::ProvideErrorMetadata;
+use aws_sdk_s3::primitives::ByteStream;
+use portico_testkit::minio::{ACCESS_KEY, SECRET_KEY};
+use portico_testkit::sign::{EMPTY_SHA256, Signer};
+
+use crate::support::{Rig, crc32_base64, http_request, random_bytes, raw_request, s3_client};
+
+/// Status and S3 error code of a raw request's response.
+async fn outcome(method: &str, url: &str, headers: &[(&str, &str)]) -> (u16, String) {
+    let (status, _, body) = http_request(method, url, headers).await;
+    let body = String::from_utf8_lossy(&body);
+    let code = body
+        .split("<Code>")
+        .nth(1)
+        .and_then(|rest| rest.split("</Code>").next())
+        .unwrap_or_default()
+        .to_owned();
+    (status, code)
+}
+
+/// A GET of `url` signed by `signer`.
+async fn signed_get(signer: &Signer, url: &str) -> (u16, String) {
+    let host = url
+        .trim_start_matches("http://")
+        .split('/')
+        .next()
+        .unwrap()
+        .to_owned();
+    let signed = signer.sign("GET", url, &[("host", &host)], EMPTY_SHA256);
+    let headers: Vec<(&str, &str)> = signed
+        .headers
+        .iter()
+        .map(|(name, value)| (name.as_str(), value.as_str()))
+        .collect();
+    outcome("GET", url, &headers).await
+}
+
+fn credentials_file(dir: &std::path::Path, bucket: &str, extra: &str) -> std::path::PathBuf {
+    let path = dir.join("credentials.toml");
+    std::fs::write(
+        &path,
+        format!(
+            r#"
+[[credentials]]
+access_key_id = "reader"
+secret_access_key = "reader-secret"
+access = "read-only"
+
+[[credentials]]
+access_key_id = "limited"
+secret_access_key = "limited-secret"
+buckets = ["{bucket}"]
+{extra}"#
+        ),
+    )
+    .unwrap();
+    path
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn every_authentication_failure_gets_s3_s_code_and_every_valid_form_succeeds() {
+    let dir = tempfile::tempdir().unwrap();
+    let bucket = portico_testkit::unique_bucket("auth");
+    let file = credentials_file(dir.path(), &bucket, "");
+    let rig = Rig::start("auth-other", |settings| {
+        settings.auth = format!(
+            "mode = \"sigv4\"\naccess_key_id = \"{ACCESS_KEY}\"\nsecret_access_key = \"{SECRET_KEY}\"\ncredentials_file = \"{}\"\n",
+            file.display()
+        );
+    })
+    .await;
+    rig.direct
+        .create_bucket()
+        .bucket(&bucket)
+        .send()
+        .await
+        .unwrap();
+    let data = random_bytes(200_000, 31);
+    rig.direct
+        .put_object()
+        .bucket(&bucket)
+        .key("object")
+        .body(ByteStream::from(data.clone()))
+        .send()
+        .await
+        .unwrap();
+    let endpoint = &rig.portico().s3;
+    let host = endpoint.trim_start_matches("http://").to_owned();
+    let url = format!("{endpoint}/{bucket}/object");
+    let requests_before = rig.forwarder.object_requests("GET").len();
+
+    let wrong_secret = Signer {
+        secret: "not-the-secret".to_owned(),
+        ..Signer::default()
+    };
+    let unknown = Signer {
+        access_key_id: "nobody".to_owned(),
+        ..Signer::default()
+    };
+    let skewed = Signer {
+        time: SystemTime::now() - Duration::from_secs(20 * 60),
+        ..Signer::default()
+    };
+    let limited = Signer {
+        access_key_id: "limited".to_owned(),
+        secret: "limited-secret".to_owned(),
+        ..Signer::default()
+    };
+    let reader = Signer {
+        access_key_id: "reader".to_owned(),
+        secret: "reader-secret".to_owned(),
+        ..Signer::default()
+    };
+    let expired = Signer {
+        time: SystemTime::now() - Duration::from_secs(2 * 3600),
+        ..Signer::default()
+    }
+    .presign("GET", &url, &host, Duration::from_secs(3600));
+    let presigned = Signer::default().presign("GET", &url, &host, Duration::from_secs(300));
+    let tampered = presigned.replacen("/object?", "/other?", 1);
+    let other_bucket_url = format!("{endpoint}/{}/object", rig.bucket);
+
+    let failures = [
+        (
+            "unsigned",
+            outcome("GET", &url, &[]).await,
+            403,
+            "AccessDenied",
+        ),
+        (
+            "wrong secret",
+            signed_get(&wrong_secret, &url).await,
+            403,
+            "SignatureDoesNotMatch",
+        ),
+        (
+            "unknown key id",
+            signed_get(&unknown, &url).await,
+            403,
+            "InvalidAccessKeyId",
+        ),
+        (
+            "expired presigned URL",
+            outcome("GET", &expired, &[]).await,
+            403,
+            "AccessDenied",
+        ),
+        (
+            "tampered presigned URL",
+            outcome("GET", &tampered, &[]).await,
+            403,
+            "SignatureDoesNotMatch",
+        ),
+        (
+            "skewed clock",
+            signed_get(&skewed, &url).await,
+            403,
+            "RequestTimeTooSkewed",
+        ),
+        (
+            "bucket outside the credential's list",
+            signed_get(&limited, &other_bucket_url).await,
+            403,
+            "AccessDenied",
+        ),
+    ];
+    for (case, (status, code), expected_status, expected_code) in failures {
+        assert_eq!(
+            (status, code.as_str()),
+            (expected_status, expected_code),
+            "{case}"
+        );
+    }
+    assert_eq!(
+        rig.forwarder.object_requests("GET").len(),
+        requests_before,
+        "refused requests never reach the upstream"
+    );
+
+    // A read-only credential reads, and cannot write.
+    assert_eq!(signed_get(&reader, &url).await.0, 200);
+    assert_eq!(signed_get(&limited, &url).await.0, 200);
+    let read_only = s3_client_for(endpoint, "reader", "reader-secret");
+    let error = read_only
+        .put_object()
+        .bucket(&bucket)
+        .key("written-by-reader")
+        .body(ByteStream::from_static(b"no"))
+        .send()
+        .await
+        .expect_err("a read-only credential cannot write");
+    assert_eq!(error.code(), Some("AccessDenied"));
+    assert!(
+        rig.direct
+            .head_object()
+            .bucket(&bucket)
+            .key("written-by-reader")
+            .send()
+            .await
+            .is_err()
+    );
+
+    // Presigned GET and PUT.
+    let (status, _, body) = http_request("GET", &presigned, &[]).await;
+    assert_eq!(status, 200);
+    assert!(body[..] == data[..]);
+    let put_url = Signer::default().presign(
+        "PUT",
+        &format!("{endpoint}/{bucket}/presigned-put"),
+        &host,
+        Duration::from_secs(300),
+    );
+    let path_and_query = put_url.trim_start_matches(endpoint.as_str());
+    let head = format!(
+        "PUT {path_and_query} HTTP/1.1\r\nHost: {host}\r\nContent-Length: 5\r\nConnection: close\r\n\r\n"
+    );
+    assert_eq!(raw_request(&host, &head, b"hello").await, 200);
+    assert_eq!(
+        upstream_bytes(&rig, &bucket, "presigned-put").await,
+        b"hello"
+    );
+}
+
+fn s3_client_for(endpoint: &str, key: &str, secret: &str) -> aws_sdk_s3::Client {
+    let config = s3_client(endpoint, false)
+        .config()
+        .to_builder()
+        .credentials_provider(aws_sdk_s3::config::Credentials::new(
+            key, secret, None, None, "test",
+        ))
+        .build();
+    aws_sdk_s3::Client::from_conf(config)
+}
+
+async fn upstream_bytes(rig: &Rig, bucket: &str, key: &str) -> Vec<u8> {
+    match rig.direct.get_object().bucket(bucket).key(key).send().await {
+        Ok(output) => output.body.collect().await.unwrap().into_bytes().to_vec(),
+        Err(_) => Vec::new(),
+    }
+}
+
+/// A signed-chunk PUT of `data` to `key`: (request head, body). `tamper` flips one byte of
+/// the given chunk's data after signing; `trailer` adds a signed CRC32 trailer.
+fn signed_chunk_upload(
+    host: &str,
+    bucket: &str,
+    key: &str,
+    data: &[u8],
+    trailer: bool,
+    tamper: Option<usize>,
+) -> (String, Vec<u8>) {
+    const CHUNK: usize = 64 * 1024;
+    let url = format!("http://{host}/{bucket}/{key}");
+    let length = data.len().to_string();
+    let mode = if trailer {
+        "STREAMING-AWS4-HMAC-SHA256-PAYLOAD-TRAILER"
+    } else {
+        "STREAMING-AWS4-HMAC-SHA256-PAYLOAD"
+    };
+    let mut signed_headers = vec![
+        ("host", host),
+        ("content-encoding", "aws-chunked"),
+        ("x-amz-decoded-content-length", length.as_str()),
+    ];
+    if trailer {
+        signed_headers.push(("x-amz-trailer", "x-amz-checksum-crc32"));
+    }
+    let signer = Signer::default();
+    let signed = signer.sign("PUT", &url, &signed_headers, mode);
+    let checksum = crc32_base64(data);
+    let mut body = signer.chunked_body(
+        &signed.signature,
+        data,
+        CHUNK,
+        trailer.then_some(("x-amz-checksum-crc32", checksum.as_str())),
+    );
+    if let Some(chunk) = tamper {
+        // Each chunk is "<hex size>;chunk-signature=<64 hex>\r\n<data>\r\n".
+        let header = format!("{CHUNK:x};chunk-signature=").len() + 64 + 2;
+        let position = chunk * (header + CHUNK + 2) + header + 10;
+        body[position] ^= 0x55;
+    }
+    let mut head = format!("PUT /{bucket}/{key} HTTP/1.1\r\n");
+    for (name, value) in signed_headers.iter().skip(1) {
+        head.push_str(&format!("{name}: {value}\r\n"));
+    }
+    for (name, value) in &signed.headers {
+        head.push_str(&format!("{name}: {value}\r\n"));
+    }
+    head.push_str(&format!(
+        "Host: {host}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    ));
+    (head, body)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn signed_chunks_are_verified_and_a_bad_one_stores_nothing() {
+    let rig = Rig::start("chunks", |_| {}).await;
+    let host = rig.portico().s3.trim_start_matches("http://").to_owned();
+    let bucket = &rig.bucket;
+    // Four full chunks and a short one.
+    let data = random_bytes(4 * 64 * 1024 + 1000, 32);
+    for trailer in [false, true] {
+        let key = format!("signed-{trailer}");
+        let (head, body) = signed_chunk_upload(&host, bucket, &key, &data, trailer, None);
+        assert_eq!(
+            raw_request(&host, &head, &body).await,
+            200,
+            "trailer {trailer}"
+        );
+        assert!(
+            upstream_bytes(&rig, bucket, &key).await == data,
+            "trailer {trailer}"
+        );
+    }
+    let stored = rig
+        .direct
+        .head_object()
+        .bucket(bucket)
+        .key("signed-true")
+        .checksum_mode(aws_sdk_s3::types::ChecksumMode::Enabled)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(stored.checksum_crc32(), Some(crc32_base64(&data).as_str()));
+
+    // A changed byte in the first or the last full chunk fails its signature: 403, and the
+    // upstream never completes the object.
+    for chunk in [0, 3] {
+        let key = format!("tampered-{chunk}");
+        let (head, body) = signed_chunk_upload(&host, bucket, &key, &data, true, Some(chunk));
+        assert_eq!(raw_request(&host, &head, &body).await, 403, "chunk {chunk}");
+        assert!(
+            upstream_bytes(&rig, bucket, &key).await.is_empty(),
+            "chunk {chunk}"
+        );
+    }
+
+    // A plain body that does not hash to its signed x-amz-content-sha256: 400, nothing stored.
+    let url = format!("http://{host}/{bucket}/mismatch");
+    let claimed = portico_testkit::sign::EMPTY_SHA256;
+    let signed = Signer::default().sign("PUT", &url, &[("host", &host)], claimed);
+    let mut head = format!("PUT /{bucket}/mismatch HTTP/1.1\r\nHost: {host}\r\n");
+    for (name, value) in &signed.headers {
+        head.push_str(&format!("{name}: {value}\r\n"));
+    }
+    head.push_str("Content-Length: 5\r\nConnection: close\r\n\r\n");
+    assert_eq!(raw_request(&host, &head, b"hello").await, 400);
+    assert!(upstream_bytes(&rig, bucket, "mismatch").await.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_changed_credentials_file_is_picked_up_without_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("credentials.toml");
+    std::fs::write(&path, "").unwrap();
+    let rig = Rig::start("reload", |settings| {
+        settings.auth = format!(
+            "mode = \"sigv4\"\ncredentials_file = \"{}\"\n",
+            path.display()
+        );
+    })
+    .await;
+    rig.put("object", b"reloaded").await;
+    let url = format!("{}/{}/object", rig.portico().s3, rig.bucket);
+    let newcomer = Signer {
+        access_key_id: "newcomer".to_owned(),
+        secret: "newcomer-secret".to_owned(),
+        ..Signer::default()
+    };
+    assert_eq!(
+        signed_get(&newcomer, &url).await,
+        (403, "InvalidAccessKeyId".to_owned())
+    );
+    std::fs::write(
+        &path,
+        "[[credentials]]\naccess_key_id = \"newcomer\"\nsecret_access_key = \"newcomer-secret\"\n",
+    )
+    .unwrap();
+    let started = std::time::Instant::now();
+    loop {
+        let (status, _) = signed_get(&newcomer, &url).await;
+        if status == 200 {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(15),
+            "the new credential was not picked up"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
