@@ -64,8 +64,8 @@ struct Signatures {
     data: DataHash,
     /// The signature the current chunk's header announced.
     announced: String,
-    /// The trailer lines as signed: `name:value\n` each.
-    canonical_trailers: String,
+    /// The trailer lines as signed: `name:value\n` each, sorted by name when verified.
+    canonical_trailers: Vec<String>,
     trailer_signature: Option<String>,
 }
 
@@ -101,7 +101,7 @@ impl Decoder {
                 signer,
                 data: DataHash::default(),
                 announced: String::new(),
-                canonical_trailers: String::new(),
+                canonical_trailers: Vec::new(),
                 trailer_signature: None,
             }),
             ..Self::default()
@@ -202,10 +202,9 @@ impl Decoder {
                     }
                     Some(signatures) => {
                         let value_text = String::from_utf8_lossy(value.as_bytes());
-                        signatures.canonical_trailers.push_str(name.as_str());
-                        signatures.canonical_trailers.push(':');
-                        signatures.canonical_trailers.push_str(&value_text);
-                        signatures.canonical_trailers.push('\n');
+                        signatures
+                            .canonical_trailers
+                            .push(format!("{}:{value_text}\n", name.as_str()));
                         self.trailers.append(name, value);
                     }
                     None => {
@@ -246,10 +245,9 @@ impl Decoder {
             None => Err(ChunkedError::SignatureMismatch),
             Some(given) => {
                 let given = given.clone();
-                if signatures
-                    .signer
-                    .verify_trailer(&signatures.canonical_trailers, &given)
-                {
+                signatures.canonical_trailers.sort();
+                let canonical = signatures.canonical_trailers.concat();
+                if signatures.signer.verify_trailer(&canonical, &given) {
                     Ok(())
                 } else {
                     Err(ChunkedError::SignatureMismatch)
