@@ -163,7 +163,13 @@ impl Authenticator {
         let (parts, payload_hash) = match header("authorization") {
             Some(authorization) => {
                 let parts = SignatureParts::from_header(authorization, header("x-amz-date"))?;
-                let hash = header("x-amz-content-sha256").ok_or(AuthError::MissingContentSha256)?;
+                // Some signers (curl's --aws-sigv4) leave the header out; for a request
+                // without a body the signed hash can only be the empty payload's.
+                let hash = match header("x-amz-content-sha256") {
+                    Some(hash) => hash,
+                    None if has_no_body(head.headers) => sigv4::EMPTY_SHA256,
+                    None => return Err(AuthError::MissingContentSha256),
+                };
                 (parts, hash.to_owned())
             }
             None if presigned => {
@@ -213,6 +219,13 @@ impl Authenticator {
             payload,
         })
     }
+}
+
+fn has_no_body(headers: &HeaderMap) -> bool {
+    !headers.contains_key(http::header::TRANSFER_ENCODING)
+        && headers
+            .get(http::header::CONTENT_LENGTH)
+            .is_none_or(|length| length.as_bytes() == b"0")
 }
 
 enum Payload {
@@ -342,6 +355,19 @@ mod tests {
             signature: "0".repeat(64),
             expires,
         }
+    }
+
+    #[test]
+    fn only_requests_without_a_body_may_leave_out_the_payload_hash() {
+        let mut headers = HeaderMap::new();
+        assert!(has_no_body(&headers));
+        headers.insert(http::header::CONTENT_LENGTH, "0".parse().unwrap());
+        assert!(has_no_body(&headers));
+        headers.insert(http::header::CONTENT_LENGTH, "5".parse().unwrap());
+        assert!(!has_no_body(&headers));
+        headers.remove(http::header::CONTENT_LENGTH);
+        headers.insert(http::header::TRANSFER_ENCODING, "chunked".parse().unwrap());
+        assert!(!has_no_body(&headers));
     }
 
     #[test]
