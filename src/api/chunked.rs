@@ -5,9 +5,9 @@
 //! Invariants: the decoder never buffers chunk data (only header and trailer lines, each
 //! bounded); it yields exactly the bytes the chunk sizes announce and fails on any framing
 //! error, on a body that ends early, on a decoded length other than the announced one and,
-//! for signed payloads, on any chunk or trailer whose signature does not verify. The
-//! decoded body holds back its last bytes until every check has passed, so a failed decode
-//! ends the stream with an error before the upstream has a complete request.
+//! for signed payloads, on any chunk or trailer whose signature does not verify. Wrapped
+//! in [`HoldLast`](super::checked::HoldLast), a failed decode ends the stream with an error
+//! before the upstream has a complete request.
 
 use std::collections::VecDeque;
 use std::pin::Pin;
@@ -122,7 +122,7 @@ impl Decoder {
                     out.push(data);
                     self.state = match remaining - take {
                         0 => {
-                            self.verify_chunk()?;
+                            self.verify_chunk(false)?;
                             State::DataEnd
                         }
                         left => State::Data(left),
@@ -179,7 +179,7 @@ impl Decoder {
                     signatures.announced = chunk_signature(line)?.to_owned();
                 }
                 self.state = if size == 0 {
-                    self.verify_chunk()?;
+                    self.verify_chunk(true)?;
                     State::Trailer
                 } else {
                     State::Data(size)
@@ -219,14 +219,15 @@ impl Decoder {
 }
 
 impl Decoder {
-    /// Checks the signature of the chunk whose data just ended (or the final empty chunk).
-    fn verify_chunk(&mut self) -> Result<(), ChunkedError> {
+    /// Checks the signature of the chunk whose data just ended, or of the final empty one.
+    fn verify_chunk(&mut self, final_chunk: bool) -> Result<(), ChunkedError> {
         let Some(signatures) = self.signatures.as_mut() else {
             return Ok(());
         };
-        let hash = match self.state {
-            State::Header => EMPTY_SHA256.to_owned(),
-            _ => signatures.data.finish(),
+        let hash = if final_chunk {
+            EMPTY_SHA256.to_owned()
+        } else {
+            signatures.data.finish()
         };
         if signatures.signer.verify_chunk(&hash, &signatures.announced) {
             Ok(())
@@ -316,14 +317,11 @@ impl ErrorSlot {
 }
 
 /// A client's `aws-chunked` body, decoded: data frames, then one trailers frame if the
-/// client sent trailers. The last decoded piece is held back until the whole payload has
-/// been checked.
+/// client sent trailers.
 pub struct DecodedBody<B> {
     inner: B,
     decoder: Option<Decoder>,
     ready: VecDeque<Bytes>,
-    /// Set once the payload ended and passed every check: the trailers still to send.
-    verified: Option<Option<HeaderMap>>,
     announced_bytes: u64,
     errors: ErrorSlot,
 }
@@ -340,7 +338,6 @@ impl<B> DecodedBody<B> {
             inner,
             decoder: Some(signer.map_or_else(Decoder::default, Decoder::signed)),
             ready: VecDeque::new(),
-            verified: None,
             announced_bytes,
             errors,
         }
@@ -367,18 +364,8 @@ where
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         loop {
-            // Until the payload is verified, the newest piece stays behind.
-            if (self.ready.len() > 1 || self.verified.is_some())
-                && let Some(data) = self.ready.pop_front()
-            {
+            if let Some(data) = self.ready.pop_front() {
                 return Poll::Ready(Some(Ok(Frame::data(data))));
-            }
-            if let Some(trailers) = self.verified.as_mut() {
-                return Poll::Ready(
-                    trailers
-                        .take()
-                        .map(|trailers| Ok(Frame::trailers(trailers))),
-                );
             }
             if self.decoder.is_none() {
                 return Poll::Ready(None);
@@ -393,8 +380,7 @@ where
                     if let Err(error) = decoder.feed(data, &mut out) {
                         return self.fail(error.into());
                     }
-                    self.ready
-                        .extend(out.into_iter().filter(|piece| !piece.is_empty()));
+                    self.ready.extend(out);
                 }
                 Some(Err(error)) => return self.fail(BodyError::Client(error.to_string())),
                 None => {
@@ -408,7 +394,10 @@ where
                         return self
                             .fail(ChunkedError::LengthMismatch { announced, actual }.into());
                     }
-                    self.verified = Some((!trailers.is_empty()).then_some(trailers));
+                    if trailers.is_empty() {
+                        return Poll::Ready(None);
+                    }
+                    return Poll::Ready(Some(Ok(Frame::trailers(trailers))));
                 }
             }
         }

@@ -120,7 +120,12 @@ impl Front {
             return Ok(None);
         };
         let raw_query = request.uri().query().unwrap_or_default();
-        let query = parse_query(raw_query).unwrap_or_default();
+        // Only a presigned URL needs the decoded query (dispatch decodes it for routing).
+        let query = if raw_query.contains("X-Amz-Signature") {
+            parse_query(raw_query).unwrap_or_default()
+        } else {
+            Vec::new()
+        };
         let head = RequestHead {
             method: request.method(),
             raw_path: request.uri().path(),

@@ -21,7 +21,7 @@ use parking_lot::Mutex;
 use quick_xml::events::Event;
 use s3s::{S3Error, S3ErrorCode};
 
-use super::checked::Sha256Body;
+use super::checked::{HoldLast, Sha256Body};
 use super::chunked::{BodyError, ChunkedError, DecodedBody, EncodedBody, ErrorSlot};
 use super::error::{UPSTREAM_REQUEST_ID_HEADER, error_response, forward_error, invalid_object};
 use super::route::{Address, Effect};
@@ -136,7 +136,7 @@ impl Passthrough {
         match check {
             PayloadCheck::Unsigned => {}
             PayloadCheck::Sha256(expected) => {
-                body = Sha256Body::new(body, expected, errors.clone()).boxed();
+                body = HoldLast::new(Sha256Body::new(body, expected, errors.clone())).boxed();
             }
             PayloadCheck::Chunks(chunks) => signer = Some(chunks),
         }
@@ -294,7 +294,7 @@ impl Framing {
                 decoded_length,
                 trailer,
             } => {
-                let decoded = DecodedBody::new(body, decoded_length, signer, errors);
+                let decoded = HoldLast::new(DecodedBody::new(body, decoded_length, signer, errors));
                 let remaining = remove_aws_chunked(headers);
                 if trailer {
                     let encoding = match remaining {

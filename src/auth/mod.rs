@@ -141,7 +141,7 @@ pub struct RequestHead<'a> {
     pub method: &'a Method,
     pub raw_path: &'a str,
     pub raw_query: &'a str,
-    /// The decoded query.
+    /// The decoded query; only a presigned URL's parameters are read from it.
     pub query: &'a [(String, String)],
     pub headers: &'a HeaderMap,
     pub host: &'a str,
@@ -196,16 +196,14 @@ impl Authenticator {
         };
         // Clients sign the canonical encoding of the path; one that signed the path exactly
         // as it sent it (a different but valid encoding) is accepted too.
+        let signed_for = |uri: &str| {
+            let request = sigv4::canonical_request(&input, &parts, uri);
+            let expected = sigv4::sign(&key, &sigv4::request_string_to_sign(&parts, &request));
+            sigv4::same_signature(&expected, &parts.signature)
+        };
         let canonical = sigv4::canonical_uri(head.raw_path);
-        let candidates = [canonical.as_str(), head.raw_path];
-        let signed = candidates
-            .iter()
-            .take(if canonical == head.raw_path { 1 } else { 2 })
-            .any(|uri| {
-                let request = sigv4::canonical_request(&input, &parts, uri);
-                let expected = sigv4::sign(&key, &sigv4::request_string_to_sign(&parts, &request));
-                sigv4::same_signature(&expected, &parts.signature)
-            });
+        let signed =
+            signed_for(&canonical) || (canonical != head.raw_path && signed_for(head.raw_path));
         if !signed {
             return Err(AuthError::SignatureMismatch);
         }

@@ -8,7 +8,7 @@ use aws_sdk_s3::types::{
     BucketVersioningStatus, ChecksumAlgorithm, ChecksumMode, VersioningConfiguration,
 };
 
-use crate::support::{Rig, random_bytes, signed_request};
+use crate::support::{Rig, failed, random_bytes, signed_request};
 
 const MIB: usize = 1024 * 1024;
 
@@ -63,18 +63,14 @@ async fn failed_version_get(
     key: &str,
     version: &str,
 ) -> (u16, Option<String>) {
-    let error = client
-        .get_object()
-        .bucket(bucket)
-        .key(key)
-        .version_id(version)
-        .send()
-        .await
-        .expect_err("the GET must fail");
-    let status = error
-        .raw_response()
-        .map_or(0, |response| response.status().as_u16());
-    (status, error.code().map(str::to_owned))
+    failed(
+        client
+            .get_object()
+            .bucket(bucket)
+            .key(key)
+            .version_id(version),
+    )
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread")]

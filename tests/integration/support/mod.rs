@@ -3,6 +3,7 @@
 
 use aws_sdk_s3::Client;
 use aws_sdk_s3::error::ProvideErrorMetadata;
+use aws_sdk_s3::operation::get_object::builders::GetObjectFluentBuilder;
 use aws_sdk_s3::primitives::ByteStream;
 use portico_testkit::forwarder::Forwarder;
 use portico_testkit::minio::minio;
@@ -20,14 +21,19 @@ pub async fn failed_get(
     key: &str,
     range: Option<&str>,
 ) -> (u16, Option<String>) {
-    let error = client
-        .get_object()
-        .bucket(bucket)
-        .key(key)
-        .set_range(range.map(str::to_owned))
-        .send()
-        .await
-        .expect_err("the GET must fail");
+    failed(
+        client
+            .get_object()
+            .bucket(bucket)
+            .key(key)
+            .set_range(range.map(str::to_owned)),
+    )
+    .await
+}
+
+/// The status and S3 error code of a GET, built any way, that must fail.
+pub async fn failed(request: GetObjectFluentBuilder) -> (u16, Option<String>) {
+    let error = request.send().await.expect_err("the GET must fail");
     let status = error
         .raw_response()
         .map_or(0, |response| response.status().as_u16());
