@@ -30,6 +30,8 @@ pub enum AppError {
     Endpoint(#[from] upstream::EndpointError),
     #[error(transparent)]
     Credentials(#[from] crate::auth::CredentialsError),
+    #[error("upstream TLS: {0}")]
+    Tls(#[from] upstream::TlsError),
     #[error("cannot install the signal handler: {0}")]
     Signal(std::io::Error),
 }
@@ -56,7 +58,8 @@ async fn bind(what: &'static str, address: SocketAddr) -> Result<TcpListener, Ap
 pub async fn run(config: Config, on_ready: impl FnOnce(Bound)) -> Result<(), AppError> {
     let metrics = Arc::new(Metrics::new());
     let cache = BlockCache::open(&config.cache, metrics.foyer_registry()).await?;
-    let shared = upstream::sdk_config(&config.upstream).await;
+    let tls = upstream::tls_config(&config.upstream)?;
+    let shared = upstream::sdk_config(&config.upstream, &tls).await;
     let upstream = Arc::new(Upstream::new(&config.upstream, &shared, metrics.clone()));
     let settings = ReadSettings {
         block_size: config.cache.block_size.bytes(),
@@ -77,6 +80,7 @@ pub async fn run(config: Config, on_ready: impl FnOnce(Bound)) -> Result<(), App
     let forwarder = Arc::new(upstream::Forwarder::new(
         &config.upstream,
         &shared,
+        &tls,
         metrics.clone(),
     )?);
     let front = api::service(&config, read, forwarder, metrics.clone())?;

@@ -85,6 +85,9 @@ pub struct UpstreamConfig {
     pub connect_timeout: HumanDuration,
     /// Time allowed between sending a request and the first byte of its response.
     pub read_timeout: HumanDuration,
+    /// PEM CA certificates trusted for upstream TLS in addition to the system bundle
+    /// (a private S3 endpoint's CA); empty means the system bundle alone.
+    pub ca_file: PathBuf,
 }
 
 impl Default for UpstreamConfig {
@@ -97,6 +100,7 @@ impl Default for UpstreamConfig {
             secret_access_key: String::new(),
             connect_timeout: HumanDuration::secs(3),
             read_timeout: HumanDuration::secs(30),
+            ca_file: PathBuf::new(),
         }
     }
 }

@@ -17,9 +17,7 @@ use http::{HeaderMap, HeaderValue, Method, Request, Response, Uri};
 use http_body_util::BodyExt;
 use http_body_util::combinators::BoxBody;
 use hyper::body::Incoming;
-use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 
@@ -63,7 +61,7 @@ pub struct ForwardRequest {
 }
 
 pub struct Forwarder {
-    client: Client<HttpsConnector<HttpConnector>, UpstreamBody>,
+    client: Client<portico_http_client::Connector, UpstreamBody>,
     scheme: Scheme,
     authority: Authority,
     force_path_style: bool,
@@ -82,6 +80,7 @@ impl Forwarder {
     pub fn new(
         config: &UpstreamConfig,
         shared: &SdkConfig,
+        tls: &rustls::ClientConfig,
         metrics: Arc<Metrics>,
     ) -> Result<Self, EndpointError> {
         let endpoint = if config.endpoint.is_empty() {
@@ -96,17 +95,8 @@ impl Forwarder {
         let uri: Uri = endpoint.parse().map_err(|_| invalid("not a URL"))?;
         let scheme = uri.scheme().cloned().ok_or_else(|| invalid("no scheme"))?;
         let authority = uri.authority().cloned().ok_or_else(|| invalid("no host"))?;
-        let mut http = HttpConnector::new();
-        http.enforce_http(false);
-        http.set_nodelay(true);
-        http.set_connect_timeout(Some(config.connect_timeout.get()));
-        let provider = rustls::crypto::aws_lc_rs::default_provider();
-        let https = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_provider_and_native_roots(provider)
-            .map_err(|error| invalid(&format!("no TLS roots: {error}")))?
-            .https_or_http()
-            .enable_http1()
-            .wrap_connector(http);
+        let https =
+            portico_http_client::https_connector(tls.clone(), Some(config.connect_timeout.get()));
         let client = Client::builder(TokioExecutor::new()).build(https);
         Ok(Self {
             client,
@@ -274,7 +264,11 @@ mod tests {
             ..UpstreamConfig::default()
         };
         let shared = SdkConfig::builder().build();
-        Forwarder::new(&config, &shared, Arc::new(Metrics::new())).unwrap()
+        let tls = portico_http_client::TrustRoots::load(false, None)
+            .unwrap()
+            .client_config()
+            .unwrap();
+        Forwarder::new(&config, &shared, &tls, Arc::new(Metrics::new())).unwrap()
     }
 
     #[test]

@@ -21,9 +21,11 @@ use aws_sdk_s3::operation::head_object::HeadObjectOutput;
 use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::types::ChecksumMode;
 use bytes::{Bytes, BytesMut};
+use portico_http_client::{SdkHttpClient, TrustRoots};
 
 pub use error::UpstreamError;
 pub use forward::{BoxError, EndpointError, ForwardRequest, Forwarder, Payload, UpstreamBody};
+pub use portico_http_client::TlsError;
 
 use crate::cache::{Checksums, Missing, ObjectMeta};
 use crate::config::UpstreamConfig;
@@ -97,12 +99,33 @@ fn checksums_of(output: &HeadObjectOutput) -> Checksums {
 
 /// The AWS SDK configuration for the upstream: region, timeouts and credentials (static
 /// from the config, else the standard AWS chain).
-pub async fn sdk_config(config: &UpstreamConfig) -> SdkConfig {
+/// The TLS client configuration for every upstream connection: the system CA bundle plus
+/// `upstream.ca_file`.
+pub fn tls_config(config: &UpstreamConfig) -> Result<rustls::ClientConfig, TlsError> {
+    let extra = (!config.ca_file.as_os_str().is_empty()).then_some(config.ca_file.as_path());
+    let roots = TrustRoots::load(true, extra)?;
+    match &roots.system_bundle {
+        Some(bundle) => tracing::info!(
+            system_bundle = %bundle.display(),
+            extra_certificates = roots.extra_certificates,
+            roots = roots.len(),
+            "upstream TLS roots loaded"
+        ),
+        None => tracing::warn!(
+            extra_certificates = roots.extra_certificates,
+            "no system CA bundle found (set SSL_CERT_FILE); upstream TLS trusts only upstream.ca_file"
+        ),
+    }
+    roots.client_config()
+}
+
+pub async fn sdk_config(config: &UpstreamConfig, tls: &rustls::ClientConfig) -> SdkConfig {
     let timeouts = TimeoutConfig::builder()
         .connect_timeout(config.connect_timeout.get())
         .read_timeout(config.read_timeout.get())
         .build();
     let mut loader = aws_config::defaults(BehaviorVersion::latest())
+        .http_client(SdkHttpClient::new(tls.clone()))
         .region(Region::new(config.region.clone()))
         .timeout_config(timeouts);
     if !config.access_key_id.is_empty() {

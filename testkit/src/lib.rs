@@ -34,8 +34,15 @@ pub fn s3_client(endpoint: &str, retries: bool) -> Client {
         .force_path_style(true)
         .credentials_provider(Credentials::new(ACCESS_KEY, SECRET_KEY, None, None, "test"))
         .retry_config(retry)
+        .http_client(sdk_http_client())
         .build();
     Client::from_conf(config)
+}
+
+/// The SDK's HTTP client for the rig: plain HTTP to loopback, no system roots needed.
+pub fn sdk_http_client() -> portico_http_client::SdkHttpClient {
+    let roots = portico_http_client::TrustRoots::load(false, None).expect("no CA file to read");
+    portico_http_client::SdkHttpClient::new(roots.client_config().expect("TLS defaults"))
 }
 
 /// Deterministic pseudo-random bytes.

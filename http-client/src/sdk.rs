@@ -1,0 +1,95 @@
+//! The AWS SDK's HTTP client, built on [`crate::https_connector`] so the SDK and the raw
+//! forwarder trust the same roots. One pooled hyper client per distinct timeout setting,
+//! as the SDK asks for one per client configuration.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use aws_smithy_runtime_api::client::http::{
+    HttpClient, HttpConnector, HttpConnectorFuture, HttpConnectorSettings, SharedHttpConnector,
+};
+use aws_smithy_runtime_api::client::orchestrator::{HttpRequest, HttpResponse};
+use aws_smithy_runtime_api::client::result::ConnectorError;
+use aws_smithy_runtime_api::client::runtime_components::RuntimeComponents;
+use aws_smithy_types::body::SdkBody;
+use hyper_rustls::HttpsConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector as TcpConnector;
+use hyper_util::rt::TokioExecutor;
+use parking_lot::Mutex;
+
+use crate::timeout::IdleTimeoutBody;
+
+type Timeouts = (Option<Duration>, Option<Duration>);
+
+/// An [`HttpClient`] for `aws-config` and `aws-sdk-s3` over Portico's TLS configuration.
+#[derive(Debug, Clone)]
+pub struct SdkHttpClient {
+    tls: rustls::ClientConfig,
+    connectors: Arc<Mutex<HashMap<Timeouts, SharedHttpConnector>>>,
+}
+
+impl SdkHttpClient {
+    pub fn new(tls: rustls::ClientConfig) -> Self {
+        Self {
+            tls,
+            connectors: Arc::default(),
+        }
+    }
+}
+
+impl HttpClient for SdkHttpClient {
+    fn http_connector(
+        &self,
+        settings: &HttpConnectorSettings,
+        _components: &RuntimeComponents,
+    ) -> SharedHttpConnector {
+        let timeouts = (settings.connect_timeout(), settings.read_timeout());
+        self.connectors
+            .lock()
+            .entry(timeouts)
+            .or_insert_with(|| {
+                let https = crate::https_connector(self.tls.clone(), timeouts.0);
+                SharedHttpConnector::new(Connector {
+                    client: Client::builder(TokioExecutor::new()).build(https),
+                    read_timeout: timeouts.1,
+                })
+            })
+            .clone()
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Connector {
+    client: Client<HttpsConnector<TcpConnector>, SdkBody>,
+    /// Bounds the wait for the response head and every gap between body frames.
+    read_timeout: Option<Duration>,
+}
+
+impl HttpConnector for Connector {
+    fn call(&self, request: HttpRequest) -> HttpConnectorFuture {
+        let connector = self.clone();
+        HttpConnectorFuture::new(async move { connector.send(request).await })
+    }
+}
+
+impl Connector {
+    async fn send(self, request: HttpRequest) -> Result<HttpResponse, ConnectorError> {
+        let request = request
+            .try_into_http1x()
+            .map_err(|error| ConnectorError::user(error.into()))?;
+        let sending = self.client.request(request);
+        let response = match self.read_timeout {
+            Some(limit) => tokio::time::timeout(limit, sending).await.map_err(|_| {
+                ConnectorError::timeout(format!("no response head within {limit:?}").into())
+            })?,
+            None => sending.await,
+        }
+        .map_err(|error| ConnectorError::io(error.into()))?;
+        let read_timeout = self.read_timeout;
+        let response =
+            response.map(|body| SdkBody::from_body_1_x(IdleTimeoutBody::new(body, read_timeout)));
+        HttpResponse::try_from(response).map_err(|error| ConnectorError::other(error.into(), None))
+    }
+}
