@@ -31,7 +31,9 @@ pub enum AppError {
     #[error(transparent)]
     Credentials(#[from] crate::auth::CredentialsError),
     #[error("upstream TLS: {0}")]
-    Tls(#[from] upstream::TlsError),
+    UpstreamTls(#[from] upstream::TlsError),
+    #[error("S3 listener TLS: {0}")]
+    ServerTls(upstream::TlsError),
     #[error("cannot install the signal handler: {0}")]
     Signal(std::io::Error),
 }
@@ -40,6 +42,8 @@ pub enum AppError {
 #[derive(Debug, Clone, Copy)]
 pub struct Bound {
     pub s3: SocketAddr,
+    /// Whether the S3 listener speaks TLS.
+    pub s3_tls: bool,
     pub admin: SocketAddr,
 }
 
@@ -69,10 +73,12 @@ pub async fn run(config: Config, on_ready: impl FnOnce(Bound)) -> Result<(), App
     };
     let read = ReadPath::new(cache.clone(), upstream.clone(), metrics.clone(), settings);
 
+    let server_tls = server_tls(&config)?;
     let s3_listener = bind("S3", config.server.listen).await?;
     let admin_listener = bind("admin", config.admin.listen).await?;
     let bound = Bound {
         s3: s3_listener.local_addr().unwrap_or(config.server.listen),
+        s3_tls: server_tls.is_some(),
         admin: admin_listener.local_addr().unwrap_or(config.admin.listen),
     };
 
@@ -85,7 +91,14 @@ pub async fn run(config: Config, on_ready: impl FnOnce(Bound)) -> Result<(), App
     )?);
     let front = api::service(&config, read, forwarder, metrics.clone())?;
     let grace = config.server.shutdown_grace.get();
-    let s3_task = tokio::spawn(api::serve(s3_listener, front, stopping.clone(), grace));
+    let s3_task = tokio::spawn(api::serve(
+        s3_listener,
+        front,
+        server_tls,
+        api::ConnectionLimits::of(&config.server),
+        stopping.clone(),
+        grace,
+    ));
     let admin_state = Arc::new(AdminState::new(metrics, cache.clone(), upstream));
     let admin_task = tokio::spawn(admin::serve(admin_listener, admin_state, stopping));
     tracing::info!(s3 = %bound.s3, admin = %bound.admin, "portico is serving");
@@ -106,6 +119,19 @@ pub async fn run(config: Config, on_ready: impl FnOnce(Bound)) -> Result<(), App
     cache.close().await?;
     tracing::info!("cache closed; goodbye");
     Ok(())
+}
+
+/// The S3 listener's TLS, when configured, watched for certificate changes.
+fn server_tls(config: &Config) -> Result<Option<api::ServerTls>, AppError> {
+    let server = &config.server;
+    if server.tls_cert.as_os_str().is_empty() {
+        return Ok(None);
+    }
+    let tls =
+        api::ServerTls::load(&server.tls_cert, &server.tls_key).map_err(AppError::ServerTls)?;
+    tls.watch();
+    tracing::info!(cert = %server.tls_cert.display(), "S3 listener serves TLS");
+    Ok(Some(tls))
 }
 
 async fn wait_for_signal() -> Result<(), AppError> {

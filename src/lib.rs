@@ -12,6 +12,7 @@ pub mod cache;
 pub mod coalesce;
 pub mod config;
 pub mod read;
+pub mod reload;
 pub mod telemetry;
 pub mod types;
 pub mod upstream;

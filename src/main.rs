@@ -58,8 +58,9 @@ fn main() -> ExitCode {
     };
     let announce = |bound: Bound| {
         // One machine-readable line on stdout; logs go to stderr.
+        let scheme = if bound.s3_tls { "https" } else { "http" };
         println!(
-            "portico listening s3=http://{} admin=http://{}",
+            "portico listening s3={scheme}://{} admin=http://{}",
             bound.s3, bound.admin
         );
     };

@@ -12,7 +12,7 @@ use std::time::Duration;
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
 
-pub use roots::{SYSTEM_CA_BUNDLES, TlsError, TrustRoots};
+pub use roots::{SYSTEM_CA_BUNDLES, TlsError, TrustRoots, read_certificates};
 pub use sdk::SdkHttpClient;
 pub use timeout::IdleTimeoutBody;
 

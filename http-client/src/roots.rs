@@ -20,12 +20,12 @@ pub const SYSTEM_CA_BUNDLES: &[&str] = &[
 
 #[derive(Debug, thiserror::Error)]
 pub enum TlsError {
-    #[error("cannot read CA file {path}: {source}")]
+    #[error("cannot read {path}: {source}")]
     Read {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("CA file {path} is not valid: {reason}")]
+    #[error("{path} is not valid: {reason}")]
     Invalid { path: PathBuf, reason: String },
     #[error("TLS configuration: {0}")]
     Config(#[from] rustls::Error),
@@ -107,7 +107,8 @@ fn load_system_bundle(store: &mut RootCertStore) -> Option<PathBuf> {
     Some(path)
 }
 
-fn read_certificates(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
+/// Every PEM certificate in `path`; fails unless there is at least one and all parse.
+pub fn read_certificates(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
     let text = std::fs::read(path).map_err(|source| TlsError::Read {
         path: path.to_owned(),
         source,

@@ -21,6 +21,7 @@ use s3s::{S3Error, S3ErrorCode};
 use super::conditions::Preconditions;
 use super::error::error_response;
 use super::host::VirtualHosts;
+use super::limits::{RequestLimits, RequestRate, check_key};
 use super::passthrough::{Forwarded, Passthrough};
 use super::route::{Address, Route, parse_query};
 use crate::auth::{AuthError, Authenticator, RequestHead, Verified, authorize};
@@ -94,6 +95,9 @@ pub struct Front {
     ids: Arc<RequestIds>,
     /// `None` when authentication is off.
     auth: Option<Arc<Authenticator>>,
+    limits: RequestLimits,
+    /// The connection's request budget; `None` when unlimited or not yet per connection.
+    rate: Option<Arc<RequestRate>>,
 }
 
 impl Front {
@@ -103,6 +107,7 @@ impl Front {
         hosts: Option<VirtualHosts>,
         metrics: Arc<Metrics>,
         auth: Option<Arc<Authenticator>>,
+        limits: RequestLimits,
     ) -> Self {
         Self {
             s3,
@@ -111,7 +116,27 @@ impl Front {
             metrics,
             ids: Arc::new(RequestIds::new()),
             auth,
+            limits,
+            rate: None,
         }
+    }
+
+    /// The service for one new connection, with its own request budget.
+    pub fn for_connection(&self) -> Self {
+        let per_second = self.limits.requests_per_second_per_connection;
+        Self {
+            rate: (per_second > 0).then(|| Arc::new(RequestRate::new(per_second))),
+            ..self.clone()
+        }
+    }
+
+    /// Refuses what no handler should see: a spent connection budget, an oversized URI
+    /// or header section.
+    fn admit<B>(&self, request: &Request<B>) -> Result<(), S3Error> {
+        if let Some(rate) = &self.rate {
+            rate.take()?;
+        }
+        self.limits.check(request)
     }
 
     /// Verifies the request's signature; `Ok(None)` when authentication is off.
@@ -147,6 +172,11 @@ impl Front {
                 return refuse(error, context);
             }
         };
+        if let Some(key) = &address.key
+            && let Err(error) = check_key(key)
+        {
+            return refuse(error, context);
+        }
         if let Some(verified) = request.extensions().get::<Verified>()
             && let Err(error) = authorize(
                 &verified.credential,
@@ -220,18 +250,24 @@ impl hyper::service::Service<Request<Incoming>> for Front {
             operation: OnceLock::new(),
         }));
         request.extensions_mut().insert(context.clone());
-        let response = match self.authenticate(&request) {
-            Ok(verified) => {
-                if let Some(verified) = verified {
-                    request.extensions_mut().insert(verified);
+        let response = if let Err(error) = self.admit(&request) {
+            tracing::debug!(request_id = context.id(), code = %error.code().as_str(), "request refused before authentication");
+            context.set_operation("Refused");
+            refuse(error, &context)
+        } else {
+            match self.authenticate(&request) {
+                Ok(verified) => {
+                    if let Some(verified) = verified {
+                        request.extensions_mut().insert(verified);
+                    }
+                    strip_signature(&mut request);
+                    self.dispatch(request, &context)
                 }
-                strip_signature(&mut request);
-                self.dispatch(request, &context)
-            }
-            Err(error) => {
-                tracing::debug!(request_id = context.id(), %error, "authentication failed");
-                context.set_operation("Unauthenticated");
-                refuse(error.to_s3(), &context)
+                Err(error) => {
+                    tracing::debug!(request_id = context.id(), %error, "authentication failed");
+                    context.set_operation("Unauthenticated");
+                    refuse(error.to_s3(), &context)
+                }
             }
         };
         let metrics = self.metrics.clone();

@@ -7,14 +7,11 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
 
 use parking_lot::RwLock;
 use serde::Deserialize;
 
 /// How often the credentials file is checked for changes.
-const RELOAD_POLL: Duration = Duration::from_secs(2);
-
 /// What a credential may do.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -120,11 +117,6 @@ fn load(path: &Path) -> Result<HashMap<String, Arc<Credential>>, CredentialsErro
 }
 
 /// When and how large the file was when last loaded: a change of either reloads it.
-fn stamp(path: &Path) -> Option<(SystemTime, u64)> {
-    let metadata = std::fs::metadata(path).ok()?;
-    Some((metadata.modified().ok()?, metadata.len()))
-}
-
 /// The credentials in force. Cheap to clone.
 #[derive(Debug, Clone, Default)]
 pub struct CredentialStore {
@@ -191,33 +183,7 @@ impl CredentialStore {
             return;
         };
         let store = self.clone();
-        tokio::spawn(async move {
-            let mut hangups =
-                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
-            let mut last = stamp(&path);
-            let mut ticks = tokio::time::interval(RELOAD_POLL);
-            loop {
-                let hangup = async {
-                    match hangups.as_mut() {
-                        Some(signals) => signals.recv().await,
-                        None => std::future::pending().await,
-                    }
-                };
-                tokio::select! {
-                    _ = ticks.tick() => {
-                        let now = stamp(&path);
-                        if now != last {
-                            last = now;
-                            store.reload();
-                        }
-                    }
-                    _ = hangup => {
-                        last = stamp(&path);
-                        store.reload();
-                    }
-                }
-            }
-        });
+        crate::reload::on_change(vec![path], move || store.reload());
     }
 }
 

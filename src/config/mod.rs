@@ -40,6 +40,23 @@ pub struct ServerConfig {
     pub domains: Vec<String>,
     /// How long open requests may run after a shutdown signal before they are cut.
     pub shutdown_grace: HumanDuration,
+    /// PEM certificate chain for TLS on the S3 listener; empty serves plain HTTP.
+    pub tls_cert: PathBuf,
+    /// PEM private key of `tls_cert`.
+    pub tls_key: PathBuf,
+    /// Open connections at most; further clients wait in the listen backlog.
+    pub max_connections: u32,
+    /// Largest request header section (request line and headers) accepted.
+    pub max_header_bytes: ByteSize,
+    /// Longest request URI (path and query) accepted.
+    pub max_url_bytes: ByteSize,
+    /// Requests per second one connection may send (bursts up to the same number);
+    /// 0 means unlimited.
+    pub max_requests_per_second_per_connection: u32,
+    /// Time a client has to send a complete request header section.
+    pub header_read_timeout: HumanDuration,
+    /// A connection that moves no bytes either way for this long is closed.
+    pub idle_timeout: HumanDuration,
 }
 
 impl Default for ServerConfig {
@@ -48,6 +65,14 @@ impl Default for ServerConfig {
             listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
             domains: Vec::new(),
             shutdown_grace: HumanDuration::secs(25),
+            tls_cert: PathBuf::new(),
+            tls_key: PathBuf::new(),
+            max_connections: 10_000,
+            max_header_bytes: ByteSize::kib(16),
+            max_url_bytes: ByteSize::kib(16),
+            max_requests_per_second_per_connection: 5_000,
+            header_read_timeout: HumanDuration::secs(10),
+            idle_timeout: HumanDuration::secs(60),
         }
     }
 }
@@ -305,6 +330,42 @@ impl Config {
             return Err(ConfigError::new(
                 "config key auth.mode: \"sigv4\" needs client credentials (set auth.access_key_id and auth.secret_access_key, or auth.credentials_file), or set auth.mode = \"none\" for a trusted sidecar",
             ));
+        }
+        let server = &self.server;
+        if server.tls_cert.as_os_str().is_empty() != server.tls_key.as_os_str().is_empty() {
+            return Err(ConfigError::new(
+                "config keys server.tls_cert and server.tls_key: set both for TLS, or neither for plain HTTP",
+            ));
+        }
+        if server.max_connections == 0 {
+            return Err(ConfigError::new(
+                "config key server.max_connections: must be at least 1",
+            ));
+        }
+        for (key, value) in [
+            ("header_read_timeout", server.header_read_timeout),
+            ("idle_timeout", server.idle_timeout),
+        ] {
+            if value.get().is_zero() {
+                return Err(ConfigError::new(format_args!(
+                    "config key server.{key}: must be longer than 0s"
+                )));
+            }
+        }
+        // hyper refuses header sections beyond its read buffer and URIs beyond 64 KiB itself.
+        for (key, value, most) in [
+            (
+                "max_header_bytes",
+                server.max_header_bytes,
+                ByteSize::kib(256),
+            ),
+            ("max_url_bytes", server.max_url_bytes, ByteSize::kib(63)),
+        ] {
+            if value < ByteSize::kib(1) || value > most {
+                return Err(ConfigError::new(format_args!(
+                    "config key server.{key}: {value} is not accepted (expected 1 KiB to {most})"
+                )));
+            }
         }
         for domain in &self.server.domains {
             let valid = !domain.is_empty()

@@ -13,6 +13,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::net::TcpListener;
 use tokio::task::JoinSet;
+use tokio_rustls::TlsAcceptor;
 
 /// One request as the upstream received it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -38,11 +39,23 @@ pub struct Forwarder {
     target: String,
     seen: Arc<Mutex<Vec<Seen>>>,
     tasks: Option<JoinSet<()>>,
+    /// Serves HTTPS with this acceptor instead of plain HTTP.
+    tls: Option<TlsAcceptor>,
 }
 
 impl Forwarder {
     /// Starts forwarding from a free loopback port to `target` (`host:port`).
     pub async fn start(target: &str) -> Self {
+        Self::start_with(target, None).await
+    }
+
+    /// Like [`Forwarder::start`], serving HTTPS with `tls`, like an S3 endpoint with its
+    /// own certificate.
+    pub async fn start_tls(target: &str, tls: Arc<rustls::ServerConfig>) -> Self {
+        Self::start_with(target, Some(TlsAcceptor::from(tls))).await
+    }
+
+    async fn start_with(target: &str, tls: Option<TlsAcceptor>) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind forwarder");
@@ -51,13 +64,15 @@ impl Forwarder {
             target: target.to_owned(),
             seen: Arc::default(),
             tasks: None,
+            tls,
         };
         forwarder.serve(listener);
         forwarder
     }
 
     pub fn endpoint(&self) -> String {
-        format!("http://{}", self.address)
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        format!("{scheme}://{}", self.address)
     }
 
     fn serve(&mut self, listener: TcpListener) {
@@ -65,6 +80,7 @@ impl Forwarder {
             Client::builder(TokioExecutor::new()).build_http();
         let target = self.target.clone();
         let seen = self.seen.clone();
+        let tls = self.tls.clone();
         let mut tasks = JoinSet::new();
         tasks.spawn(async move {
             let mut connections = JoinSet::new();
@@ -104,10 +120,25 @@ impl Forwarder {
                     }
                 });
                 // Connections live in this task's set, so stopping the forwarder cuts them.
+                let tls = tls.clone();
                 connections.spawn(async move {
-                    let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
-                        .serve_connection(TokioIo::new(stream), service)
-                        .await;
+                    let builder =
+                        hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+                    let _ = match tls {
+                        Some(tls) => match tls.accept(stream).await {
+                            Ok(stream) => {
+                                builder
+                                    .serve_connection(TokioIo::new(stream), service)
+                                    .await
+                            }
+                            Err(_) => return,
+                        },
+                        None => {
+                            builder
+                                .serve_connection(TokioIo::new(stream), service)
+                                .await
+                        }
+                    };
                 });
             }
         });

@@ -27,6 +27,10 @@ pub struct Settings {
     /// The body of the `[auth]` section: by default SigV4 with the test credentials that
     /// [`crate::s3_client`] signs with.
     pub auth: String,
+    /// Extra lines for the `[server]` section (TLS, limits).
+    pub server_extra: String,
+    /// Extra lines for the `[upstream]` section.
+    pub upstream_extra: String,
 }
 
 impl Settings {
@@ -45,6 +49,8 @@ impl Settings {
             auth: format!(
                 "mode = \"sigv4\"\naccess_key_id = \"{ACCESS_KEY}\"\nsecret_access_key = \"{SECRET_KEY}\"\n"
             ),
+            server_extra: String::new(),
+            upstream_extra: String::new(),
         }
     }
 
@@ -65,6 +71,7 @@ impl Settings {
 listen = "127.0.0.1:0"
 domains = [{domains}]
 shutdown_grace = "10s"
+{server_extra}
 
 [admin]
 listen = "127.0.0.1:0"
@@ -76,6 +83,7 @@ access_key_id = "{ACCESS_KEY}"
 secret_access_key = "{upstream_secret}"
 connect_timeout = "1s"
 read_timeout = "10s"
+{upstream_extra}
 
 [cache]
 dir = "{dir}"
@@ -100,6 +108,8 @@ write_through = {write_through}
             upstream_secret = self.upstream_secret,
             write_through = self.write_through,
             auth = self.auth,
+            server_extra = self.server_extra,
+            upstream_extra = self.upstream_extra,
         )
     }
 }

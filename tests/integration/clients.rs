@@ -6,30 +6,8 @@ use std::path::{Path, PathBuf};
 
 use portico_testkit::minio::{ACCESS_KEY, SECRET_KEY, minio};
 
+use crate::support::cli::{AwsCli, run, tool};
 use crate::support::{Rig, random_bytes};
-
-/// A tool's path from the environment the Makefile sets, else the usual name.
-fn tool(variable: &str, default: &str) -> String {
-    std::env::var(variable).unwrap_or_else(|_| default.to_owned())
-}
-
-/// Runs a command to completion; panics with its output unless it succeeds.
-async fn run(program: &str, args: &[&str], env: &[(&str, &str)]) -> String {
-    let output = tokio::process::Command::new(program)
-        .args(args)
-        .envs(env.iter().copied())
-        .output()
-        .await
-        .unwrap_or_else(|error| panic!("cannot run {program} (see `make tools`): {error}"));
-    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
-    assert!(
-        output.status.success(),
-        "{program} {args:?} failed ({}):\n{stdout}\n{}",
-        output.status,
-        String::from_utf8_lossy(&output.stderr)
-    );
-    stdout
-}
 
 /// Writes a small directory tree of random files; returns their relative paths and bytes.
 fn write_tree(root: &Path, files: usize) -> BTreeMap<String, Vec<u8>> {
@@ -62,47 +40,6 @@ fn read_tree(root: &Path) -> BTreeMap<String, Vec<u8>> {
     let mut tree = BTreeMap::new();
     walk(root, root, &mut tree);
     tree
-}
-
-struct AwsCli {
-    endpoint: String,
-    program: String,
-}
-
-impl AwsCli {
-    fn new(endpoint: &str) -> Self {
-        Self {
-            endpoint: endpoint.to_owned(),
-            program: tool("PORTICO_AWS_CLI", "/usr/bin/aws"),
-        }
-    }
-
-    async fn run(&self, args: &[&str]) -> String {
-        let (command, rest) = args.split_first().expect("a command");
-        let mut argv: Vec<&str> = vec!["--endpoint-url", &self.endpoint, command];
-        argv.extend_from_slice(rest);
-        if *command == "s3"
-            && rest
-                .first()
-                .is_some_and(|sub| ["cp", "sync", "mv"].contains(sub))
-        {
-            argv.push("--no-progress");
-        }
-        run(
-            &self.program,
-            &argv,
-            &[
-                ("AWS_ACCESS_KEY_ID", ACCESS_KEY),
-                ("AWS_SECRET_ACCESS_KEY", SECRET_KEY),
-                ("AWS_DEFAULT_REGION", "us-east-1"),
-                ("AWS_EC2_METADATA_DISABLED", "true"),
-                ("AWS_CONFIG_FILE", "/dev/null"),
-                ("AWS_SHARED_CREDENTIALS_FILE", "/dev/null"),
-                ("AWS_PAGER", ""),
-            ],
-        )
-        .await
-    }
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -1,6 +1,8 @@
 //! The test rig: MinIO ← counting forwarder ← Portico (the real binary), with aws-sdk-s3
 //! clients for both Portico and MinIO direct, and one fresh bucket per test.
 
+pub mod cli;
+
 use aws_sdk_s3::Client;
 use aws_sdk_s3::error::ProvideErrorMetadata;
 use aws_sdk_s3::operation::get_object::builders::GetObjectFluentBuilder;

@@ -1,0 +1,264 @@
+//! The S3 listener: accepts connections up to `max_connections`, terminates TLS when
+//! configured, and serves HTTP/1.1 and HTTP/2 with the slow-client guards — a deadline for
+//! the TLS handshake and the request header section, and an idle timeout that closes a
+//! connection moving no bytes. Shutdown stops accepting, then gives open requests the
+//! grace period.
+
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::{GracefulShutdown, Watcher};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{Semaphore, watch};
+use tokio::time::Instant;
+
+use super::Front;
+use super::tls::ServerTls;
+use crate::config::ServerConfig;
+
+/// Connection-level limits, from `[server]`.
+#[derive(Debug, Clone, Copy)]
+pub struct ConnectionLimits {
+    pub max_connections: usize,
+    pub header_read_timeout: Duration,
+    pub idle_timeout: Duration,
+}
+
+impl ConnectionLimits {
+    pub fn of(config: &ServerConfig) -> Self {
+        Self {
+            max_connections: config.max_connections as usize,
+            header_read_timeout: config.header_read_timeout.get(),
+            idle_timeout: config.idle_timeout.get(),
+        }
+    }
+}
+
+/// Serves S3 on `listener` until `shutdown` fires, then lets open requests finish for up
+/// to `grace`.
+pub async fn serve(
+    listener: TcpListener,
+    front: Front,
+    tls: Option<ServerTls>,
+    limits: ConnectionLimits,
+    mut shutdown: watch::Receiver<bool>,
+    grace: Duration,
+) {
+    let graceful = GracefulShutdown::new();
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_read_timeout);
+    let builder = Arc::new(builder);
+    let slots = Arc::new(Semaphore::new(limits.max_connections));
+    loop {
+        // A free slot first: at the limit, new clients wait in the kernel's backlog.
+        let slot = tokio::select! {
+            slot = slots.clone().acquire_owned() => match slot {
+                Ok(slot) => slot,
+                Err(_) => break,
+            },
+            _ = shutdown.changed() => break,
+        };
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            _ = shutdown.changed() => break,
+        };
+        let (stream, peer) = match accepted {
+            Ok(accepted) => accepted,
+            Err(error) => {
+                // Typically EMFILE: back off instead of spinning on accept.
+                tracing::warn!(%error, "accepting a connection failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        let connection = Connection {
+            builder: builder.clone(),
+            front: front.for_connection(),
+            watcher: graceful.watcher(),
+            limits,
+        };
+        let tls = tls.clone();
+        tokio::spawn(async move {
+            let result = match tls {
+                Some(tls) => connection.serve_tls(stream, &tls).await,
+                None => connection.serve(stream).await,
+            };
+            if let Err(error) = result {
+                tracing::debug!(%peer, %error, "connection ended with an error");
+            }
+            drop(slot);
+        });
+    }
+    drop(listener);
+    tokio::select! {
+        () = graceful.shutdown() => tracing::info!("S3 listener drained"),
+        () = tokio::time::sleep(grace) => tracing::warn!(?grace, "S3 connections still open after the grace period; closing them"),
+    }
+}
+
+type ConnectionError = Box<dyn std::error::Error + Send + Sync>;
+
+struct Connection {
+    builder: Arc<auto::Builder<TokioExecutor>>,
+    front: Front,
+    watcher: Watcher,
+    limits: ConnectionLimits,
+}
+
+impl Connection {
+    async fn serve_tls(self, stream: TcpStream, tls: &ServerTls) -> Result<(), ConnectionError> {
+        // The handshake is part of what a client must finish within the header deadline.
+        let handshake = tls.acceptor().accept(stream);
+        let stream = tokio::time::timeout(self.limits.header_read_timeout, handshake)
+            .await
+            .map_err(|_| "TLS handshake not finished within the header read timeout")??;
+        self.serve(stream).await
+    }
+
+    async fn serve<I>(self, stream: I) -> Result<(), ConnectionError>
+    where
+        I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        let activity = Arc::new(Activity::new());
+        let io = TokioIo::new(ActivityIo {
+            inner: stream,
+            activity: activity.clone(),
+        });
+        let connection = self.builder.serve_connection(io, self.front).into_owned();
+        let connection = self.watcher.watch(connection);
+        tokio::select! {
+            result = connection => result,
+            () = activity.idle_for(self.limits.idle_timeout) => {
+                Err(format!("closed after {:?} without traffic", self.limits.idle_timeout).into())
+            }
+        }
+    }
+}
+
+/// When a connection last moved a byte, in milliseconds since it opened.
+struct Activity {
+    opened: Instant,
+    last_millis: AtomicU64,
+}
+
+impl Activity {
+    fn new() -> Self {
+        Self {
+            opened: Instant::now(),
+            last_millis: AtomicU64::new(0),
+        }
+    }
+
+    fn touch(&self) {
+        let millis = self.opened.elapsed().as_millis() as u64;
+        self.last_millis.store(millis, Ordering::Relaxed);
+    }
+
+    /// Resolves once no byte has moved for `idle`.
+    async fn idle_for(&self, idle: Duration) {
+        loop {
+            let last =
+                self.opened + Duration::from_millis(self.last_millis.load(Ordering::Relaxed));
+            let deadline = last + idle;
+            if Instant::now() >= deadline {
+                return;
+            }
+            tokio::time::sleep_until(deadline).await;
+        }
+    }
+}
+
+/// A stream that records in [`Activity`] every read or write that moved bytes.
+struct ActivityIo<I> {
+    inner: I,
+    activity: Arc<Activity>,
+}
+
+impl<I: AsyncRead + Unpin> AsyncRead for ActivityIo<I> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        let result = Pin::new(&mut self.inner).poll_read(cx, buf);
+        if buf.filled().len() > before {
+            self.activity.touch();
+        }
+        result
+    }
+}
+
+impl<I: AsyncWrite + Unpin> AsyncWrite for ActivityIo<I> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let result = Pin::new(&mut self.inner).poll_write(cx, buf);
+        if matches!(result, Poll::Ready(Ok(written)) if written > 0) {
+            self.activity.touch();
+        }
+        result
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let result = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+        if matches!(result, Poll::Ready(Ok(written)) if written > 0) {
+            self.activity.touch();
+        }
+        result
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    #[tokio::test(start_paused = true)]
+    async fn traffic_postpones_the_idle_deadline() {
+        let (client, server) = tokio::io::duplex(64);
+        let activity = Arc::new(Activity::new());
+        let mut io = ActivityIo {
+            inner: server,
+            activity: activity.clone(),
+        };
+        let idle = Duration::from_secs(10);
+        let mut client = client;
+        let started = Instant::now();
+        tokio::time::advance(Duration::from_secs(8)).await;
+        client.write_all(b"ping").await.unwrap();
+        let mut buf = [0u8; 4];
+        io.read_exact(&mut buf).await.unwrap();
+        activity.idle_for(idle).await;
+        assert_eq!(started.elapsed(), Duration::from_secs(18));
+    }
+}
