@@ -1,5 +1,7 @@
 //! The admin listener: `/healthz` (the process answers), `/readyz` (the cache is open and
-//! the upstream answers) and `/metrics` (Prometheus/OpenMetrics text).
+//! the upstream answers) and `/metrics` (Prometheus/OpenMetrics text), all open; and
+//! everything under `/admin/`, which changes state and needs `Authorization: Bearer
+//! <admin.token>` (refused outright while no token is configured).
 //!
 //! Readiness probes the upstream at most once per [`PROBE_INTERVAL`], however often the
 //! orchestrator asks, so probes never become upstream load.
@@ -8,10 +10,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::Router;
-use axum::extract::State;
+use axum::extract::{Request, State};
 use axum::http::{StatusCode, header};
-use axum::response::IntoResponse;
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+use subtle::ConstantTimeEq;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
@@ -27,15 +31,23 @@ pub struct AdminState {
     cache: BlockCache,
     upstream: Arc<Upstream>,
     last_probe: tokio::sync::Mutex<Option<(Instant, Result<(), String>)>>,
+    /// The bearer token `/admin/` requires; `None` disables those endpoints.
+    token: Option<String>,
 }
 
 impl AdminState {
-    pub fn new(metrics: Arc<Metrics>, cache: BlockCache, upstream: Arc<Upstream>) -> Self {
+    pub fn new(
+        metrics: Arc<Metrics>,
+        cache: BlockCache,
+        upstream: Arc<Upstream>,
+        token: &str,
+    ) -> Self {
         Self {
             metrics,
             cache,
             upstream,
             last_probe: tokio::sync::Mutex::new(None),
+            token: (!token.is_empty()).then(|| token.to_owned()),
         }
     }
 
@@ -62,7 +74,42 @@ pub fn router(state: Arc<AdminState>) -> Router {
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
+        .layer(middleware::from_fn_with_state(state.clone(), guard_admin))
         .with_state(state)
+}
+
+/// Lets a request under `/admin` through only with the configured bearer token.
+async fn guard_admin(
+    State(state): State<Arc<AdminState>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let path = request.uri().path();
+    if path != "/admin" && !path.starts_with("/admin/") {
+        return next.run(request).await;
+    }
+    let Some(token) = &state.token else {
+        return (
+            StatusCode::FORBIDDEN,
+            "admin endpoints are disabled: set admin.token (PORTICO_ADMIN_TOKEN)\n",
+        )
+            .into_response();
+    };
+    let presented = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.strip_prefix("Bearer "))
+        .unwrap_or_default();
+    if !bool::from(presented.as_bytes().ct_eq(token.as_bytes())) {
+        return (
+            StatusCode::UNAUTHORIZED,
+            [(header::WWW_AUTHENTICATE, "Bearer realm=\"portico-admin\"")],
+            "a valid admin token is required: Authorization: Bearer <admin.token>\n",
+        )
+            .into_response();
+    }
+    next.run(request).await
 }
 
 async fn healthz() -> &'static str {

@@ -99,7 +99,12 @@ pub async fn run(config: Config, on_ready: impl FnOnce(Bound)) -> Result<(), App
         stopping.clone(),
         grace,
     ));
-    let admin_state = Arc::new(AdminState::new(metrics, cache.clone(), upstream));
+    let admin_state = Arc::new(AdminState::new(
+        metrics,
+        cache.clone(),
+        upstream,
+        &config.admin.token,
+    ));
     let admin_task = tokio::spawn(admin::serve(admin_listener, admin_state, stopping));
     tracing::info!(s3 = %bound.s3, admin = %bound.admin, "portico is serving");
     on_ready(bound);

@@ -11,6 +11,7 @@ pub mod auth;
 pub mod cache;
 pub mod coalesce;
 pub mod config;
+pub mod fuzzing;
 pub mod read;
 pub mod reload;
 pub mod telemetry;

@@ -2,7 +2,7 @@
 //! handlers behind it, and the listener that serves it with graceful shutdown.
 
 mod checked;
-mod chunked;
+pub(crate) mod chunked;
 mod conditions;
 mod error;
 mod front;
@@ -10,8 +10,8 @@ mod host;
 mod limits;
 mod listener;
 mod passthrough;
-mod route;
-mod s3;
+pub(crate) mod route;
+pub(crate) mod s3;
 mod tls;
 
 use std::sync::Arc;

@@ -199,7 +199,7 @@ fn content_extent(selection: Selection, size: u64) -> (u64, Option<String>) {
     }
 }
 
-fn range_request(range: Range) -> RangeRequest {
+pub(crate) fn range_request(range: Range) -> RangeRequest {
     match range {
         Range::Int { first, last } => RangeRequest::From { first, last },
         Range::Suffix { length } => RangeRequest::Suffix { length },

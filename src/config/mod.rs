@@ -82,7 +82,8 @@ impl Default for ServerConfig {
 pub struct AdminConfig {
     /// Address of the health, readiness and metrics listener.
     pub listen: SocketAddr,
-    /// Bearer token for the admin endpoints that change state; empty disables them.
+    /// Bearer token for everything under `/admin/` (the endpoints that change state);
+    /// empty disables them.
     pub token: String,
 }
 

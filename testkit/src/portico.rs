@@ -31,6 +31,8 @@ pub struct Settings {
     pub server_extra: String,
     /// Extra lines for the `[upstream]` section.
     pub upstream_extra: String,
+    /// Extra lines for the `[admin]` section.
+    pub admin_extra: String,
 }
 
 impl Settings {
@@ -51,6 +53,7 @@ impl Settings {
             ),
             server_extra: String::new(),
             upstream_extra: String::new(),
+            admin_extra: String::new(),
         }
     }
 
@@ -75,6 +78,7 @@ shutdown_grace = "10s"
 
 [admin]
 listen = "127.0.0.1:0"
+{admin_extra}
 
 [upstream]
 endpoint = "{upstream}"
@@ -110,6 +114,7 @@ write_through = {write_through}
             auth = self.auth,
             server_extra = self.server_extra,
             upstream_extra = self.upstream_extra,
+            admin_extra = self.admin_extra,
         )
     }
 }

@@ -1,0 +1,5 @@
+//! Fuzzes `portico::fuzzing::range` (see its documentation for what is checked).
+
+#![no_main]
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| portico::fuzzing::range(data));
