@@ -7,6 +7,8 @@ MINIO_VERSION := v0.0.0-20260212201848-7aac2a2c5b7c
 MINIO := $(TOOLS_DIR)/bin/minio-$(MINIO_VERSION)
 
 PYTHON_TOOLS := $(TOOLS_DIR)/python-boto3-1.43.11-s3cmd-2.4.0
+CARGO_FUZZ_VERSION := 0.13.2
+CARGO_FUZZ := $(TOOLS_DIR)/cargo-fuzz-$(CARGO_FUZZ_VERSION)/bin/cargo-fuzz
 AWS_CLI ?= /usr/bin/aws
 
 export PORTICO_MINIO := $(MINIO)
@@ -14,7 +16,7 @@ export PORTICO_PYTHON := $(PYTHON_TOOLS)/bin/python
 export PORTICO_S3CMD := $(PYTHON_TOOLS)/bin/s3cmd
 export PORTICO_AWS_CLI := $(AWS_CLI)
 
-.PHONY: run test ci fmt-check clippy build bench tools clean-demo
+.PHONY: run test ci fmt-check clippy build bench fuzz tools clean-demo
 
 ## run: build Portico and start it in front of a local MinIO with demo data (Ctrl-C stops both)
 run: tools build
@@ -42,6 +44,15 @@ bench: tools
 	cargo bench --bench hot_hits
 	cargo build --release --bin portico
 	scripts/bench-writes.sh
+
+## fuzz: every fuzz target (Range, aws-chunked, request/SigV4 parsing) for FUZZ_SECONDS
+## each (default 60); not part of `make test`
+fuzz: $(CARGO_FUZZ)
+	PATH="$(dir $(CARGO_FUZZ)):$$PATH" scripts/fuzz.sh
+
+$(CARGO_FUZZ):
+	@echo "Installing cargo-fuzz $(CARGO_FUZZ_VERSION) into $(TOOLS_DIR) (first time only)"
+	cargo install cargo-fuzz --version $(CARGO_FUZZ_VERSION) --locked --root $(TOOLS_DIR)/cargo-fuzz-$(CARGO_FUZZ_VERSION)
 
 tools: $(MINIO) $(PYTHON_TOOLS)/bin/s3cmd $(AWS_CLI)
 
