@@ -139,6 +139,33 @@ impl Front {
         self.limits.check(request)
     }
 
+    /// Limits, then authentication and signature removal, then dispatch.
+    fn admit_and_dispatch(
+        &self,
+        mut request: Request<Incoming>,
+        context: &RequestContext,
+    ) -> Dispatched {
+        if let Err(error) = self.admit(&request) {
+            tracing::debug!(request_id = context.id(), code = %error.code().as_str(), "request refused before authentication");
+            context.set_operation("Refused");
+            return refuse(error, context);
+        }
+        match self.authenticate(&request) {
+            Ok(verified) => {
+                if let Some(verified) = verified {
+                    request.extensions_mut().insert(verified);
+                }
+                strip_signature(&mut request);
+                self.dispatch(request, context)
+            }
+            Err(error) => {
+                tracing::debug!(request_id = context.id(), %error, "authentication failed");
+                context.set_operation("Unauthenticated");
+                refuse(error.to_s3(), context)
+            }
+        }
+    }
+
     /// Verifies the request's signature; `Ok(None)` when authentication is off.
     fn authenticate<B>(&self, request: &Request<B>) -> Result<Option<Verified>, AuthError> {
         let Some(auth) = &self.auth else {
@@ -250,26 +277,7 @@ impl hyper::service::Service<Request<Incoming>> for Front {
             operation: OnceLock::new(),
         }));
         request.extensions_mut().insert(context.clone());
-        let response = if let Err(error) = self.admit(&request) {
-            tracing::debug!(request_id = context.id(), code = %error.code().as_str(), "request refused before authentication");
-            context.set_operation("Refused");
-            refuse(error, &context)
-        } else {
-            match self.authenticate(&request) {
-                Ok(verified) => {
-                    if let Some(verified) = verified {
-                        request.extensions_mut().insert(verified);
-                    }
-                    strip_signature(&mut request);
-                    self.dispatch(request, &context)
-                }
-                Err(error) => {
-                    tracing::debug!(request_id = context.id(), %error, "authentication failed");
-                    context.set_operation("Unauthenticated");
-                    refuse(error.to_s3(), &context)
-                }
-            }
-        };
+        let response = self.admit_and_dispatch(request, &context);
         let metrics = self.metrics.clone();
         Box::pin(async move {
             let mut response = response.await?;
