@@ -70,6 +70,16 @@ pub async fn run(config: Config, on_ready: impl FnOnce(Bound)) -> Result<(), App
         metadata_ttl: config.cache.metadata_ttl,
         negative_ttl: config.cache.negative_ttl.get(),
         readahead_blocks: config.cache.readahead_blocks as usize,
+        prefetch_window_blocks: if config.prefetch.enabled {
+            u64::from(config.prefetch.max_window_blocks)
+        } else {
+            0
+        },
+        // Both limits bound the same thing: blocks being prefetched at once.
+        prefetch_slots: (config.prefetch.max_inflight_bytes.bytes()
+            / config.cache.block_size.bytes())
+        .clamp(1, u64::from(config.prefetch.max_concurrent_fetches))
+            as usize,
     };
     let read = ReadPath::new(cache.clone(), upstream.clone(), metrics.clone(), settings);
 

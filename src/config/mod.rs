@@ -27,6 +27,7 @@ pub struct Config {
     pub admin: AdminConfig,
     pub upstream: UpstreamConfig,
     pub cache: CacheConfig,
+    pub prefetch: PrefetchConfig,
     pub auth: AuthConfig,
     pub log: LogConfig,
 }
@@ -208,6 +209,30 @@ pub enum LogFormat {
     Json,
 }
 
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PrefetchConfig {
+    /// Fetch the blocks after a client's sequential reads before it asks for them.
+    pub enabled: bool,
+    /// Largest prefetch window, in blocks; it doubles per sequential read from 1.
+    pub max_window_blocks: u32,
+    /// Prefetched bytes in flight at most; beyond this, prefetches are skipped.
+    pub max_inflight_bytes: ByteSize,
+    /// Prefetch fetches in flight at most (demand fetches are never limited by this).
+    pub max_concurrent_fetches: u32,
+}
+
+impl Default for PrefetchConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            max_window_blocks: 16,
+            max_inflight_bytes: ByteSize::mib(256),
+            max_concurrent_fetches: 8,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct LogConfig {
@@ -263,6 +288,18 @@ impl Config {
 
     /// Checks the relations between keys that types alone cannot express.
     pub fn validate(&self) -> Result<(), ConfigError> {
+        let prefetch = &self.prefetch;
+        if !(1..=256).contains(&prefetch.max_window_blocks) {
+            return Err(ConfigError::new(format_args!(
+                "config key prefetch.max_window_blocks: {} is not accepted (expected 1 to 256)",
+                prefetch.max_window_blocks
+            )));
+        }
+        if prefetch.max_concurrent_fetches == 0 {
+            return Err(ConfigError::new(
+                "config key prefetch.max_concurrent_fetches: must be at least 1 (set prefetch.enabled = false to turn prefetch off)",
+            ));
+        }
         let cache = &self.cache;
         let block = cache.block_size.bytes();
         if !(MIN_BLOCK_SIZE.bytes()..=MAX_BLOCK_SIZE.bytes()).contains(&block)

@@ -7,17 +7,21 @@
 //!   the body after it has started. Bytes of two versions are never mixed.
 //! - Memory per request is bounded: at most `readahead_blocks` blocks are fetched ahead
 //!   of what the client has consumed, plus one queued for the connection.
+//! - Prefetch across requests (`prefetch.rs`) fetches only whole blocks of the version
+//!   being read, through the same cache and coalescing as demand reads, within a fixed
+//!   number of fetches in flight.
 //! - Metadata discovery for one object runs once however many requests miss at once, and
 //!   for a GET it fetches the first needed block in the same upstream request.
 
 mod metadata;
+mod prefetch;
 mod writes;
 
 use std::sync::Arc;
 
 use bytes::Bytes;
 use futures::StreamExt;
-use tokio::sync::mpsc;
+use tokio::sync::{Semaphore, mpsc};
 use tokio_stream::wrappers::ReceiverStream;
 
 use crate::cache::{BlockCache, BlockKey, LookupError, MetaClock, Missing, ObjectMeta, Tier};
@@ -28,6 +32,7 @@ use crate::types::{
     BlockIndex, BlockLayout, ByteRange, ObjectRef, RangeRequest, Selection, Unsatisfiable,
 };
 use crate::upstream::{Upstream, UpstreamError};
+use prefetch::Detector;
 
 /// Read-path settings taken from the cache configuration.
 #[derive(Debug, Clone, Copy)]
@@ -36,6 +41,10 @@ pub struct ReadSettings {
     pub metadata_ttl: MetadataTtl,
     pub negative_ttl: std::time::Duration,
     pub readahead_blocks: usize,
+    /// Largest prefetch window in blocks; 0 turns prefetch off.
+    pub prefetch_window_blocks: u64,
+    /// Prefetch fetches in flight at most.
+    pub prefetch_slots: usize,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -148,6 +157,8 @@ struct Inner {
     /// Keyed by object, write generation and whether checksums are asked for.
     discoveries: Coalescer<(ObjectRef, u64, bool), Discovery>,
     generations: writes::Generations,
+    /// Sequential detection and the prefetch budget; `None` when prefetch is off.
+    prefetch: Option<(Detector, Arc<Semaphore>)>,
 }
 
 /// The read path. Cheap to clone.
@@ -172,6 +183,12 @@ impl ReadPath {
                 clock: MetaClock::new(),
                 discoveries: Coalescer::default(),
                 generations: writes::Generations::default(),
+                prefetch: (settings.prefetch_window_blocks > 0).then(|| {
+                    (
+                        Detector::new(settings.prefetch_window_blocks),
+                        Arc::new(Semaphore::new(settings.prefetch_slots.max(1))),
+                    )
+                }),
             }),
         }
     }
@@ -210,6 +227,7 @@ impl ReadPath {
             let first_index = target.layout.block_of(bytes.first());
             match self.block(&target, first_index).await {
                 Ok(first_block) => {
+                    self.prefetch_after(&target, bytes);
                     let body = self.stream(target, bytes, first_block);
                     return Ok(ObjectRead {
                         meta,
@@ -224,6 +242,37 @@ impl ReadPath {
                 }
                 Err(error) => return Err(error),
             }
+        }
+    }
+
+    /// Records the read of `bytes` for sequential detection and starts the prefetches it
+    /// calls for. Prefetches go through the cache like demand reads, so a demand read of
+    /// the same block joins the prefetch instead of fetching again; when the budget is
+    /// spent, a prefetch is skipped rather than queued, so demand never waits behind it.
+    fn prefetch_after(&self, target: &Target, bytes: ByteRange) {
+        let Some((detector, slots)) = &self.inner.prefetch else {
+            return;
+        };
+        let key = (target.object.clone(), target.version.clone());
+        let observation = detector.observe(key, target.layout, bytes);
+        let metrics = &self.inner.metrics;
+        metrics.count_prefetch("used", observation.used);
+        metrics.count_prefetch("wasted", observation.wasted);
+        for index in observation.prefetch {
+            let Ok(slot) = slots.clone().try_acquire_owned() else {
+                metrics.count_prefetch("skipped", 1);
+                continue;
+            };
+            metrics.count_prefetch("issued", 1);
+            let this = self.clone();
+            let target = target.clone();
+            tokio::spawn(async move {
+                if let Err(error) = this.cache_block(&target, index).await {
+                    let object = &target.object;
+                    tracing::debug!(%object, index, %error, "prefetch failed");
+                }
+                drop(slot);
+            });
         }
     }
 
@@ -289,8 +338,25 @@ impl ReadPath {
         sender.send(Ok(slice)).await.is_ok()
     }
 
-    /// Block `index` of `target`, from the cache or the upstream.
+    /// Block `index` of `target`, from the cache or the upstream, counted as a lookup.
     async fn block(&self, target: &Target, index: BlockIndex) -> Result<(Bytes, Tier), ReadError> {
+        let (bytes, tier) = self.cache_block(target, index).await?;
+        self.inner.metrics.count_block(match tier {
+            Tier::Memory => "memory_hit",
+            Tier::Disk => "disk_hit",
+            Tier::Upstream => "miss",
+            Tier::Coalesced => "coalesced",
+        });
+        Ok((bytes, tier))
+    }
+
+    /// Block `index` of `target` through the cache (fetched and cached on a miss), its
+    /// length checked.
+    async fn cache_block(
+        &self,
+        target: &Target,
+        index: BlockIndex,
+    ) -> Result<(Bytes, Tier), ReadError> {
         let object = &target.object;
         let range = target
             .layout
@@ -317,12 +383,6 @@ impl ReadPath {
             }
         };
         let (bytes, tier) = result?;
-        inner.metrics.count_block(match tier {
-            Tier::Memory => "memory_hit",
-            Tier::Disk => "disk_hit",
-            Tier::Upstream => "miss",
-            Tier::Coalesced => "coalesced",
-        });
         if bytes.len() as u64 != range.len_bytes() {
             return Err(ReadError::Internal(format!(
                 "block {index} of {object} holds {} bytes, expected {}",

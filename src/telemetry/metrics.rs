@@ -63,6 +63,8 @@ pub struct Metrics {
     pub served_bytes: Family<SourceLabel, Counter>,
     /// Block lookups by result: memory_hit, disk_hit, miss, coalesced.
     pub block_lookups: Family<ResultLabel, Counter>,
+    /// Prefetched blocks by outcome: issued, used, wasted, skipped.
+    pub prefetch_blocks: Family<ResultLabel, Counter>,
     /// Object metadata lookups by result: fresh, revalidated, changed, fetched, negative, missing.
     pub metadata_lookups: Family<ResultLabel, Counter>,
     /// Requests sent to the upstream, by operation and HTTP status.
@@ -89,6 +91,7 @@ impl Metrics {
             response_aborts: Counter::default(),
             served_bytes: Family::default(),
             block_lookups: Family::default(),
+            prefetch_blocks: Family::default(),
             metadata_lookups: Family::default(),
             upstream_requests: Family::default(),
             upstream_received_bytes: Counter::default(),
@@ -118,6 +121,11 @@ impl Metrics {
             "portico_cache_block_lookups",
             "Block lookups by result (memory_hit, disk_hit, miss, coalesced)",
             metrics.block_lookups.clone(),
+        );
+        registry.register(
+            "portico_prefetch_blocks",
+            "Prefetched blocks by outcome: issued, used (a later read covered it), wasted (its stream went idle unread), skipped (budget spent)",
+            metrics.prefetch_blocks.clone(),
         );
         registry.register(
             "portico_cache_metadata_lookups",
@@ -166,6 +174,14 @@ impl Metrics {
         self.block_lookups
             .get_or_create(&ResultLabel { result })
             .inc();
+    }
+
+    pub fn count_prefetch(&self, outcome: &'static str, blocks: u64) {
+        if blocks > 0 {
+            self.prefetch_blocks
+                .get_or_create(&ResultLabel { result: outcome })
+                .inc_by(blocks);
+        }
     }
 
     pub fn count_metadata(&self, result: &'static str) {

@@ -14,6 +14,7 @@ mod forwarding;
 mod hardening;
 mod lifecycle;
 mod operations;
+mod prefetch;
 mod reads;
 mod tls;
 mod versions;

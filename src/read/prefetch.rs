@@ -1,0 +1,267 @@
+//! Sequential detection across requests: each object version a client reads has a
+//! stream that remembers where the last read ended. A read starting near there (at most
+//! [`SLACK_BYTES`] back or forward) continues the stream; from the second continuation on,
+//! each one doubles the prefetch window, from 1 block up to `max_window_blocks`. Any
+//! other read resets the stream, so random access — which lands near the previous read
+//! now and then, but not twice in a row — prefetches nothing. The blocks to prefetch are the ones after the read's last block,
+//! each issued once per stream.
+//!
+//! Accounting: blocks issued and not read by the time their stream has been idle for
+//! [`STREAM_IDLE`] count as wasted; issued blocks a later read covers count as used.
+
+use std::collections::{BTreeSet, HashMap};
+use std::ops::Range;
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use tokio::time::Instant;
+
+use crate::types::{BlockIndex, BlockLayout, ByteRange, ObjectRef};
+
+/// How far a read may start before or after where the previous one ended and still
+/// continue the stream (at most one block).
+pub const SLACK_BYTES: u64 = 256 * 1024;
+/// A stream not read for this long is forgotten.
+pub const STREAM_IDLE: Duration = Duration::from_secs(30);
+/// Streams tracked at most; beyond this, new objects are not tracked until old ones expire.
+const MAX_STREAMS: usize = 16_384;
+
+/// One object version as a client reads it.
+pub type StreamKey = (ObjectRef, Arc<str>);
+
+#[derive(Debug)]
+struct Stream {
+    next_offset: u64,
+    /// Consecutive reads that continued the stream.
+    run: u32,
+    window: u64,
+    /// Blocks below this were issued already (or read on demand).
+    issued_until: BlockIndex,
+    /// Issued blocks no read has covered yet.
+    pending: BTreeSet<BlockIndex>,
+    last_seen: Instant,
+}
+
+/// What one observed read means for prefetching.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Observation {
+    /// Blocks to fetch ahead now.
+    pub prefetch: Range<BlockIndex>,
+    /// Prefetched blocks this read covered.
+    pub used: u64,
+    /// Prefetched blocks of expired streams that were never read.
+    pub wasted: u64,
+}
+
+#[derive(Debug)]
+struct Streams {
+    by_key: HashMap<StreamKey, Stream>,
+    /// When expired streams were last swept out.
+    swept: Instant,
+}
+
+impl Streams {
+    /// Forgets streams idle for [`STREAM_IDLE`]; returns their never-read prefetches.
+    fn sweep(&mut self, now: Instant) -> u64 {
+        let mut wasted = 0;
+        self.by_key.retain(|_, stream| {
+            let live = now.duration_since(stream.last_seen) < STREAM_IDLE;
+            if !live {
+                wasted += stream.pending.len() as u64;
+            }
+            live
+        });
+        self.swept = now;
+        wasted
+    }
+}
+
+#[derive(Debug)]
+pub struct Detector {
+    max_window_blocks: u64,
+    streams: Mutex<Streams>,
+}
+
+impl Detector {
+    pub fn new(max_window_blocks: u64) -> Self {
+        Self {
+            max_window_blocks,
+            streams: Mutex::new(Streams {
+                by_key: HashMap::new(),
+                swept: Instant::now(),
+            }),
+        }
+    }
+
+    /// Records a read of `bytes` from an object cut as `layout`.
+    pub fn observe(&self, key: StreamKey, layout: BlockLayout, bytes: ByteRange) -> Observation {
+        let now = Instant::now();
+        let mut observation = Observation::default();
+        let mut streams = self.streams.lock();
+        let full = streams.by_key.len() >= MAX_STREAMS && !streams.by_key.contains_key(&key);
+        if full || now.duration_since(streams.swept) >= STREAM_IDLE {
+            observation.wasted += streams.sweep(now);
+            if streams.by_key.len() >= MAX_STREAMS {
+                return observation;
+            }
+        }
+        let block_size = layout.block_size();
+        let read_blocks = layout.blocks_for(bytes);
+        let stream = streams.by_key.entry(key).or_insert_with(|| Stream {
+            next_offset: u64::MAX,
+            run: 0,
+            window: 0,
+            issued_until: 0,
+            pending: BTreeSet::new(),
+            last_seen: now,
+        });
+        if now.duration_since(stream.last_seen) >= STREAM_IDLE {
+            observation.wasted += stream.pending.len() as u64;
+            stream.pending.clear();
+            stream.next_offset = u64::MAX;
+        }
+        let slack = SLACK_BYTES.min(block_size);
+        let continues = stream.next_offset != u64::MAX
+            && bytes.first().saturating_add(slack) >= stream.next_offset
+            && bytes.first() <= stream.next_offset.saturating_add(slack);
+        stream.run = if continues { stream.run + 1 } else { 0 };
+        stream.window = if stream.run >= 2 {
+            (stream.window * 2).clamp(1, self.max_window_blocks)
+        } else {
+            0
+        };
+        stream.next_offset = bytes.last() + 1;
+        stream.last_seen = now;
+        for index in read_blocks.clone() {
+            if stream.pending.remove(&index) {
+                observation.used += 1;
+            }
+        }
+        if stream.window == 0 {
+            return observation;
+        }
+        let next = read_blocks.end() + 1;
+        let start = next.max(stream.issued_until);
+        let end = next.saturating_add(stream.window).min(layout.block_count());
+        if start < end {
+            stream.issued_until = end;
+            stream.pending.extend(start..end);
+            observation.prefetch = start..end;
+        }
+        observation
+    }
+
+    /// Forgets expired streams; returns how many prefetched blocks they never read.
+    #[cfg(test)]
+    pub fn expire(&self) -> u64 {
+        self.streams.lock().sweep(Instant::now())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIB: u64 = 1024 * 1024;
+
+    fn key() -> StreamKey {
+        (ObjectRef::new("bucket", "key").unwrap(), Arc::from("etag"))
+    }
+
+    fn layout() -> BlockLayout {
+        BlockLayout::new(4 * MIB, 400 * MIB)
+    }
+
+    fn read(detector: &Detector, first: u64, length: u64) -> Observation {
+        detector.observe(
+            key(),
+            layout(),
+            ByteRange::new(first, first + length - 1).unwrap(),
+        )
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn consecutive_ranges_grow_the_window_up_to_the_maximum() {
+        let detector = Detector::new(8);
+        let first = read(&detector, 0, MIB).prefetch;
+        assert_eq!(first, 0..0, "a first read is no pattern");
+        let second = read(&detector, MIB, MIB).prefetch;
+        assert_eq!(second, 0..0, "nor is one continuation");
+        assert_eq!(read(&detector, 2 * MIB, MIB).prefetch, 1..2, "window 1");
+        let third = read(&detector, 3 * MIB, MIB).prefetch;
+        assert_eq!(third, 2..3, "window 2 from block 1");
+        let observation = read(&detector, 4 * MIB, 4 * MIB);
+        assert_eq!(observation.prefetch, 3..6, "window 4 after block 1");
+        assert_eq!(observation.used, 1, "block 1 was prefetched");
+        assert_eq!(
+            read(&detector, 8 * MIB, 4 * MIB).prefetch,
+            6..11,
+            "window 8"
+        );
+        assert_eq!(
+            read(&detector, 12 * MIB, 4 * MIB).prefetch,
+            11..12,
+            "stays 8"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn small_skips_and_back_steps_keep_the_pattern_and_jumps_reset_it() {
+        let detector = Detector::new(16);
+        read(&detector, 0, MIB);
+        read(&detector, MIB, MIB);
+        let skip = 128 * 1024;
+        let skipped = read(&detector, 2 * MIB + skip, MIB).prefetch;
+        assert!(!skipped.is_empty(), "a small skip");
+        let stepped_back = read(&detector, 3 * MIB, MIB).prefetch;
+        assert!(!stepped_back.is_empty(), "a small step back");
+        assert!(
+            read(&detector, 200 * MIB, MIB).prefetch.is_empty(),
+            "a jump resets"
+        );
+        let once = read(&detector, 201 * MIB, MIB).prefetch;
+        assert!(once.is_empty(), "one continuation is not yet a pattern");
+        let twice = read(&detector, 202 * MIB, MIB).prefetch;
+        assert!(!twice.is_empty(), "two start anew");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn random_reads_prefetch_nothing() {
+        let detector = Detector::new(16);
+        let mut offset = 7 * MIB;
+        for _ in 0..200 {
+            offset = (offset * 48_271 + 13 * MIB) % (390 * MIB);
+            assert!(
+                read(&detector, offset, 64 * 1024).prefetch.is_empty(),
+                "{offset}"
+            );
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn unread_prefetches_of_an_idle_stream_count_as_wasted() {
+        let detector = Detector::new(4);
+        for offset in 0..4 {
+            read(&detector, offset * MIB, MIB);
+        }
+        assert_eq!(detector.expire(), 0, "the stream is live");
+        tokio::time::advance(STREAM_IDLE).await;
+        assert_eq!(detector.expire(), 2, "blocks 1 and 2 were never read");
+        assert_eq!(read(&detector, 3 * MIB, MIB).prefetch, 0..0, "a new stream");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_window_never_passes_the_last_block() {
+        let detector = Detector::new(64);
+        let mut offset = 380 * MIB;
+        let mut issued = Vec::new();
+        while offset < 400 * MIB {
+            issued.extend(read(&detector, offset, MIB).prefetch);
+            offset += MIB;
+        }
+        assert!(issued.iter().all(|&index| index < 100), "{issued:?}");
+        let unique: BTreeSet<_> = issued.iter().collect();
+        assert_eq!(unique.len(), issued.len(), "each block issued once");
+    }
+}

@@ -1,0 +1,84 @@
+//! Prefetch across requests: a client reading an object in consecutive ranges finds the
+//! next blocks already fetched, every block still comes from the upstream exactly once
+//! (prefetch and demand coalesce), and random access prefetches nothing.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use crate::support::{Rig, random_bytes};
+
+const MIB: usize = 1024 * 1024;
+
+async fn prefetch_metric(rig: &Rig, outcome: &str) -> f64 {
+    rig.portico()
+        .metric(&format!(
+            "portico_prefetch_blocks_total{{result=\"{outcome}\"}}"
+        ))
+        .await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sequential_ranges_are_prefetched_and_each_block_is_fetched_once() {
+    let rig = Rig::start("prefetch", |_| {}).await;
+    let data = random_bytes(12 * MIB, 41);
+    rig.put("sequential.bin", &data).await;
+    rig.forwarder.take();
+
+    let step = MIB / 4;
+    let mut read = Vec::with_capacity(data.len());
+    for offset in (0..data.len()).step_by(step) {
+        let range = format!("bytes={offset}-{}", offset + step - 1);
+        read.extend(rig.get("sequential.bin", Some(&range)).await);
+        // A client doing work between reads gives prefetches time to land.
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(read == data, "the bytes read back are the object");
+
+    let fetched: Vec<String> = rig
+        .forwarder
+        .object_requests("GET")
+        .into_iter()
+        .filter_map(|seen| seen.range)
+        .collect();
+    let unique: BTreeSet<&String> = fetched.iter().collect();
+    assert_eq!(fetched.len(), 12, "one upstream GET per block: {fetched:?}");
+    assert_eq!(unique.len(), 12, "no block fetched twice");
+    let issued = prefetch_metric(&rig, "issued").await;
+    let used = prefetch_metric(&rig, "used").await;
+    assert!(
+        issued >= 8.0,
+        "blocks after the first were prefetched: {issued}"
+    );
+    assert!(used >= 8.0, "and read: {used}");
+    let misses = rig
+        .portico()
+        .metric("portico_cache_block_lookups_total{result=\"miss\"}")
+        .await;
+    assert!(
+        misses <= 3.0,
+        "reads found prefetched blocks instead of missing: {misses} misses"
+    );
+}
+
+#[tokio::test]
+async fn random_reads_prefetch_nothing() {
+    let rig = Rig::start("noprefetch", |_| {}).await;
+    let data = random_bytes(32 * MIB, 42);
+    rig.put("random.bin", &data).await;
+    rig.forwarder.take();
+    let mut offset = 5 * MIB + 123;
+    let mut blocks = BTreeSet::new();
+    for _ in 0..30 {
+        offset = (offset * 48_271 + 7 * MIB + 17) % (data.len() - 65_536);
+        let range = format!("bytes={offset}-{}", offset + 65_535);
+        let read = rig.get("random.bin", Some(&range)).await;
+        assert!(read == data[offset..offset + 65_536]);
+        blocks.insert(offset / MIB);
+        blocks.insert((offset + 65_535) / MIB);
+    }
+    assert_eq!(prefetch_metric(&rig, "issued").await, 0.0);
+    assert!(
+        rig.upstream_gets() <= blocks.len(),
+        "only the blocks read were fetched"
+    );
+}
