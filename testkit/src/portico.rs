@@ -173,22 +173,33 @@ impl Portico {
     }
 
     /// Sends SIGTERM and waits for a clean exit.
-    pub async fn stop(mut self) {
+    pub async fn stop(self) {
+        self.terminate();
+        let logs = self.log.clone();
+        let exit = self.exit_status().await;
+        assert!(
+            exit.success(),
+            "portico exited with {exit}; log:\n{}",
+            std::fs::read_to_string(logs).unwrap_or_default()
+        );
+    }
+
+    /// Sends SIGTERM without waiting (see [`Portico::exit_status`]).
+    pub fn terminate(&self) {
         let pid = self.child.id().expect("portico is running");
         let status = std::process::Command::new("kill")
             .args(["-TERM", &pid.to_string()])
             .status()
             .expect("run kill");
         assert!(status.success(), "kill -TERM failed");
-        let exit = tokio::time::timeout(Duration::from_secs(30), self.child.wait())
+    }
+
+    /// Waits up to 30 s for the process to exit on its own.
+    pub async fn exit_status(mut self) -> std::process::ExitStatus {
+        tokio::time::timeout(Duration::from_secs(30), self.child.wait())
             .await
-            .expect("portico did not stop within 30 s of SIGTERM")
-            .expect("wait for portico");
-        assert!(
-            exit.success(),
-            "portico exited with {exit}; log:\n{}",
-            self.logs()
-        );
+            .expect("portico did not exit within 30 s")
+            .expect("wait for portico")
     }
 
     pub fn pid(&self) -> Option<u32> {

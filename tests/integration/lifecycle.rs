@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::support::{Rig, random_bytes};
+use crate::support::{Rig, random_bytes, s3_client};
 
 const BLOCK: usize = 1024 * 1024;
 
@@ -154,4 +154,39 @@ async fn concurrent_readers_see_whole_versions_while_an_object_changes() {
     }
     assert!(complete > 0, "no read completed");
     assert!(rig.get("churn.bin", None).await == versions[3]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sigterm_lets_an_in_flight_100_mib_get_finish_then_exits_cleanly() {
+    let mut rig = Rig::start("shutdown", |_| {}).await;
+    let data = random_bytes(100 * 1024 * 1024, 77);
+    rig.put("large.bin", &data).await;
+    let portico = rig.portico.take().expect("portico is running");
+    let address = portico.s3.trim_start_matches("http://").to_owned();
+    let client = s3_client(&portico.s3, false);
+    let output = client
+        .get_object()
+        .bucket(&rig.bucket)
+        .key("large.bin")
+        .send()
+        .await
+        .expect("GET starts");
+    let mut body = output.body;
+    let mut received = Vec::with_capacity(data.len());
+    received.extend(body.try_next().await.unwrap().expect("a first chunk"));
+
+    portico.terminate();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        tokio::net::TcpStream::connect(&address).await.is_err(),
+        "no new connections once shutdown began"
+    );
+    while let Some(chunk) = body.try_next().await.expect("the body completes") {
+        received.extend(chunk);
+    }
+    assert!(received == data, "all 100 MiB arrived intact");
+    assert!(
+        portico.exit_status().await.success(),
+        "clean exit after the drain"
+    );
 }
