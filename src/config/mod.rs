@@ -112,6 +112,12 @@ pub struct UpstreamConfig {
     pub connect_timeout: HumanDuration,
     /// Time allowed between sending a request and the first byte of its response.
     pub read_timeout: HumanDuration,
+    /// Attempts per idempotent upstream request (block GETs, HEADs) before its error is
+    /// returned; failures worth retrying are 500/502/503/504, throttling, timeouts and
+    /// connection errors.
+    pub max_attempts: u32,
+    /// The first retry waits up to this long (full jitter), each later one up to twice as long.
+    pub retry_initial_backoff: HumanDuration,
     /// PEM CA certificates trusted for upstream TLS in addition to the system bundle
     /// (a private S3 endpoint's CA); empty means the system bundle alone.
     pub ca_file: PathBuf,
@@ -127,6 +133,8 @@ impl Default for UpstreamConfig {
             secret_access_key: String::new(),
             connect_timeout: HumanDuration::secs(3),
             read_timeout: HumanDuration::secs(30),
+            max_attempts: 3,
+            retry_initial_backoff: HumanDuration(Duration::from_millis(100)),
             ca_file: PathBuf::new(),
         }
     }
@@ -350,6 +358,12 @@ impl Config {
             ));
         }
         let upstream = &self.upstream;
+        if !(1..=10).contains(&upstream.max_attempts) {
+            return Err(ConfigError::new(format_args!(
+                "config key upstream.max_attempts: {} is not accepted (expected 1 to 10; 1 disables retries)",
+                upstream.max_attempts
+            )));
+        }
         if upstream.access_key_id.is_empty() != upstream.secret_access_key.is_empty() {
             return Err(ConfigError::new(
                 "config keys upstream.access_key_id and upstream.secret_access_key: set both, or neither to use the AWS credential chain",

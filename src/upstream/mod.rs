@@ -11,6 +11,7 @@ mod signer;
 use std::sync::Arc;
 use std::time::Instant;
 
+use aws_config::retry::RetryConfig;
 use aws_config::timeout::TimeoutConfig;
 use aws_config::{BehaviorVersion, SdkConfig};
 use aws_sdk_s3::Client;
@@ -124,8 +125,12 @@ pub async fn sdk_config(config: &UpstreamConfig, tls: &rustls::ClientConfig) -> 
         .connect_timeout(config.connect_timeout.get())
         .read_timeout(config.read_timeout.get())
         .build();
+    let retries = RetryConfig::standard()
+        .with_max_attempts(config.max_attempts)
+        .with_initial_backoff(config.retry_initial_backoff.get());
     let mut loader = aws_config::defaults(BehaviorVersion::latest())
         .http_client(SdkHttpClient::new(tls.clone()))
+        .retry_config(retries)
         .region(Region::new(config.region.clone()))
         .timeout_config(timeouts);
     if !config.access_key_id.is_empty() {

@@ -1,11 +1,17 @@
 //! A counting HTTP forwarder between Portico and MinIO: the independent observer of what
 //! Portico asks the upstream. It records every request, and can be stopped (the port
 //! refuses connections and open connections are cut) and started again on the same port.
+//! Faults can be injected into the next object GETs: an error status, or a connection
+//! closed without a response.
 
+use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
+use bytes::Bytes;
 use http::Request;
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::client::legacy::Client;
@@ -34,10 +40,27 @@ impl Seen {
     }
 }
 
+/// What the forwarder does to an object GET instead of forwarding it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// Answer with this status and an S3 error body.
+    Status(u16),
+    /// Close the connection without answering.
+    Reset,
+}
+
+type Reply = Result<http::Response<BoxBody<Bytes, hyper::Error>>, ForwardError>;
+
+/// Why the forwarder gave no response (the connection is closed).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct ForwardError(String);
+
 pub struct Forwarder {
     pub address: SocketAddr,
     target: String,
     seen: Arc<Mutex<Vec<Seen>>>,
+    faults: Arc<Mutex<VecDeque<Fault>>>,
     tasks: Option<JoinSet<()>>,
     /// Serves HTTPS with this acceptor instead of plain HTTP.
     tls: Option<TlsAcceptor>,
@@ -63,6 +86,7 @@ impl Forwarder {
             address: listener.local_addr().expect("forwarder address"),
             target: target.to_owned(),
             seen: Arc::default(),
+            faults: Arc::default(),
             tasks: None,
             tls,
         };
@@ -80,6 +104,7 @@ impl Forwarder {
             Client::builder(TokioExecutor::new()).build_http();
         let target = self.target.clone();
         let seen = self.seen.clone();
+        let faults = self.faults.clone();
         let tls = self.tls.clone();
         let mut tasks = JoinSet::new();
         tasks.spawn(async move {
@@ -89,35 +114,15 @@ impl Forwarder {
                     continue;
                 };
                 while connections.try_join_next().is_some() {}
-                let client = client.clone();
-                let target = target.clone();
-                let seen = seen.clone();
+                let shared = Shared {
+                    client: client.clone(),
+                    target: target.clone(),
+                    seen: seen.clone(),
+                    faults: faults.clone(),
+                };
                 let service = service_fn(move |request: Request<Incoming>| {
-                    let client = client.clone();
-                    let target = target.clone();
-                    let seen = seen.clone();
-                    async move {
-                        let path_and_query = request
-                            .uri()
-                            .path_and_query()
-                            .map_or("/".to_owned(), |value| value.to_string());
-                        seen.lock().unwrap().push(Seen {
-                            method: request.method().to_string(),
-                            path: request.uri().path().to_owned(),
-                            query: request.uri().query().map(str::to_owned),
-                            range: request
-                                .headers()
-                                .get(http::header::RANGE)
-                                .and_then(|value| value.to_str().ok())
-                                .map(str::to_owned),
-                        });
-                        let (mut parts, body) = request.into_parts();
-                        parts.uri = format!("http://{target}{path_and_query}")
-                            .parse()
-                            .expect("forwarded URI");
-                        // The Host header stays as the client signed it.
-                        client.request(Request::from_parts(parts, body)).await
-                    }
+                    let shared = shared.clone();
+                    async move { shared.forward(request).await }
                 });
                 // Connections live in this task's set, so stopping the forwarder cuts them.
                 let tls = tls.clone();
@@ -143,6 +148,11 @@ impl Forwarder {
             }
         });
         self.tasks = Some(tasks);
+    }
+
+    /// Applies `faults` to the next object GETs, one each, in order.
+    pub fn inject(&self, faults: &[Fault]) {
+        self.faults.lock().unwrap().extend(faults.iter().copied());
     }
 
     /// Refuses new connections and cuts open ones, like an upstream that went down.
@@ -175,5 +185,73 @@ impl Forwarder {
             .filter(|seen| seen.method == method && seen.is_object())
             .cloned()
             .collect()
+    }
+}
+
+/// What each connection's service needs.
+#[derive(Clone)]
+struct Shared {
+    client: Client<HttpConnector, Incoming>,
+    target: String,
+    seen: Arc<Mutex<Vec<Seen>>>,
+    faults: Arc<Mutex<VecDeque<Fault>>>,
+}
+
+impl Shared {
+    /// Records `request`, then applies a pending fault or forwards it to the target.
+    async fn forward(self, request: Request<Incoming>) -> Reply {
+        let path_and_query = request
+            .uri()
+            .path_and_query()
+            .map_or("/".to_owned(), |value| value.to_string());
+        let observed = Seen {
+            method: request.method().to_string(),
+            path: request.uri().path().to_owned(),
+            query: request.uri().query().map(str::to_owned),
+            range: request
+                .headers()
+                .get(http::header::RANGE)
+                .and_then(|value| value.to_str().ok())
+                .map(str::to_owned),
+        };
+        let fault = (observed.method == "GET" && observed.is_object())
+            .then(|| self.faults.lock().unwrap().pop_front())
+            .flatten();
+        self.seen.lock().unwrap().push(observed);
+        if let Some(fault) = fault {
+            return injected(fault);
+        }
+        let (mut parts, body) = request.into_parts();
+        parts.uri = format!("http://{}{path_and_query}", self.target)
+            .parse()
+            .expect("forwarded URI");
+        // The Host header stays as the client signed it.
+        let response = self
+            .client
+            .request(Request::from_parts(parts, body))
+            .await
+            .map_err(|error| ForwardError(error.to_string()))?;
+        Ok(response.map(BodyExt::boxed))
+    }
+}
+
+fn injected(fault: Fault) -> Reply {
+    match fault {
+        Fault::Reset => Err(ForwardError("injected connection reset".to_owned())),
+        Fault::Status(status) => {
+            let body = format!(
+                "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>InjectedFault</Code><Message>injected {status}</Message></Error>"
+            );
+            let response = http::Response::builder()
+                .status(status)
+                .header(http::header::CONTENT_TYPE, "application/xml")
+                .body(
+                    Full::new(Bytes::from(body))
+                        .map_err(|never| match never {})
+                        .boxed(),
+                )
+                .expect("fault response");
+            Ok(response)
+        }
     }
 }

@@ -3,6 +3,8 @@
 
 use std::time::Duration;
 
+use portico_testkit::forwarder::Fault;
+
 use crate::support::{Rig, failed_get, failed_head, random_bytes, s3_client, signed_request};
 
 #[tokio::test]
@@ -95,5 +97,32 @@ async fn upstream_rejections_pass_through_with_their_code_and_status() {
     assert_eq!(
         failed_head(&rig.client, &rig.bucket, "object.bin").await,
         403
+    );
+}
+
+#[tokio::test]
+async fn upstream_5xx_and_resets_are_retried_until_attempts_run_out() {
+    let rig = Rig::start("retries", |_| {}).await;
+    let data = random_bytes(3 * 1024 * 1024, 31);
+    rig.put("flaky.bin", &data).await;
+    rig.put("down.bin", &data).await;
+    rig.forwarder.take();
+
+    // A 503 and a connection closed without a response: both retried, the read succeeds.
+    rig.forwarder
+        .inject(&[Fault::Status(503), Fault::Reset, Fault::Status(500)]);
+    assert!(rig.get("flaky.bin", None).await == data);
+    assert_eq!(rig.upstream_gets(), 3 + 3, "three blocks and three retries");
+
+    // Three failures in a row exhaust upstream.max_attempts (3): the error reaches the client.
+    rig.forwarder.take();
+    rig.forwarder.inject(&[Fault::Status(503); 3]);
+    let client = s3_client(&rig.portico().s3, false);
+    let (status, _) = failed_get(&client, &rig.bucket, "down.bin", None).await;
+    assert_eq!(status, 503);
+    assert_eq!(rig.upstream_gets(), 3, "exactly max_attempts tries");
+    assert!(
+        rig.get("down.bin", None).await == data,
+        "and it reads once the upstream recovers"
     );
 }
