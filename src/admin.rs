@@ -1,5 +1,5 @@
 //! The admin listener: `/healthz` (the process answers), `/readyz` (the cache is open and
-//! the upstream answers) and `/metrics` (Prometheus/OpenMetrics text), all open; and
+//! the upstream answers; `degraded` while the disk tier is off) and `/metrics` (Prometheus/OpenMetrics text), all open; and
 //! everything under `/admin/`, which changes state and needs `Authorization: Bearer
 //! <admin.token>` (refused outright while no token is configured).
 //!
@@ -117,19 +117,20 @@ async fn healthz() -> &'static str {
 }
 
 async fn readyz(State(state): State<Arc<AdminState>>) -> impl IntoResponse {
-    let tiers = if state.cache.has_disk_tier() {
-        "memory + disk"
-    } else {
-        "memory only"
+    // Degraded is still ready: a cache that lost its disk tier serves from memory.
+    let (ready, cache) = match state.cache.degraded() {
+        Some(reason) => ("degraded", format!("memory only (disk tier off: {reason})")),
+        None if state.cache.has_disk_tier() => ("ready", "memory + disk".to_owned()),
+        None => ("ready", "memory only".to_owned()),
     };
     match state.upstream_reachable().await {
         Ok(()) => (
             StatusCode::OK,
-            format!("ready\ncache: open ({tiers})\nupstream: reachable\n"),
+            format!("{ready}\ncache: open ({cache})\nupstream: reachable\n"),
         ),
         Err(error) => (
             StatusCode::SERVICE_UNAVAILABLE,
-            format!("not ready\ncache: open ({tiers})\nupstream: unreachable: {error}\n"),
+            format!("not ready\ncache: open ({cache})\nupstream: unreachable: {error}\n"),
         ),
     }
 }

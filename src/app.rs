@@ -61,7 +61,7 @@ async fn bind(what: &'static str, address: SocketAddr) -> Result<TcpListener, Ap
 /// both listeners accept connections.
 pub async fn run(config: Config, on_ready: impl FnOnce(Bound)) -> Result<(), AppError> {
     let metrics = Arc::new(Metrics::new());
-    let cache = BlockCache::open(&config.cache, metrics.foyer_registry()).await?;
+    let cache = BlockCache::open(&config.cache, metrics.clone()).await?;
     let tls = upstream::tls_config(&config.upstream)?;
     let shared = upstream::sdk_config(&config.upstream, &tls).await;
     let upstream = Arc::new(Upstream::new(&config.upstream, &shared, metrics.clone()));
@@ -80,6 +80,9 @@ pub async fn run(config: Config, on_ready: impl FnOnce(Bound)) -> Result<(), App
             / config.cache.block_size.bytes())
         .clamp(1, u64::from(config.prefetch.max_concurrent_fetches))
             as usize,
+        hedge_quantile: config.upstream.hedge_quantile,
+        hedge_min_delay: config.upstream.hedge_min_delay.get(),
+        serve_stale_on_error: config.cache.serve_stale_on_error,
     };
     let read = ReadPath::new(cache.clone(), upstream.clone(), metrics.clone(), settings);
 

@@ -24,9 +24,14 @@ use crate::timeout::IdleTimeoutBody;
 type Timeouts = (Option<Duration>, Option<Duration>);
 
 /// An [`HttpClient`] for `aws-config` and `aws-sdk-s3` over Portico's TLS configuration.
+///
+/// The SDK's read timeout bounds the wait for a response head (time to first byte); the
+/// idle timeout given here bounds every gap between body frames (the read timeout when
+/// none is given).
 #[derive(Debug, Clone)]
 pub struct SdkHttpClient {
     tls: rustls::ClientConfig,
+    idle_timeout: Option<Duration>,
     connectors: Arc<Mutex<HashMap<Timeouts, SharedHttpConnector>>>,
 }
 
@@ -34,8 +39,15 @@ impl SdkHttpClient {
     pub fn new(tls: rustls::ClientConfig) -> Self {
         Self {
             tls,
+            idle_timeout: None,
             connectors: Arc::default(),
         }
+    }
+
+    /// Bounds every gap between response body frames by `limit`.
+    pub fn with_idle_timeout(mut self, limit: Duration) -> Self {
+        self.idle_timeout = Some(limit);
+        self
     }
 }
 
@@ -53,7 +65,8 @@ impl HttpClient for SdkHttpClient {
                 let https = crate::https_connector(self.tls.clone(), timeouts.0);
                 SharedHttpConnector::new(Connector {
                     client: Client::builder(TokioExecutor::new()).build(https),
-                    read_timeout: timeouts.1,
+                    first_byte_timeout: timeouts.1,
+                    idle_timeout: self.idle_timeout.or(timeouts.1),
                 })
             })
             .clone()
@@ -63,8 +76,10 @@ impl HttpClient for SdkHttpClient {
 #[derive(Debug, Clone)]
 struct Connector {
     client: Client<HttpsConnector<TcpConnector>, SdkBody>,
-    /// Bounds the wait for the response head and every gap between body frames.
-    read_timeout: Option<Duration>,
+    /// Bounds the wait for the response head.
+    first_byte_timeout: Option<Duration>,
+    /// Bounds every gap between body frames.
+    idle_timeout: Option<Duration>,
 }
 
 impl HttpConnector for Connector {
@@ -80,16 +95,16 @@ impl Connector {
             .try_into_http1x()
             .map_err(|error| ConnectorError::user(error.into()))?;
         let sending = self.client.request(request);
-        let response = match self.read_timeout {
+        let response = match self.first_byte_timeout {
             Some(limit) => tokio::time::timeout(limit, sending).await.map_err(|_| {
                 ConnectorError::timeout(format!("no response head within {limit:?}").into())
             })?,
             None => sending.await,
         }
         .map_err(|error| ConnectorError::io(error.into()))?;
-        let read_timeout = self.read_timeout;
+        let idle_timeout = self.idle_timeout;
         let response =
-            response.map(|body| SdkBody::from_body_1_x(IdleTimeoutBody::new(body, read_timeout)));
+            response.map(|body| SdkBody::from_body_1_x(IdleTimeoutBody::new(body, idle_timeout)));
         HttpResponse::try_from(response).map_err(|error| ConnectorError::other(error.into(), None))
     }
 }

@@ -8,14 +8,20 @@
 //! - Entries are written to disk on insertion, through foyer's bounded submit queue: when
 //!   the disk falls behind, entries skip the disk tier (counted by foyer's
 //!   `storage_queue_channel_overflow` metric) instead of piling up in memory.
+//! - A disk I/O error (a failed disk read, or a failed write-and-read-back of the probe
+//!   file every [`DISK_PROBE_INTERVAL`]) turns the disk tier off for good: the cache
+//!   carries on memory-only ("degraded") until a restart, and says so once in the log,
+//!   in `portico_cache_degraded` and on `/readyz`.
 
 mod codec;
 mod key;
 mod meta;
 
 use std::future::Future;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use bytes::Bytes;
 use foyer::{
@@ -23,13 +29,19 @@ use foyer::{
     HybridCachePolicy, HybridCacheProperties, Location, PsyncIoEngineConfig, RecoverMode,
     S3FifoConfig, Source,
 };
-use mixtrics::metrics::BoxedRegistry;
+use parking_lot::Mutex;
 
 pub use key::{BlockKey, CacheKey, CacheValue};
 pub use meta::{Checksums, MetaClock, MetaRecord, MetaState, Missing, ObjectMeta};
 
 use crate::config::CacheConfig;
+use crate::telemetry::Metrics;
 use crate::types::ObjectRef;
+
+/// How often the disk tier's directory is checked with a probe write and read-back.
+pub const DISK_PROBE_INTERVAL: Duration = Duration::from_secs(10);
+/// The probe file, next to foyer's own files in `cache.dir`.
+const PROBE_FILE: &str = "portico-disk-probe";
 
 /// foyer's I/O alignment.
 const PAGE_BYTES: u64 = 4096;
@@ -117,18 +129,49 @@ fn to_usize(bytes: u64) -> usize {
     usize::try_from(bytes).unwrap_or(usize::MAX)
 }
 
+/// Whether the disk tier is in use, and why not.
+struct DiskHealth {
+    degraded: AtomicBool,
+    reason: Mutex<Option<String>>,
+    metrics: Arc<Metrics>,
+}
+
+impl DiskHealth {
+    /// Records a disk I/O error; the first one turns the disk tier off.
+    fn failed(&self, operation: &'static str, error: &dyn std::fmt::Display) {
+        self.metrics
+            .cache_disk_errors
+            .get_or_create(&crate::telemetry::OperationLabel { operation })
+            .inc();
+        if self.degraded.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let reason = format!("disk {operation} failed: {error}");
+        tracing::error!(%reason, "disk tier turned off after an I/O error; the cache runs memory-only (degraded) until restarted");
+        self.metrics.cache_degraded.set(1);
+        *self.reason.lock() = Some(reason);
+    }
+}
+
 /// The block and metadata cache. Cheap to clone.
 #[derive(Clone)]
 pub struct BlockCache {
     hybrid: HybridCache<CacheKey, CacheValue>,
+    health: Arc<DiskHealth>,
 }
 
 impl BlockCache {
-    /// Opens the cache; with a disk tier, previously written entries are recovered.
-    pub async fn open(config: &CacheConfig, registry: BoxedRegistry) -> Result<Self, CacheError> {
+    /// Opens the cache; with a disk tier, previously written entries are recovered and
+    /// the disk is probed every [`DISK_PROBE_INTERVAL`] while the cache is open.
+    pub async fn open(config: &CacheConfig, metrics: Arc<Metrics>) -> Result<Self, CacheError> {
+        let health = Arc::new(DiskHealth {
+            degraded: AtomicBool::new(false),
+            reason: Mutex::new(None),
+            metrics: metrics.clone(),
+        });
         let memory = HybridCacheBuilder::new()
             .with_name("portico")
-            .with_metrics_registry(registry)
+            .with_metrics_registry(metrics.foyer_registry())
             .with_policy(HybridCachePolicy::WriteOnInsertion)
             // Entries reach the disk at insertion; flushing the memory tier again on
             // close would only rewrite them.
@@ -157,17 +200,58 @@ impl BlockCache {
                 .with_engine_config(engine)
                 .with_recover_mode(RecoverMode::Quiet);
             let hybrid = storage.build().await.map_err(open_error)?;
-            return Ok(Self { hybrid });
+            let cache = Self { hybrid, health };
+            cache.spawn_disk_probe(config.dir.join(PROBE_FILE));
+            return Ok(cache);
         }
         let hybrid = storage.build().await.map_err(|source| CacheError::Open {
             dir: "(memory only)".to_owned(),
             source,
         })?;
-        Ok(Self { hybrid })
+        Ok(Self { hybrid, health })
     }
 
+    /// Whether the cache was opened with a disk tier (even if it has since failed).
     pub fn has_disk_tier(&self) -> bool {
         self.hybrid.is_hybrid()
+    }
+
+    /// Why the disk tier was turned off, once it has been.
+    pub fn degraded(&self) -> Option<String> {
+        self.health.reason.lock().clone()
+    }
+
+    fn disk_in_use(&self) -> bool {
+        self.hybrid.is_hybrid() && !self.health.degraded.load(Ordering::Acquire)
+    }
+
+    /// Writes, syncs and reads back a small file in the cache directory every
+    /// [`DISK_PROBE_INTERVAL`], so a disk that fails writes (full, read-only, I/O errors)
+    /// turns the tier off even while every read hits memory. Stops with the cache.
+    fn spawn_disk_probe(&self, path: PathBuf) {
+        let health = Arc::downgrade(&self.health);
+        tokio::spawn(async move {
+            let mut ticks = tokio::time::interval(DISK_PROBE_INTERVAL);
+            ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            let mut round: u64 = 0;
+            loop {
+                ticks.tick().await;
+                let Some(health) = health.upgrade() else {
+                    return;
+                };
+                if health.degraded.load(Ordering::Acquire) {
+                    return;
+                }
+                round += 1;
+                let path = path.clone();
+                let probe = tokio::task::spawn_blocking(move || probe_disk(&path, round)).await;
+                match probe {
+                    Ok(Ok(())) => {}
+                    Ok(Err(error)) => health.failed("write", &error),
+                    Err(error) => health.failed("write", &error),
+                }
+            }
+        });
     }
 
     /// The block if the memory tier holds it; no disk I/O.
@@ -210,32 +294,59 @@ impl BlockCache {
         let fetched_here = Arc::new(AtomicBool::new(false));
         let flag = fetched_here.clone();
         let fetch = fetch();
-        let entry = self
-            .hybrid
-            .get_or_fetch(&CacheKey::Block(key.clone()), move || async move {
-                flag.store(true, Ordering::Release);
-                fetch.await.map(CacheValue::Block)
-            })
-            .await
-            .map_err(|error| match error.downcast_ref::<E>() {
-                Some(fetch_error) => LookupError::Fetch(fetch_error.clone()),
-                None => LookupError::Cache(CacheError::Lookup(error)),
-            })?;
+        let fetch = move || async move {
+            flag.store(true, Ordering::Release);
+            fetch.await.map(CacheValue::Block)
+        };
+        let cache_key = CacheKey::Block(key.clone());
+        let mut disk = self.disk_in_use();
+        if disk {
+            // The disk is read on its own first: foyer's `get_or_fetch` would answer a
+            // disk read error by fetching, and the failing disk would go unnoticed.
+            match self.hybrid.get(&cache_key).await {
+                Ok(Some(entry)) => return block_of(&entry, Tier::Disk),
+                Ok(None) => {}
+                Err(error) => {
+                    self.health.failed("read", &error);
+                    disk = false;
+                }
+            }
+        }
+        let result = if disk {
+            self.hybrid.get_or_fetch(&cache_key, fetch).await
+        } else {
+            // Memory-only: coalesced by the memory tier, never written to disk.
+            self.hybrid.memory().get_or_fetch(&cache_key, fetch).await
+        };
+        let entry = result.map_err(|error| match error.downcast_ref::<E>() {
+            Some(fetch_error) => LookupError::Fetch(fetch_error.clone()),
+            None => LookupError::Cache(CacheError::Lookup(error)),
+        })?;
         let tier = match entry.source() {
             Source::Memory => Tier::Memory,
             Source::Disk => Tier::Disk,
             Source::Outer if fetched_here.load(Ordering::Acquire) => Tier::Upstream,
             Source::Outer => Tier::Coalesced,
         };
-        match entry.value() {
-            CacheValue::Block(bytes) => Ok((bytes.clone(), tier)),
-            CacheValue::Meta(_) => Err(LookupError::Cache(CacheError::WrongKind("block"))),
-        }
+        block_of(&entry, tier)
     }
 
     pub fn insert_block(&self, key: BlockKey, bytes: Bytes) {
-        self.hybrid
-            .insert(CacheKey::Block(key), CacheValue::Block(bytes));
+        self.hybrid.insert_with_properties(
+            CacheKey::Block(key),
+            CacheValue::Block(bytes),
+            self.placement(Location::Default),
+        );
+    }
+
+    /// Entry properties for `location`, kept in memory while the disk tier is off.
+    fn placement(&self, location: Location) -> HybridCacheProperties {
+        let location = if self.disk_in_use() {
+            location
+        } else {
+            Location::InMem
+        };
+        HybridCacheProperties::default().with_location(location)
     }
 
     /// The metadata record from memory, or from disk (after a restart or eviction).
@@ -243,9 +354,14 @@ impl BlockCache {
         let key = CacheKey::Meta(object.clone());
         let entry = match self.hybrid.memory().get(&key) {
             Some(entry) => entry,
-            None => match self.hybrid.get(&key).await.map_err(CacheError::Lookup)? {
-                Some(entry) => entry,
-                None => return Ok(None),
+            None if !self.disk_in_use() => return Ok(None),
+            None => match self.hybrid.get(&key).await {
+                Ok(Some(entry)) => entry,
+                Ok(None) => return Ok(None),
+                Err(error) => {
+                    self.health.failed("read", &error);
+                    return Err(CacheError::Lookup(error));
+                }
             },
         };
         match entry.value() {
@@ -263,7 +379,7 @@ impl BlockCache {
         self.hybrid.insert_with_properties(
             CacheKey::Meta(object.clone()),
             CacheValue::Meta(record),
-            HybridCacheProperties::default().with_location(location),
+            self.placement(location),
         );
     }
 
@@ -280,6 +396,40 @@ impl BlockCache {
     pub async fn close(&self) -> Result<(), CacheError> {
         self.hybrid.close().await.map_err(CacheError::Lookup)
     }
+}
+
+/// The bytes of a block entry.
+fn block_of<E>(
+    entry: &foyer::HybridCacheEntry<CacheKey, CacheValue>,
+    tier: Tier,
+) -> Result<(Bytes, Tier), LookupError<E>> {
+    match entry.value() {
+        CacheValue::Block(bytes) => Ok((bytes.clone(), tier)),
+        CacheValue::Meta(_) => Err(LookupError::Cache(CacheError::WrongKind("block"))),
+    }
+}
+
+/// One disk probe: write a page naming `round`, sync it, read it back.
+fn probe_disk(path: &Path, round: u64) -> std::io::Result<()> {
+    use std::io::Write;
+    let page: Vec<u8> = round
+        .to_le_bytes()
+        .iter()
+        .copied()
+        .cycle()
+        .take(PAGE_BYTES as usize)
+        .collect();
+    let mut file = std::fs::File::create(path)?;
+    file.write_all(&page)?;
+    file.sync_all()?;
+    let read = std::fs::read(path)?;
+    if read != page {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("{} read back different bytes", path.display()),
+        ));
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -311,12 +461,9 @@ mod tests {
     }
 
     async fn open(dir: &std::path::Path, disk: ByteSize) -> BlockCache {
-        BlockCache::open(
-            &config(dir, disk),
-            Box::new(mixtrics::registry::noop::NoopMetricsRegistry),
-        )
-        .await
-        .unwrap()
+        BlockCache::open(&config(dir, disk), Arc::new(Metrics::new()))
+            .await
+            .unwrap()
     }
 
     #[test]
@@ -433,6 +580,74 @@ mod tests {
         assert_eq!(tier, Tier::Disk);
         assert_eq!(bytes, data);
         assert_eq!(cache.meta(&object).await.unwrap(), Some(record));
+    }
+
+    /// Truncates every file of the disk tier, as a failed disk loses what it held.
+    fn lose_disk_contents(dir: &std::path::Path) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_file() {
+                std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(&path)
+                    .unwrap()
+                    .set_len(0)
+                    .unwrap();
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn a_disk_read_error_turns_the_disk_tier_off() {
+        let dir = tempfile::tempdir().unwrap();
+        let data = Bytes::from(vec![3u8; 64 * 1024]);
+        {
+            let cache = open(dir.path(), ByteSize::mib(4)).await;
+            cache.insert_block(block_key(0), data.clone());
+            cache.close().await.unwrap();
+        }
+        let metrics = Arc::new(Metrics::new());
+        let cache = BlockCache::open(&config(dir.path(), ByteSize::mib(4)), metrics.clone())
+            .await
+            .unwrap();
+        assert_eq!(cache.degraded(), None);
+        lose_disk_contents(dir.path());
+        // The failed disk read is answered by a fetch.
+        let (bytes, tier) = cache
+            .block(&block_key(0), {
+                let data = data.clone();
+                move || async move { Ok::<_, FetchFailed>(data) }
+            })
+            .await
+            .unwrap();
+        assert_eq!((bytes, tier), (data.clone(), Tier::Upstream));
+        let reason = cache.degraded().expect("degraded after the read error");
+        assert!(reason.starts_with("disk read failed"), "{reason}");
+        let text = metrics.render();
+        assert!(text.contains("portico_cache_degraded 1"), "{text}");
+        assert!(
+            text.contains("portico_cache_disk_errors_total{operation=\"read\"} 1"),
+            "{text}"
+        );
+        // Memory-only from now on: blocks are cached in memory, not written to disk.
+        let (_, tier) = cache
+            .block(&block_key(0), || async {
+                Err::<Bytes, _>(FetchFailed("must come from memory"))
+            })
+            .await
+            .unwrap();
+        assert_eq!(tier, Tier::Memory);
+    }
+
+    #[test]
+    fn the_disk_probe_fails_on_an_unwritable_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        probe_disk(&dir.path().join(PROBE_FILE), 7).unwrap();
+        // A directory where the file should be cannot be written like a file.
+        let blocked = dir.path().join("blocked");
+        std::fs::create_dir(&blocked).unwrap();
+        assert!(probe_disk(&blocked, 8).is_err());
+        assert!(probe_disk(&dir.path().join("missing/dir/file"), 9).is_err());
     }
 
     #[tokio::test]

@@ -110,14 +110,23 @@ pub struct UpstreamConfig {
     pub secret_access_key: String,
     /// Time allowed to establish a connection to the upstream.
     pub connect_timeout: HumanDuration,
-    /// Time allowed between sending a request and the first byte of its response.
-    pub read_timeout: HumanDuration,
+    /// Time allowed between sending a request and the head of its response.
+    pub first_byte_timeout: HumanDuration,
+    /// Time allowed between two parts of a response body; a stalled body fails the
+    /// request (and, for idempotent requests, retries it).
+    pub idle_timeout: HumanDuration,
     /// Attempts per idempotent upstream request (block GETs, HEADs) before its error is
     /// returned; failures worth retrying are 500/502/503/504, throttling, timeouts and
     /// connection errors.
     pub max_attempts: u32,
     /// The first retry waits up to this long (full jitter), each later one up to twice as long.
     pub retry_initial_backoff: HumanDuration,
+    /// A block fetch still running after this quantile of recent block-fetch latencies
+    /// gets a second, hedged request; the first to finish is used and the other is
+    /// cancelled. `0` turns hedging off.
+    pub hedge_quantile: f64,
+    /// A hedge is never sent sooner than this after the first request.
+    pub hedge_min_delay: HumanDuration,
     /// PEM CA certificates trusted for upstream TLS in addition to the system bundle
     /// (a private S3 endpoint's CA); empty means the system bundle alone.
     pub ca_file: PathBuf,
@@ -132,9 +141,12 @@ impl Default for UpstreamConfig {
             access_key_id: String::new(),
             secret_access_key: String::new(),
             connect_timeout: HumanDuration::secs(3),
-            read_timeout: HumanDuration::secs(30),
+            first_byte_timeout: HumanDuration::secs(10),
+            idle_timeout: HumanDuration::secs(10),
             max_attempts: 3,
             retry_initial_backoff: HumanDuration(Duration::from_millis(100)),
+            hedge_quantile: 0.95,
+            hedge_min_delay: HumanDuration(Duration::from_millis(50)),
             ca_file: PathBuf::new(),
         }
     }
@@ -159,6 +171,9 @@ pub struct CacheConfig {
     /// Cache the bytes of PutObject uploads under the new version as they pass through
     /// (objects up to a quarter of `memory_capacity`).
     pub write_through: bool,
+    /// When metadata is past its TTL and the upstream cannot be reached (or answers 5xx),
+    /// keep serving the last known version from the cache instead of failing.
+    pub serve_stale_on_error: bool,
 }
 
 impl Default for CacheConfig {
@@ -172,6 +187,7 @@ impl Default for CacheConfig {
             negative_ttl: HumanDuration::secs(5),
             readahead_blocks: 4,
             write_through: false,
+            serve_stale_on_error: true,
         }
     }
 }
@@ -363,6 +379,23 @@ impl Config {
                 "config key upstream.max_attempts: {} is not accepted (expected 1 to 10; 1 disables retries)",
                 upstream.max_attempts
             )));
+        }
+        if !(0.0..1.0).contains(&upstream.hedge_quantile) {
+            return Err(ConfigError::new(format_args!(
+                "config key upstream.hedge_quantile: {} is not accepted (expected at least 0 and below 1, e.g. 0.95; 0 disables hedging)",
+                upstream.hedge_quantile
+            )));
+        }
+        for (key, value) in [
+            ("connect_timeout", upstream.connect_timeout),
+            ("first_byte_timeout", upstream.first_byte_timeout),
+            ("idle_timeout", upstream.idle_timeout),
+        ] {
+            if value.get().is_zero() {
+                return Err(ConfigError::new(format_args!(
+                    "config key upstream.{key}: must be longer than 0s"
+                )));
+            }
         }
         if upstream.access_key_id.is_empty() != upstream.secret_access_key.is_empty() {
             return Err(ConfigError::new(

@@ -114,6 +114,16 @@ impl ReadPath {
                 }
             }
         };
+        if let (Err(error), Some(known)) = (&outcome, &known)
+            && self.inner.settings.serve_stale_on_error
+            && error.is_retryable()
+        {
+            // The last known version's cached blocks stay servable; its record stays
+            // stale, so the next lookup asks the upstream again.
+            tracing::warn!(%object, %error, "upstream failed to revalidate; serving the cached version");
+            self.inner.metrics.stale_serves.inc();
+            return Ok(known.clone());
+        }
         match outcome {
             Ok(meta) => {
                 self.store_meta(object, generation, MetaState::Found(meta.clone()));

@@ -13,6 +13,7 @@
 //! - Metadata discovery for one object runs once however many requests miss at once, and
 //!   for a GET it fetches the first needed block in the same upstream request.
 
+mod hedge;
 mod metadata;
 mod prefetch;
 mod writes;
@@ -32,6 +33,7 @@ use crate::types::{
     BlockIndex, BlockLayout, ByteRange, ObjectRef, RangeRequest, Selection, Unsatisfiable,
 };
 use crate::upstream::{Upstream, UpstreamError};
+use hedge::Hedger;
 use prefetch::Detector;
 
 /// Read-path settings taken from the cache configuration.
@@ -45,6 +47,12 @@ pub struct ReadSettings {
     pub prefetch_window_blocks: u64,
     /// Prefetch fetches in flight at most.
     pub prefetch_slots: usize,
+    /// Quantile of recent block-fetch latencies after which a fetch is hedged; 0: never.
+    pub hedge_quantile: f64,
+    /// Shortest wait before a hedge.
+    pub hedge_min_delay: std::time::Duration,
+    /// Serve the last known version when the upstream fails a revalidation.
+    pub serve_stale_on_error: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -159,6 +167,7 @@ struct Inner {
     generations: writes::Generations,
     /// Sequential detection and the prefetch budget; `None` when prefetch is off.
     prefetch: Option<(Detector, Arc<Semaphore>)>,
+    hedger: Arc<Hedger>,
 }
 
 /// The read path. Cheap to clone.
@@ -178,6 +187,11 @@ impl ReadPath {
             inner: Arc::new(Inner {
                 cache,
                 upstream,
+                hedger: Arc::new(Hedger::new(
+                    settings.hedge_quantile,
+                    settings.hedge_min_delay,
+                    metrics.clone(),
+                )),
                 metrics,
                 settings,
                 clock: MetaClock::new(),
@@ -365,9 +379,14 @@ impl ReadPath {
         let key = target.key(index);
         let fetch = {
             let upstream = self.inner.upstream.clone();
+            let hedger = self.inner.hedger.clone();
             let object = object.clone();
             let meta = target.meta.clone();
-            move || fetch_block(upstream, object, meta, range)
+            move || async move {
+                hedger
+                    .run(|| fetch_block(upstream.clone(), object.clone(), meta.clone(), range))
+                    .await
+            }
         };
         let inner = &self.inner;
         let result = match inner.cache.block(&key, fetch.clone()).await {

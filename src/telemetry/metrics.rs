@@ -10,6 +10,7 @@ use parking_lot::Mutex;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::{Family, MetricConstructor};
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
@@ -73,6 +74,16 @@ pub struct Metrics {
     pub upstream_received_bytes: Counter,
     /// Upstream request latency, to the end of the response body.
     pub upstream_request_duration: Family<OperationLabel, Histogram, LatencyBuckets>,
+    /// Upstream attempts after the first, by operation.
+    pub upstream_retries: Family<OperationLabel, Counter>,
+    /// Hedged block fetches: sent, and won (the hedge finished first).
+    pub upstream_hedges: Family<ResultLabel, Counter>,
+    /// Metadata lookups answered with the last known version because the upstream failed.
+    pub stale_serves: Counter,
+    /// 1 while the disk tier is off after an I/O error (memory-only), else 0.
+    pub cache_degraded: Gauge,
+    /// Disk-tier I/O errors seen, by operation (read, write).
+    pub cache_disk_errors: Family<OperationLabel, Counter>,
 }
 
 impl Default for Metrics {
@@ -96,6 +107,11 @@ impl Metrics {
             upstream_requests: Family::default(),
             upstream_received_bytes: Counter::default(),
             upstream_request_duration: Family::new_with_constructor(LatencyBuckets),
+            upstream_retries: Family::default(),
+            upstream_hedges: Family::default(),
+            stale_serves: Counter::default(),
+            cache_degraded: Gauge::default(),
+            cache_disk_errors: Family::default(),
         };
         registry.register(
             "portico_requests",
@@ -146,6 +162,31 @@ impl Metrics {
             "portico_upstream_request_duration_seconds",
             "Upstream request latency, to the end of the response body",
             metrics.upstream_request_duration.clone(),
+        );
+        registry.register(
+            "portico_upstream_retries",
+            "Upstream attempts after the first (retried errors and timeouts), by operation",
+            metrics.upstream_retries.clone(),
+        );
+        registry.register(
+            "portico_upstream_hedges",
+            "Hedged block fetches: sent (the first request was slower than the hedge quantile), won (the hedge finished first)",
+            metrics.upstream_hedges.clone(),
+        );
+        registry.register(
+            "portico_stale_serves",
+            "Metadata lookups answered with the last known version, past its TTL, because the upstream failed (serve_stale_on_error)",
+            metrics.stale_serves.clone(),
+        );
+        registry.register(
+            "portico_cache_degraded",
+            "1 while the disk tier is off after a disk I/O error (the cache runs memory-only), else 0",
+            metrics.cache_degraded.clone(),
+        );
+        registry.register(
+            "portico_cache_disk_errors",
+            "Disk-tier I/O errors, by operation (read, write)",
+            metrics.cache_disk_errors.clone(),
         );
         *metrics.registry.lock() = registry;
         metrics
@@ -203,6 +244,18 @@ impl Metrics {
         self.upstream_request_duration
             .get_or_create(&OperationLabel { operation })
             .observe(seconds);
+    }
+
+    pub fn count_retry(&self, operation: &'static str) {
+        self.upstream_retries
+            .get_or_create(&OperationLabel { operation })
+            .inc();
+    }
+
+    pub fn count_hedge(&self, result: &'static str) {
+        self.upstream_hedges
+            .get_or_create(&ResultLabel { result })
+            .inc();
     }
 
     pub fn record_request(&self, operation: &'static str, status: u16, seconds: f64) {

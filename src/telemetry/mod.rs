@@ -2,7 +2,7 @@
 
 mod metrics;
 
-pub use metrics::Metrics;
+pub use metrics::{Metrics, OperationLabel};
 
 use tracing_subscriber::EnvFilter;
 

@@ -16,11 +16,15 @@ use aws_config::timeout::TimeoutConfig;
 use aws_config::{BehaviorVersion, SdkConfig};
 use aws_sdk_s3::Client;
 use aws_sdk_s3::config::{
-    Credentials, Region, RequestChecksumCalculation, ResponseChecksumValidation,
+    ConfigBag, Credentials, Intercept, Region, RequestChecksumCalculation,
+    ResponseChecksumValidation, RuntimeComponents,
 };
 use aws_sdk_s3::operation::head_object::HeadObjectOutput;
 use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::types::ChecksumMode;
+use aws_smithy_runtime_api::client::interceptors::context::BeforeTransmitInterceptorContextRef;
+use aws_smithy_runtime_api::client::orchestrator::Metadata;
+use aws_smithy_runtime_api::client::retries::RequestAttempts;
 use bytes::{Bytes, BytesMut};
 use portico_http_client::{SdkHttpClient, TrustRoots};
 
@@ -123,13 +127,13 @@ pub fn tls_config(config: &UpstreamConfig) -> Result<rustls::ClientConfig, TlsEr
 pub async fn sdk_config(config: &UpstreamConfig, tls: &rustls::ClientConfig) -> SdkConfig {
     let timeouts = TimeoutConfig::builder()
         .connect_timeout(config.connect_timeout.get())
-        .read_timeout(config.read_timeout.get())
+        .read_timeout(config.first_byte_timeout.get())
         .build();
     let retries = RetryConfig::standard()
         .with_max_attempts(config.max_attempts)
         .with_initial_backoff(config.retry_initial_backoff.get());
     let mut loader = aws_config::defaults(BehaviorVersion::latest())
-        .http_client(SdkHttpClient::new(tls.clone()))
+        .http_client(SdkHttpClient::new(tls.clone()).with_idle_timeout(config.idle_timeout.get()))
         .retry_config(retries)
         .region(Region::new(config.region.clone()))
         .timeout_config(timeouts);
@@ -145,6 +149,44 @@ pub async fn sdk_config(config: &UpstreamConfig, tls: &rustls::ClientConfig) -> 
     loader.load().await
 }
 
+/// Counts every upstream attempt after the first: the SDK's retries are otherwise invisible.
+struct RetryCounter {
+    metrics: Arc<Metrics>,
+}
+
+impl std::fmt::Debug for RetryCounter {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.write_str("RetryCounter")
+    }
+}
+
+impl Intercept for RetryCounter {
+    fn name(&self) -> &'static str {
+        "portico-retry-counter"
+    }
+
+    fn read_before_attempt(
+        &self,
+        _context: &BeforeTransmitInterceptorContextRef<'_>,
+        _components: &RuntimeComponents,
+        cfg: &mut ConfigBag,
+    ) -> Result<(), BoxError> {
+        let attempt = cfg
+            .load::<RequestAttempts>()
+            .map_or(1, RequestAttempts::attempts);
+        if attempt > 1 {
+            let operation = match cfg.load::<Metadata>().map(Metadata::name) {
+                Some("GetObject") => "GetObject",
+                Some("HeadObject") => "HeadObject",
+                Some("ListBuckets") => "ListBuckets",
+                _ => "other",
+            };
+            self.metrics.count_retry(operation);
+        }
+        Ok(())
+    }
+}
+
 pub struct Upstream {
     client: Client,
     metrics: Arc<Metrics>,
@@ -156,7 +198,10 @@ impl Upstream {
             .force_path_style(config.force_path_style)
             // Portico validates lengths itself; checksums are only needed where S3 demands them.
             .request_checksum_calculation(RequestChecksumCalculation::WhenRequired)
-            .response_checksum_validation(ResponseChecksumValidation::WhenRequired);
+            .response_checksum_validation(ResponseChecksumValidation::WhenRequired)
+            .interceptor(RetryCounter {
+                metrics: metrics.clone(),
+            });
         if !config.endpoint.is_empty() {
             builder = builder.endpoint_url(&config.endpoint);
         }

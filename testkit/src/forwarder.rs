@@ -1,11 +1,13 @@
 //! A counting HTTP forwarder between Portico and MinIO: the independent observer of what
 //! Portico asks the upstream. It records every request, and can be stopped (the port
 //! refuses connections and open connections are cut) and started again on the same port.
-//! Faults can be injected into the next object GETs: an error status, or a connection
-//! closed without a response.
+//! Faults can be injected into the next object GETs: an error status, a connection
+//! closed without a response, or a delay before forwarding. Requests the client gave up
+//! on (closed its connection before the response) are counted.
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
@@ -47,6 +49,8 @@ pub enum Fault {
     Status(u16),
     /// Close the connection without answering.
     Reset,
+    /// Wait this long, then forward.
+    Delay(std::time::Duration),
 }
 
 type Reply = Result<http::Response<BoxBody<Bytes, hyper::Error>>, ForwardError>;
@@ -61,6 +65,7 @@ pub struct Forwarder {
     target: String,
     seen: Arc<Mutex<Vec<Seen>>>,
     faults: Arc<Mutex<VecDeque<Fault>>>,
+    cancelled: Arc<AtomicUsize>,
     tasks: Option<JoinSet<()>>,
     /// Serves HTTPS with this acceptor instead of plain HTTP.
     tls: Option<TlsAcceptor>,
@@ -87,6 +92,7 @@ impl Forwarder {
             target: target.to_owned(),
             seen: Arc::default(),
             faults: Arc::default(),
+            cancelled: Arc::default(),
             tasks: None,
             tls,
         };
@@ -105,6 +111,7 @@ impl Forwarder {
         let target = self.target.clone();
         let seen = self.seen.clone();
         let faults = self.faults.clone();
+        let cancelled = self.cancelled.clone();
         let tls = self.tls.clone();
         let mut tasks = JoinSet::new();
         tasks.spawn(async move {
@@ -119,6 +126,7 @@ impl Forwarder {
                     target: target.clone(),
                     seen: seen.clone(),
                     faults: faults.clone(),
+                    cancelled: cancelled.clone(),
                 };
                 let service = service_fn(move |request: Request<Incoming>| {
                     let shared = shared.clone();
@@ -171,6 +179,11 @@ impl Forwarder {
         self.serve(listener);
     }
 
+    /// Requests whose client closed the connection before the response head was sent.
+    pub fn cancelled(&self) -> usize {
+        self.cancelled.load(Ordering::SeqCst)
+    }
+
     /// Everything seen so far, and forget it.
     pub fn take(&self) -> Vec<Seen> {
         std::mem::take(&mut *self.seen.lock().unwrap())
@@ -195,6 +208,18 @@ struct Shared {
     target: String,
     seen: Arc<Mutex<Vec<Seen>>>,
     faults: Arc<Mutex<VecDeque<Fault>>>,
+    cancelled: Arc<AtomicUsize>,
+}
+
+/// Counts a request as cancelled when its handler is dropped before it finished.
+struct Unfinished(Option<Arc<AtomicUsize>>);
+
+impl Drop for Unfinished {
+    fn drop(&mut self) {
+        if let Some(cancelled) = self.0.take() {
+            cancelled.fetch_add(1, Ordering::SeqCst);
+        }
+    }
 }
 
 impl Shared {
@@ -218,8 +243,18 @@ impl Shared {
             .then(|| self.faults.lock().unwrap().pop_front())
             .flatten();
         self.seen.lock().unwrap().push(observed);
-        if let Some(fault) = fault {
-            return injected(fault);
+        let mut unfinished = Unfinished(Some(self.cancelled.clone()));
+        match fault {
+            Some(Fault::Delay(delay)) => tokio::time::sleep(delay).await,
+            Some(Fault::Reset) => {
+                unfinished.0 = None;
+                return Err(ForwardError("injected connection reset".to_owned()));
+            }
+            Some(Fault::Status(status)) => {
+                unfinished.0 = None;
+                return Ok(error_response(status));
+            }
+            None => {}
         }
         let (mut parts, body) = request.into_parts();
         parts.uri = format!("http://{}{path_and_query}", self.target)
@@ -231,27 +266,23 @@ impl Shared {
             .request(Request::from_parts(parts, body))
             .await
             .map_err(|error| ForwardError(error.to_string()))?;
+        unfinished.0 = None;
         Ok(response.map(BodyExt::boxed))
     }
 }
 
-fn injected(fault: Fault) -> Reply {
-    match fault {
-        Fault::Reset => Err(ForwardError("injected connection reset".to_owned())),
-        Fault::Status(status) => {
-            let body = format!(
-                "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>InjectedFault</Code><Message>injected {status}</Message></Error>"
-            );
-            let response = http::Response::builder()
-                .status(status)
-                .header(http::header::CONTENT_TYPE, "application/xml")
-                .body(
-                    Full::new(Bytes::from(body))
-                        .map_err(|never| match never {})
-                        .boxed(),
-                )
-                .expect("fault response");
-            Ok(response)
-        }
-    }
+/// An S3 error response with `status`.
+fn error_response(status: u16) -> http::Response<BoxBody<Bytes, hyper::Error>> {
+    let body = format!(
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>InjectedFault</Code><Message>injected {status}</Message></Error>"
+    );
+    http::Response::builder()
+        .status(status)
+        .header(http::header::CONTENT_TYPE, "application/xml")
+        .body(
+            Full::new(Bytes::from(body))
+                .map_err(|never| match never {})
+                .boxed(),
+        )
+        .expect("fault response")
 }

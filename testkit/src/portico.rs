@@ -24,6 +24,11 @@ pub struct Settings {
     /// The secret Portico signs upstream requests with.
     pub upstream_secret: &'static str,
     pub write_through: bool,
+    /// `upstream.hedge_quantile`; 0 (off) unless a test enables it, so upstream request
+    /// counts stay exact on a loaded machine.
+    pub hedge_quantile: f64,
+    /// `cache.serve_stale_on_error`.
+    pub serve_stale_on_error: bool,
     /// The body of the `[auth]` section: by default SigV4 with the test credentials that
     /// [`crate::s3_client`] signs with.
     pub auth: String,
@@ -48,6 +53,8 @@ impl Settings {
             domains: Vec::new(),
             upstream_secret: SECRET_KEY,
             write_through: false,
+            hedge_quantile: 0.0,
+            serve_stale_on_error: true,
             auth: format!(
                 "mode = \"sigv4\"\naccess_key_id = \"{ACCESS_KEY}\"\nsecret_access_key = \"{SECRET_KEY}\"\n"
             ),
@@ -86,7 +93,8 @@ force_path_style = true
 access_key_id = "{ACCESS_KEY}"
 secret_access_key = "{upstream_secret}"
 connect_timeout = "1s"
-read_timeout = "10s"
+first_byte_timeout = "10s"
+hedge_quantile = {hedge_quantile:?}
 {upstream_extra}
 
 [cache]
@@ -97,6 +105,7 @@ disk_capacity = "{disk}"
 metadata_ttl = "{ttl}"
 negative_ttl = "{negative_ttl}"
 write_through = {write_through}
+serve_stale_on_error = {serve_stale_on_error}
 
 [auth]
 {auth}
@@ -111,6 +120,8 @@ write_through = {write_through}
             negative_ttl = self.negative_ttl,
             upstream_secret = self.upstream_secret,
             write_through = self.write_through,
+            hedge_quantile = self.hedge_quantile,
+            serve_stale_on_error = self.serve_stale_on_error,
             auth = self.auth,
             server_extra = self.server_extra,
             upstream_extra = self.upstream_extra,

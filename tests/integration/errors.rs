@@ -105,14 +105,21 @@ async fn upstream_5xx_and_resets_are_retried_until_attempts_run_out() {
     let rig = Rig::start("retries", |_| {}).await;
     let data = random_bytes(3 * 1024 * 1024, 31);
     rig.put("flaky.bin", &data).await;
+    rig.put("flaky2.bin", &data).await;
     rig.put("down.bin", &data).await;
     rig.forwarder.take();
 
-    // A 503 and a connection closed without a response: both retried, the read succeeds.
-    rig.forwarder
-        .inject(&[Fault::Status(503), Fault::Reset, Fault::Status(500)]);
+    // A 503 and a connection closed without a response: both retried inside Portico,
+    // the read succeeds; then a 500 on another read.
+    rig.forwarder.inject(&[Fault::Status(503), Fault::Reset]);
     assert!(rig.get("flaky.bin", None).await == data);
-    assert_eq!(rig.upstream_gets(), 3 + 3, "three blocks and three retries");
+    assert_eq!(rig.upstream_gets(), 3 + 2, "three blocks and two retries");
+    rig.forwarder.take();
+    rig.forwarder.inject(&[Fault::Status(500)]);
+    assert!(rig.get("flaky2.bin", None).await == data);
+    assert_eq!(rig.upstream_gets(), 3 + 1, "three blocks and one retry");
+    let retries = "portico_upstream_retries_total{operation=\"GetObject\"}";
+    assert_eq!(rig.portico().metric(retries).await, 3.0);
 
     // Three failures in a row exhaust upstream.max_attempts (3): the error reaches the client.
     rig.forwarder.take();

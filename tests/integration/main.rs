@@ -16,6 +16,7 @@ mod lifecycle;
 mod operations;
 mod prefetch;
 mod reads;
+mod resilience;
 mod tls;
 mod versions;
 mod writes;

@@ -1,0 +1,291 @@
+//! Hedged block fetches: when a block GET is still running after a high quantile of recent
+//! block-GET latencies, a second identical request is sent; whichever finishes first with
+//! the bytes is used and the other is dropped, which closes its connection.
+//!
+//! The hedge delay follows the upstream: it is the configured quantile of the last
+//! [`WINDOW`] successful fetches (never below the configured floor), so at a quantile q at
+//! most about 1 − q of fetches are hedged, and a uniformly slow upstream raises the delay
+//! instead of doubling its load. Until [`MIN_SAMPLES`] fetches have been seen nothing is
+//! hedged.
+
+use std::collections::VecDeque;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use tokio::time::Instant;
+
+use crate::telemetry::Metrics;
+
+/// Latencies the hedge quantile is computed over.
+const WINDOW: usize = 256;
+/// Latencies needed before the quantile is trusted.
+const MIN_SAMPLES: usize = 20;
+
+pub struct Hedger {
+    /// 0 disables hedging.
+    quantile: f64,
+    min_delay: Duration,
+    recent: Mutex<VecDeque<Duration>>,
+    metrics: Arc<Metrics>,
+}
+
+impl Hedger {
+    pub fn new(quantile: f64, min_delay: Duration, metrics: Arc<Metrics>) -> Self {
+        Self {
+            quantile,
+            min_delay,
+            recent: Mutex::new(VecDeque::with_capacity(WINDOW)),
+            metrics,
+        }
+    }
+
+    /// How long to wait for a first request before hedging it; `None`: do not hedge.
+    fn delay(&self) -> Option<Duration> {
+        if self.quantile <= 0.0 {
+            return None;
+        }
+        let mut samples: Vec<Duration> = {
+            let recent = self.recent.lock();
+            if recent.len() < MIN_SAMPLES {
+                return None;
+            }
+            recent.iter().copied().collect()
+        };
+        let rank =
+            ((samples.len() as f64 * self.quantile).ceil() as usize).clamp(1, samples.len()) - 1;
+        let (_, at_rank, _) = samples.select_nth_unstable(rank);
+        Some((*at_rank).max(self.min_delay))
+    }
+
+    fn record(&self, latency: Duration) {
+        let mut recent = self.recent.lock();
+        if recent.len() == WINDOW {
+            recent.pop_front();
+        }
+        recent.push_back(latency);
+    }
+
+    /// Runs `request`, and once more if the first run is slower than the hedge delay. The
+    /// first success is returned and the other run dropped; an error is returned only when
+    /// every run has failed.
+    pub async fn run<T, E, F, Fut>(&self, mut request: F) -> Result<T, E>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+    {
+        let started = Instant::now();
+        let first = request();
+        tokio::pin!(first);
+        let Some(delay) = self.delay() else {
+            return self.timed(started, first.await);
+        };
+        tokio::select! {
+            result = &mut first => return self.timed(started, result),
+            () = tokio::time::sleep(delay) => {}
+        }
+        self.metrics.count_hedge("sent");
+        let hedge_started = Instant::now();
+        let second = request();
+        tokio::pin!(second);
+        tokio::select! {
+            result = &mut first => match result {
+                Ok(value) => self.timed(started, Ok(value)),
+                Err(_) => self.hedge_result(hedge_started, second.await),
+            },
+            result = &mut second => match result {
+                Ok(value) => self.hedge_result(hedge_started, Ok(value)),
+                Err(_) => self.timed(started, first.await),
+            },
+        }
+    }
+
+    /// Records a successful run's latency.
+    fn timed<T, E>(&self, started: Instant, result: Result<T, E>) -> Result<T, E> {
+        if result.is_ok() {
+            self.record(started.elapsed());
+        }
+        result
+    }
+
+    fn hedge_result<T, E>(&self, started: Instant, result: Result<T, E>) -> Result<T, E> {
+        if result.is_ok() {
+            self.metrics.count_hedge("won");
+        }
+        self.timed(started, result)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// Counts runs that were dropped before they finished.
+    struct DropGuard(Arc<AtomicUsize>, bool);
+
+    impl Drop for DropGuard {
+        fn drop(&mut self) {
+            if !self.1 {
+                self.0.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+    }
+
+    fn counters() -> (Arc<AtomicUsize>, Arc<AtomicUsize>) {
+        (Arc::default(), Arc::default())
+    }
+
+    fn hedger(quantile: f64) -> Hedger {
+        let hedger = Hedger::new(
+            quantile,
+            Duration::from_millis(50),
+            Arc::new(Metrics::new()),
+        );
+        for millis in 1..=100 {
+            hedger.record(Duration::from_millis(millis));
+        }
+        hedger
+    }
+
+    /// A request whose `n`-th run takes `latencies[n]` and answers `Ok(n)` (or `Err(n)`
+    /// when `fails[n]`).
+    fn runs(
+        latencies: &'static [u64],
+        fails: &'static [bool],
+        started: Arc<AtomicUsize>,
+        cancelled: Arc<AtomicUsize>,
+    ) -> impl FnMut() -> std::pin::Pin<Box<dyn Future<Output = Result<usize, usize>> + Send>> {
+        move || {
+            let run = started.fetch_add(1, Ordering::SeqCst);
+            let cancelled = cancelled.clone();
+            Box::pin(async move {
+                let mut guard = DropGuard(cancelled, false);
+                tokio::time::sleep(Duration::from_millis(latencies[run])).await;
+                guard.1 = true;
+                if fails[run] { Err(run) } else { Ok(run) }
+            })
+        }
+    }
+
+    #[test]
+    fn the_delay_is_the_quantile_of_recent_latencies_with_a_floor() {
+        assert_eq!(hedger(0.95).delay(), Some(Duration::from_millis(95)));
+        assert_eq!(hedger(0.5).delay(), Some(Duration::from_millis(50)));
+        // Below the floor the floor holds.
+        assert_eq!(hedger(0.1).delay(), Some(Duration::from_millis(50)));
+        assert_eq!(hedger(0.0).delay(), None);
+        let fresh = Hedger::new(0.95, Duration::ZERO, Arc::new(Metrics::new()));
+        for _ in 0..MIN_SAMPLES - 1 {
+            fresh.record(Duration::from_millis(5));
+        }
+        assert_eq!(fresh.delay(), None, "too few samples to hedge");
+        fresh.record(Duration::from_millis(5));
+        assert_eq!(fresh.delay(), Some(Duration::from_millis(5)));
+        // The window forgets old latencies.
+        for _ in 0..WINDOW {
+            fresh.record(Duration::from_millis(300));
+        }
+        assert_eq!(fresh.delay(), Some(Duration::from_millis(300)));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_slow_request_is_hedged_and_the_loser_cancelled() {
+        let hedger = hedger(0.95);
+        let (started, cancelled) = counters();
+        let begin = Instant::now();
+        let result = hedger
+            .run(runs(
+                &[5_000, 10],
+                &[false, false],
+                started.clone(),
+                cancelled.clone(),
+            ))
+            .await;
+        assert_eq!(result, Ok(1), "the hedge answered");
+        assert_eq!(begin.elapsed(), Duration::from_millis(95 + 10));
+        assert_eq!(started.load(Ordering::SeqCst), 2);
+        assert_eq!(
+            cancelled.load(Ordering::SeqCst),
+            1,
+            "the slow run was dropped"
+        );
+        let text = hedger.metrics.render();
+        assert!(
+            text.contains("portico_upstream_hedges_total{result=\"sent\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("portico_upstream_hedges_total{result=\"won\"} 1"),
+            "{text}"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_fast_request_is_not_hedged() {
+        let hedger = hedger(0.95);
+        let (started, cancelled) = counters();
+        let result = hedger
+            .run(runs(
+                &[80, 10],
+                &[false, false],
+                started.clone(),
+                cancelled.clone(),
+            ))
+            .await;
+        assert_eq!(result, Ok(0));
+        assert_eq!(started.load(Ordering::SeqCst), 1);
+        assert!(
+            !hedger
+                .metrics
+                .render()
+                .contains("portico_upstream_hedges_total")
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_first_request_wins_when_it_finishes_before_the_hedge() {
+        let hedger = hedger(0.95);
+        let (started, cancelled) = counters();
+        let result = hedger
+            .run(runs(
+                &[120, 500],
+                &[false, false],
+                started.clone(),
+                cancelled.clone(),
+            ))
+            .await;
+        assert_eq!(result, Ok(0));
+        assert_eq!(started.load(Ordering::SeqCst), 2);
+        assert_eq!(cancelled.load(Ordering::SeqCst), 1, "the hedge was dropped");
+        let text = hedger.metrics.render();
+        assert!(
+            text.contains("portico_upstream_hedges_total{result=\"sent\"} 1"),
+            "{text}"
+        );
+        assert!(!text.contains("result=\"won\""), "{text}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_failure_waits_for_the_other_run() {
+        let hedger = hedger(0.95);
+        let (started, cancelled) = counters();
+        // The first fails after the hedge was sent: the hedge's bytes are used.
+        let result = hedger
+            .run(runs(
+                &[100, 200],
+                &[true, false],
+                started.clone(),
+                cancelled.clone(),
+            ))
+            .await;
+        assert_eq!(result, Ok(1));
+        // Both fail: the error is returned.
+        let started = Arc::new(AtomicUsize::new(0));
+        let result = hedger
+            .run(runs(&[100, 200], &[true, true], started, cancelled))
+            .await;
+        assert!(result.is_err());
+    }
+}

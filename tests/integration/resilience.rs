@@ -1,0 +1,192 @@
+//! Upstream and disk failures Portico rides out: a slow upstream request is hedged (the
+//! hedge wins and the slow request is cancelled), stale metadata is served while the
+//! upstream is down, and a failed disk tier turns the cache memory-only without a wrong
+//! byte.
+
+use std::time::{Duration, Instant};
+
+use portico_testkit::forwarder::Fault;
+
+use crate::support::{Rig, failed_get, random_bytes, s3_client};
+
+const KIB: usize = 1024;
+
+async fn metric(rig: &Rig, sample: &str) -> f64 {
+    rig.portico().metric(sample).await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_slow_block_fetch_is_hedged_and_the_slow_request_cancelled() {
+    let rig = Rig::start("hedge", |settings| {
+        settings.block_size = "64KiB";
+        settings.hedge_quantile = 0.9;
+    })
+    .await;
+    let warm = random_bytes(2048 * KIB, 51);
+    let slow = random_bytes(256 * KIB, 52);
+    rig.put("warm.bin", &warm).await;
+    rig.put("slow.bin", &slow).await;
+    // 31 block fetches teach Portico what a normal fetch takes.
+    assert!(rig.get("warm.bin", None).await == warm);
+    // Metadata first, so the next GET is a plain block fetch.
+    rig.client
+        .head_object()
+        .bucket(&rig.bucket)
+        .key("slow.bin")
+        .send()
+        .await
+        .unwrap();
+    rig.forwarder.take();
+    // A warm-up fetch may have been hedged already on a busy machine.
+    let sent = "portico_upstream_hedges_total{result=\"sent\"}";
+    let won = "portico_upstream_hedges_total{result=\"won\"}";
+    let (sent_before, won_before) = (metric(&rig, sent).await, metric(&rig, won).await);
+
+    rig.forwarder
+        .inject(&[Fault::Delay(Duration::from_secs(5))]);
+    let started = Instant::now();
+    let read = rig.get("slow.bin", Some("bytes=1000-2999")).await;
+    let took = started.elapsed();
+    assert!(
+        read == slow[1000..3000],
+        "the hedge's bytes are the object's"
+    );
+    assert!(
+        took < Duration::from_secs(2),
+        "the hedge answered long before the slow request: {took:?}"
+    );
+    let gets = rig.forwarder.object_requests("GET");
+    assert_eq!(gets.len(), 2, "the slow request and one hedge: {gets:?}");
+    assert!(
+        gets.iter()
+            .all(|seen| seen.range.as_deref() == Some("bytes=0-65535")),
+        "{gets:?}"
+    );
+    assert_eq!(metric(&rig, sent).await - sent_before, 1.0);
+    assert_eq!(metric(&rig, won).await - won_before, 1.0);
+    // The slow request's connection was closed, well before its delay ran out.
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while rig.forwarder.cancelled() == 0 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        rig.forwarder.cancelled(),
+        1,
+        "the losing request was cancelled"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn stale_metadata_is_served_while_the_upstream_is_down() {
+    let mut rig = Rig::start("stale", |settings| settings.metadata_ttl = "1s").await;
+    let cached = random_bytes(3 * 1024 * KIB, 53);
+    let uncached = random_bytes(100 * KIB, 54);
+    rig.put("cached.bin", &cached).await;
+    rig.put("uncached.bin", &uncached).await;
+    assert!(rig.get("cached.bin", None).await == cached);
+    rig.client
+        .head_object()
+        .bucket(&rig.bucket)
+        .key("uncached.bin")
+        .send()
+        .await
+        .unwrap();
+
+    rig.forwarder.stop().await;
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    // Past its TTL, the upstream unreachable: the cached version is served.
+    assert!(rig.get("cached.bin", None).await == cached);
+    assert!(rig.get("cached.bin", Some("bytes=100-199")).await == cached[100..200]);
+    let head = rig
+        .client
+        .head_object()
+        .bucket(&rig.bucket)
+        .key("cached.bin")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(head.content_length(), Some(cached.len() as i64));
+    assert!(metric(&rig, "portico_stale_serves_total").await >= 3.0);
+    // Known metadata but no cached bytes: nothing to serve.
+    let client = s3_client(&rig.portico().s3, false);
+    let (status, _) = failed_get(&client, &rig.bucket, "uncached.bin", None).await;
+    assert_eq!(status, 503);
+
+    // With serve_stale_on_error off, the same read fails.
+    rig.settings.serve_stale_on_error = false;
+    rig.restart_portico().await;
+    let client = s3_client(&rig.portico().s3, false);
+    let (status, _) = failed_get(&client, &rig.bucket, "cached.bin", None).await;
+    assert_eq!(status, 503);
+    assert_eq!(metric(&rig, "portico_stale_serves_total").await, 0.0);
+
+    rig.forwarder.restart().await;
+    assert!(rig.get("cached.bin", None).await == cached);
+}
+
+/// Truncates every file in `dir`, as a failed disk loses what it held.
+fn lose_disk_contents(dir: &std::path::Path) -> usize {
+    let mut files = 0;
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_file() {
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open(&path)
+                .unwrap()
+                .set_len(0)
+                .unwrap();
+            files += 1;
+        }
+    }
+    files
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failed_disk_turns_the_cache_memory_only_and_every_byte_stays_right() {
+    let mut rig = Rig::start("degraded", |_| {}).await;
+    let data = random_bytes(5 * 1024 * KIB + 17, 55);
+    let other = random_bytes(2 * 1024 * KIB, 56);
+    rig.put("object.bin", &data).await;
+    rig.put("other.bin", &other).await;
+    assert!(rig.get("object.bin", None).await == data);
+    // After a restart the blocks are on disk only.
+    rig.restart_portico().await;
+    let (_, body) = rig.portico().admin_get("/readyz").await;
+    assert!(
+        body.starts_with("ready\ncache: open (memory + disk)"),
+        "{body}"
+    );
+    assert!(lose_disk_contents(&rig.settings.cache_dir) > 0);
+    rig.forwarder.take();
+
+    assert!(rig.get("object.bin", None).await == data);
+    assert_eq!(metric(&rig, "portico_cache_degraded").await, 1.0);
+    assert!(metric(&rig, "portico_cache_disk_errors_total{operation=\"read\"}").await >= 1.0);
+    let (status, body) = rig.portico().admin_get("/readyz").await;
+    assert_eq!(status, 200, "degraded is still ready: {body}");
+    assert!(
+        body.starts_with("degraded\ncache: open (memory only (disk tier off: disk read failed"),
+        "{body}"
+    );
+    let logs = rig.portico().logs();
+    assert_eq!(
+        logs.matches("disk tier turned off").count(),
+        1,
+        "one log line says so: {logs}"
+    );
+    // The blocks were fetched again and are served from memory now.
+    let fetched = rig.upstream_gets();
+    assert!(
+        fetched >= 6,
+        "the lost blocks came from the upstream: {fetched}"
+    );
+    assert!(rig.get("object.bin", None).await == data);
+    assert!(rig.get("other.bin", None).await == other);
+    assert!(rig.get("other.bin", Some("bytes=5-1048580")).await == other[5..1_048_581]);
+    assert_eq!(
+        rig.upstream_gets(),
+        fetched + 2,
+        "object.bin from memory; other.bin's two blocks once"
+    );
+}
