@@ -10,6 +10,7 @@ PYTHON_TOOLS := $(TOOLS_DIR)/python-boto3-1.43.11-s3cmd-2.4.0
 CARGO_FUZZ_VERSION := 0.13.2
 CARGO_FUZZ := $(TOOLS_DIR)/cargo-fuzz-$(CARGO_FUZZ_VERSION)/bin/cargo-fuzz
 AWS_CLI ?= /usr/bin/aws
+NGINX := /usr/sbin/nginx
 
 export PORTICO_MINIO := $(MINIO)
 export PORTICO_PYTHON := $(PYTHON_TOOLS)/bin/python
@@ -38,9 +39,11 @@ clippy:
 build:
 	cargo build --bin portico
 
-## bench: hot-hit throughput and latency vs MinIO direct, peak RSS of a 1 GiB GET, and the
-## write-path figures (1 GiB PUT through Portico vs direct, upstream requests of a re-sync)
-bench: tools
+## bench: the suite (cold-sequential, cold-herd, random-cold, hot-random against direct,
+## nginx and Portico behind a 20 ms origin), then hot hits vs MinIO direct with the cost of
+## SigV4, and the write-path figures (1 GiB PUT through Portico vs direct, a re-sync)
+bench: tools $(NGINX)
+	cargo bench --bench suite
 	cargo bench --bench hot_hits
 	cargo build --release --bin portico
 	scripts/bench-writes.sh
@@ -66,6 +69,11 @@ $(PYTHON_TOOLS)/bin/s3cmd:
 $(AWS_CLI):
 	@echo "Installing the aws CLI (Debian package awscli)"
 	@if [ "$$(id -u)" = 0 ]; then apt-get install -y -q awscli; else sudo apt-get install -y -q awscli; fi
+
+# nginx from Debian (with the slice module), the caching proxy the suite compares against.
+$(NGINX):
+	@echo "Installing nginx (Debian package nginx-light)"
+	@if [ "$$(id -u)" = 0 ]; then apt-get install -y -q nginx-light; else sudo apt-get install -y -q nginx-light; fi
 
 $(MINIO):
 	@command -v go >/dev/null || { echo "Go is needed once to build MinIO ($(MINIO_VERSION)); install Go and re-run" >&2; exit 1; }

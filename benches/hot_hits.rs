@@ -4,7 +4,6 @@
 //! Run with `make bench` (release build). Everything runs on loopback on this machine; the
 //! load generator, Portico and MinIO share its cores, the same way for both targets.
 
-use std::io::Write;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -18,8 +17,9 @@ use hyper_util::rt::TokioExecutor;
 use portico_testkit::forwarder::Forwarder;
 use portico_testkit::minio::minio;
 use portico_testkit::portico::{Portico, Settings};
+use portico_testkit::process::status_field_kib;
 use portico_testkit::sign::Signer;
-use portico_testkit::{s3_client, unique_bucket};
+use portico_testkit::{s3_client, unique_bucket, write_random_file};
 use rand::{Rng, SeedableRng};
 
 const MIB: u64 = 1024 * 1024;
@@ -114,27 +114,6 @@ async fn random_ranges(url: &str) -> LoadResult {
     result
 }
 
-fn status_field_kib(pid: u32, field: &str) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status
-        .lines()
-        .find_map(|line| line.strip_prefix(field))
-        .and_then(|rest| rest.split_whitespace().next())
-        .and_then(|value| value.parse().ok())
-        .unwrap_or(0)
-}
-
-fn write_random_file(path: &Path, bytes: u64) {
-    let mut file = std::io::BufWriter::new(std::fs::File::create(path).expect("create file"));
-    let mut rng = rand::rngs::StdRng::seed_from_u64(7);
-    let mut chunk = vec![0u8; 8 * MIB as usize];
-    for _ in 0..bytes / chunk.len() as u64 {
-        rng.fill(&mut chunk[..]);
-        file.write_all(&chunk).expect("write file");
-    }
-    file.flush().expect("flush file");
-}
-
 fn print_load(name: &str, result: &LoadResult) {
     println!(
         "{name:<16} {:>8} {:>10.2} {:>10.2} {:>10.2}",
@@ -168,7 +147,7 @@ async fn main() {
         .await
         .expect("upload hot object");
     let large_path = work.path().join("large.bin");
-    write_random_file(&large_path, LARGE_OBJECT_BYTES);
+    write_random_file(&large_path, LARGE_OBJECT_BYTES, 7);
     direct
         .put_object()
         .bucket(&bucket)

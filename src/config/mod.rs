@@ -121,9 +121,9 @@ pub struct UpstreamConfig {
     pub max_attempts: u32,
     /// The first retry waits up to this long (full jitter), each later one up to twice as long.
     pub retry_initial_backoff: HumanDuration,
-    /// A block fetch still running after this quantile of recent block-fetch latencies
-    /// gets a second, hedged request; the first to finish is used and the other is
-    /// cancelled. `0` turns hedging off.
+    /// A block fetch with no response head after this quantile of recent block fetches'
+    /// times to first byte gets a second, hedged request; the first to finish is used and
+    /// the other is cancelled. `0` turns hedging off.
     pub hedge_quantile: f64,
     /// A hedge is never sent sooner than this after the first request.
     pub hedge_min_delay: HumanDuration,

@@ -1,12 +1,15 @@
-//! Hedged block fetches: when a block GET is still running after a high quantile of recent
-//! block-GET latencies, a second identical request is sent; whichever finishes first with
-//! the bytes is used and the other is dropped, which closes its connection.
+//! Hedged block fetches: when a block GET has no response head yet after a high quantile
+//! of recent block GETs' times to first byte, a second identical request is sent;
+//! whichever finishes first with the bytes is used and the other is dropped, which closes
+//! its connection.
 //!
-//! The hedge delay follows the upstream: it is the configured quantile of the last
-//! [`WINDOW`] successful fetches (never below the configured floor), so at a quantile q at
-//! most about 1 − q of fetches are hedged, and a uniformly slow upstream raises the delay
-//! instead of doubling its load. Until [`MIN_SAMPLES`] fetches have been seen nothing is
-//! hedged.
+//! Only the wait for the response head is hedged: a response that is arriving is never
+//! duplicated, because a slow transfer means a busy link or CPU, which a second transfer
+//! would make worse. The delay follows the upstream: the configured quantile of the last
+//! [`WINDOW`] times to first byte (never below the configured floor), so at quantile q at
+//! most about 1 − q of fetches are hedged, and an upstream that is slow for everyone raises
+//! the delay instead of doubling its load. Until [`MIN_SAMPLES`] fetches have been seen
+//! nothing is hedged.
 
 use std::collections::VecDeque;
 use std::future::Future;
@@ -17,6 +20,7 @@ use parking_lot::Mutex;
 use tokio::time::Instant;
 
 use crate::telemetry::Metrics;
+use crate::upstream::ResponseHead;
 
 /// Latencies the hedge quantile is computed over.
 const WINDOW: usize = 256;
@@ -67,53 +71,68 @@ impl Hedger {
         recent.push_back(latency);
     }
 
-    /// Runs `request`, and once more if the first run is slower than the hedge delay. The
-    /// first success is returned and the other run dropped; an error is returned only when
-    /// every run has failed.
+    /// Runs `request`, and once more if the first run has no response head after the
+    /// hedge delay. The first success is returned and the other run dropped; an error is
+    /// returned only when every run has failed.
     pub async fn run<T, E, F, Fut>(&self, mut request: F) -> Result<T, E>
     where
-        F: FnMut() -> Fut,
+        F: FnMut(ResponseHead) -> Fut,
         Fut: Future<Output = Result<T, E>>,
     {
         let started = Instant::now();
-        let first = request();
+        let head = ResponseHead::default();
+        let first = request(head.clone());
         tokio::pin!(first);
         let Some(delay) = self.delay() else {
-            return self.timed(started, first.await);
+            return self.timed(started, &head, first.await);
         };
         tokio::select! {
-            result = &mut first => return self.timed(started, result),
+            result = &mut first => return self.timed(started, &head, result),
             () = tokio::time::sleep(delay) => {}
+        }
+        if head.at().is_some() {
+            return self.timed(started, &head, first.await);
         }
         self.metrics.count_hedge("sent");
         let hedge_started = Instant::now();
-        let second = request();
+        let hedge_head = ResponseHead::default();
+        let second = request(hedge_head.clone());
         tokio::pin!(second);
         tokio::select! {
             result = &mut first => match result {
-                Ok(value) => self.timed(started, Ok(value)),
-                Err(_) => self.hedge_result(hedge_started, second.await),
+                Ok(value) => self.timed(started, &head, Ok(value)),
+                Err(_) => self.hedge_result(hedge_started, &hedge_head, second.await),
             },
             result = &mut second => match result {
-                Ok(value) => self.hedge_result(hedge_started, Ok(value)),
-                Err(_) => self.timed(started, first.await),
+                Ok(value) => self.hedge_result(hedge_started, &hedge_head, Ok(value)),
+                Err(_) => self.timed(started, &head, first.await),
             },
         }
     }
 
-    /// Records a successful run's latency.
-    fn timed<T, E>(&self, started: Instant, result: Result<T, E>) -> Result<T, E> {
-        if result.is_ok() {
-            self.record(started.elapsed());
+    /// Records a run's time to first byte, if its head arrived.
+    fn timed<T, E>(
+        &self,
+        started: Instant,
+        head: &ResponseHead,
+        result: Result<T, E>,
+    ) -> Result<T, E> {
+        if let Some(at) = head.at() {
+            self.record(at.duration_since(started));
         }
         result
     }
 
-    fn hedge_result<T, E>(&self, started: Instant, result: Result<T, E>) -> Result<T, E> {
+    fn hedge_result<T, E>(
+        &self,
+        started: Instant,
+        head: &ResponseHead,
+        result: Result<T, E>,
+    ) -> Result<T, E> {
         if result.is_ok() {
             self.metrics.count_hedge("won");
         }
-        self.timed(started, result)
+        self.timed(started, head, result)
     }
 }
 
@@ -149,20 +168,24 @@ mod tests {
         hedger
     }
 
-    /// A request whose `n`-th run takes `latencies[n]` and answers `Ok(n)` (or `Err(n)`
-    /// when `fails[n]`).
+    /// A request whose `n`-th run gets its response head after `heads[n]` ms, finishes
+    /// `transfer` ms later and answers `Ok(n)` (or `Err(n)` when `fails[n]`).
     fn runs(
-        latencies: &'static [u64],
+        heads: &'static [u64],
+        transfer: u64,
         fails: &'static [bool],
         started: Arc<AtomicUsize>,
         cancelled: Arc<AtomicUsize>,
-    ) -> impl FnMut() -> std::pin::Pin<Box<dyn Future<Output = Result<usize, usize>> + Send>> {
-        move || {
+    ) -> impl FnMut(ResponseHead) -> std::pin::Pin<Box<dyn Future<Output = Result<usize, usize>> + Send>>
+    {
+        move |head| {
             let run = started.fetch_add(1, Ordering::SeqCst);
             let cancelled = cancelled.clone();
             Box::pin(async move {
                 let mut guard = DropGuard(cancelled, false);
-                tokio::time::sleep(Duration::from_millis(latencies[run])).await;
+                tokio::time::sleep(Duration::from_millis(heads[run])).await;
+                head.arrived();
+                tokio::time::sleep(Duration::from_millis(transfer)).await;
                 guard.1 = true;
                 if fails[run] { Err(run) } else { Ok(run) }
             })
@@ -197,7 +220,8 @@ mod tests {
         let begin = Instant::now();
         let result = hedger
             .run(runs(
-                &[5_000, 10],
+                &[5_000, 5],
+                5,
                 &[false, false],
                 started.clone(),
                 cancelled.clone(),
@@ -229,6 +253,31 @@ mod tests {
         let result = hedger
             .run(runs(
                 &[80, 10],
+                0,
+                &[false, false],
+                started.clone(),
+                cancelled.clone(),
+            ))
+            .await;
+        assert_eq!(result, Ok(0));
+        assert_eq!(started.load(Ordering::SeqCst), 1);
+        assert!(
+            !hedger
+                .metrics
+                .render()
+                .contains("portico_upstream_hedges_total")
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_response_that_is_arriving_is_not_hedged() {
+        let hedger = hedger(0.95);
+        let (started, cancelled) = counters();
+        // The head came in 10 ms; the body takes 2 s: a busy link, not a lost request.
+        let result = hedger
+            .run(runs(
+                &[10, 10],
+                2_000,
                 &[false, false],
                 started.clone(),
                 cancelled.clone(),
@@ -251,6 +300,7 @@ mod tests {
         let result = hedger
             .run(runs(
                 &[120, 500],
+                0,
                 &[false, false],
                 started.clone(),
                 cancelled.clone(),
@@ -275,6 +325,7 @@ mod tests {
         let result = hedger
             .run(runs(
                 &[100, 200],
+                0,
                 &[true, false],
                 started.clone(),
                 cancelled.clone(),
@@ -284,7 +335,7 @@ mod tests {
         // Both fail: the error is returned.
         let started = Arc::new(AtomicUsize::new(0));
         let result = hedger
-            .run(runs(&[100, 200], &[true, true], started, cancelled))
+            .run(runs(&[100, 200], 0, &[true, true], started, cancelled))
             .await;
         assert!(result.is_err());
     }

@@ -9,7 +9,7 @@ use bytes::Bytes;
 use super::{Discovery, Probe, ReadError, ReadPath, Target};
 use crate::cache::{MetaRecord, MetaState, ObjectMeta};
 use crate::types::{ByteRange, ObjectRef};
-use crate::upstream::{HeadOutcome, UpstreamError};
+use crate::upstream::{HeadOutcome, ResponseHead, UpstreamError};
 
 impl ReadPath {
     /// Fresh metadata from the cache, or from one coalesced upstream request.
@@ -208,7 +208,7 @@ impl ReadPath {
         let read = match self
             .inner
             .upstream
-            .get_range(object, &range, None, block_size)
+            .get_range(object, &range, None, block_size, &ResponseHead::default())
             .await
         {
             Ok(read) => read,

@@ -32,7 +32,7 @@ use crate::telemetry::Metrics;
 use crate::types::{
     BlockIndex, BlockLayout, ByteRange, ObjectRef, RangeRequest, Selection, Unsatisfiable,
 };
-use crate::upstream::{Upstream, UpstreamError};
+use crate::upstream::{ResponseHead, Upstream, UpstreamError};
 use hedge::Hedger;
 use prefetch::Detector;
 
@@ -47,7 +47,7 @@ pub struct ReadSettings {
     pub prefetch_window_blocks: u64,
     /// Prefetch fetches in flight at most.
     pub prefetch_slots: usize,
-    /// Quantile of recent block-fetch latencies after which a fetch is hedged; 0: never.
+    /// Quantile of recent times to first byte after which a block fetch is hedged; 0: never.
     pub hedge_quantile: f64,
     /// Shortest wait before a hedge.
     pub hedge_min_delay: std::time::Duration,
@@ -268,7 +268,8 @@ impl ReadPath {
             return;
         };
         let key = (target.object.clone(), target.version.clone());
-        let observation = detector.observe(key, target.layout, bytes);
+        let budget = slots.available_permits() as u64;
+        let observation = detector.observe(key, target.layout, bytes, budget);
         let metrics = &self.inner.metrics;
         metrics.count_prefetch("used", observation.used);
         metrics.count_prefetch("wasted", observation.wasted);
@@ -384,7 +385,9 @@ impl ReadPath {
             let meta = target.meta.clone();
             move || async move {
                 hedger
-                    .run(|| fetch_block(upstream.clone(), object.clone(), meta.clone(), range))
+                    .run(|head| {
+                        fetch_block(upstream.clone(), object.clone(), meta.clone(), range, head)
+                    })
                     .await
             }
         };
@@ -419,10 +422,17 @@ async fn fetch_block(
     object: ObjectRef,
     meta: Arc<ObjectMeta>,
     range: ByteRange,
+    head: ResponseHead,
 ) -> Result<Bytes, UpstreamError> {
     let if_match = (!meta.etag.is_empty()).then_some(meta.etag.as_str());
     let read = upstream
-        .get_range(&object, &range.header_value(), if_match, range.len_bytes())
+        .get_range(
+            &object,
+            &range.header_value(),
+            if_match,
+            range.len_bytes(),
+            &head,
+        )
         .await?;
     if read.meta.etag != meta.etag || read.meta.size != meta.size {
         return Err(UpstreamError::PreconditionFailed { request_id: None });

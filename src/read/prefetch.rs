@@ -94,8 +94,16 @@ impl Detector {
         }
     }
 
-    /// Records a read of `bytes` from an object cut as `layout`.
-    pub fn observe(&self, key: StreamKey, layout: BlockLayout, bytes: ByteRange) -> Observation {
+    /// Records a read of `bytes` from an object cut as `layout`; at most `budget` blocks
+    /// (the prefetch slots free now) are issued, and the rest of the window is issued by
+    /// later reads of the stream.
+    pub fn observe(
+        &self,
+        key: StreamKey,
+        layout: BlockLayout,
+        bytes: ByteRange,
+        budget: u64,
+    ) -> Observation {
         let now = Instant::now();
         let mut observation = Observation::default();
         let mut streams = self.streams.lock();
@@ -143,7 +151,10 @@ impl Detector {
         }
         let next = read_blocks.end() + 1;
         let start = next.max(stream.issued_until);
-        let end = next.saturating_add(stream.window).min(layout.block_count());
+        let end = next
+            .saturating_add(stream.window)
+            .min(layout.block_count())
+            .min(start.saturating_add(budget));
         if start < end {
             stream.issued_until = end;
             stream.pending.extend(start..end);
@@ -178,6 +189,7 @@ mod tests {
             key(),
             layout(),
             ByteRange::new(first, first + length - 1).unwrap(),
+            u64::MAX,
         )
     }
 
@@ -203,6 +215,32 @@ mod tests {
             read(&detector, 12 * MIB, 4 * MIB).prefetch,
             11..12,
             "stays 8"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_window_wider_than_the_budget_is_issued_by_later_reads() {
+        let detector = Detector::new(8);
+        let observe = |first: u64, budget: u64| {
+            detector
+                .observe(
+                    key(),
+                    layout(),
+                    ByteRange::new(first, first + 4 * MIB - 1).unwrap(),
+                    budget,
+                )
+                .prefetch
+        };
+        observe(0, 8);
+        observe(4 * MIB, 8);
+        assert_eq!(observe(8 * MIB, 8), 3..4, "window 1");
+        assert_eq!(observe(12 * MIB, 8), 4..6, "window 2");
+        assert_eq!(observe(16 * MIB, 1), 6..7, "window 4, one slot free");
+        assert!(observe(20 * MIB, 0).is_empty(), "window 8, no slot free");
+        assert_eq!(
+            observe(24 * MIB, 8),
+            7..15,
+            "the window issued once slots free up, from where issuing stopped"
         );
     }
 

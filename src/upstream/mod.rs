@@ -37,6 +37,22 @@ use crate::config::UpstreamConfig;
 use crate::telemetry::Metrics;
 use crate::types::ObjectRef;
 
+/// When a request's response head arrived: hedging looks at time to first byte, not at a
+/// transfer the local machine may be slow to take in. Cheap to clone.
+#[derive(Debug, Clone, Default)]
+pub struct ResponseHead(Arc<std::sync::OnceLock<tokio::time::Instant>>);
+
+impl ResponseHead {
+    pub(crate) fn arrived(&self) {
+        let _ = self.0.set(tokio::time::Instant::now());
+    }
+
+    /// When the head arrived, if it has.
+    pub fn at(&self) -> Option<tokio::time::Instant> {
+        self.0.get().copied()
+    }
+}
+
 /// Bytes read from an object with the metadata that came with them.
 #[derive(Debug, Clone)]
 pub struct RangeRead {
@@ -214,15 +230,19 @@ impl Upstream {
     /// GETs `range` (a `Range` header value) of `object`, at most `max_bytes` of it.
     ///
     /// With `if_match`, a changed object fails with [`UpstreamError::PreconditionFailed`].
+    /// `head` learns when the response head arrived.
     pub async fn get_range(
         &self,
         object: &ObjectRef,
         range: &str,
         if_match: Option<&str>,
         max_bytes: u64,
+        head: &ResponseHead,
     ) -> Result<RangeRead, UpstreamError> {
         let started = Instant::now();
-        let result = self.fetch_range(object, range, if_match, max_bytes).await;
+        let result = self
+            .fetch_range(object, range, if_match, max_bytes, head)
+            .await;
         let status = match &result {
             Ok((_, status)) => *status,
             Err(error) => error.upstream_status(),
@@ -238,6 +258,7 @@ impl Upstream {
         range: &str,
         if_match: Option<&str>,
         max_bytes: u64,
+        head: &ResponseHead,
     ) -> Result<(RangeRead, u16), UpstreamError> {
         let mut output = self
             .client
@@ -250,6 +271,7 @@ impl Upstream {
             .send()
             .await
             .map_err(UpstreamError::from_sdk)?;
+        head.arrived();
         let content_length = output
             .content_length()
             .and_then(|length| u64::try_from(length).ok())

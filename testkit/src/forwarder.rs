@@ -3,11 +3,13 @@
 //! refuses connections and open connections are cut) and started again on the same port.
 //! Faults can be injected into the next object GETs: an error status, a connection
 //! closed without a response, or a delay before forwarding. Requests the client gave up
-//! on (closed its connection before the response) are counted.
+//! on (closed its connection before the response) are counted. For benchmarks, every
+//! request can be delayed (an object store's time to first byte) and response body bytes
+//! are counted.
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
@@ -66,6 +68,7 @@ pub struct Forwarder {
     seen: Arc<Mutex<Vec<Seen>>>,
     faults: Arc<Mutex<VecDeque<Fault>>>,
     cancelled: Arc<AtomicUsize>,
+    counters: Arc<Counters>,
     tasks: Option<JoinSet<()>>,
     /// Serves HTTPS with this acceptor instead of plain HTTP.
     tls: Option<TlsAcceptor>,
@@ -93,6 +96,7 @@ impl Forwarder {
             seen: Arc::default(),
             faults: Arc::default(),
             cancelled: Arc::default(),
+            counters: Arc::default(),
             tasks: None,
             tls,
         };
@@ -112,6 +116,7 @@ impl Forwarder {
         let seen = self.seen.clone();
         let faults = self.faults.clone();
         let cancelled = self.cancelled.clone();
+        let counters = self.counters.clone();
         let tls = self.tls.clone();
         let mut tasks = JoinSet::new();
         tasks.spawn(async move {
@@ -127,6 +132,7 @@ impl Forwarder {
                     seen: seen.clone(),
                     faults: faults.clone(),
                     cancelled: cancelled.clone(),
+                    counters: counters.clone(),
                 };
                 let service = service_fn(move |request: Request<Incoming>| {
                     let shared = shared.clone();
@@ -179,6 +185,21 @@ impl Forwarder {
         self.serve(listener);
     }
 
+    /// Delays every request by `latency` before forwarding it (0 turns it off).
+    pub fn set_latency(&self, latency: std::time::Duration) {
+        let nanos = u64::try_from(latency.as_nanos()).unwrap_or(u64::MAX);
+        self.counters.latency_nanos.store(nanos, Ordering::SeqCst);
+    }
+
+    /// Requests forwarded and response body bytes (by `Content-Length`) since the last
+    /// call, and reset both.
+    pub fn take_counts(&self) -> (u64, u64) {
+        (
+            self.counters.requests.swap(0, Ordering::SeqCst),
+            self.counters.bytes.swap(0, Ordering::SeqCst),
+        )
+    }
+
     /// Requests whose client closed the connection before the response head was sent.
     pub fn cancelled(&self) -> usize {
         self.cancelled.load(Ordering::SeqCst)
@@ -209,6 +230,14 @@ struct Shared {
     seen: Arc<Mutex<Vec<Seen>>>,
     faults: Arc<Mutex<VecDeque<Fault>>>,
     cancelled: Arc<AtomicUsize>,
+    counters: Arc<Counters>,
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    latency_nanos: AtomicU64,
+    requests: AtomicU64,
+    bytes: AtomicU64,
 }
 
 /// Counts a request as cancelled when its handler is dropped before it finished.
@@ -256,6 +285,11 @@ impl Shared {
             }
             None => {}
         }
+        let is_head = request.method() == http::Method::HEAD;
+        let latency = self.counters.latency_nanos.load(Ordering::Relaxed);
+        if latency > 0 {
+            tokio::time::sleep(std::time::Duration::from_nanos(latency)).await;
+        }
         let (mut parts, body) = request.into_parts();
         parts.uri = format!("http://{}{path_and_query}", self.target)
             .parse()
@@ -267,6 +301,14 @@ impl Shared {
             .await
             .map_err(|error| ForwardError(error.to_string()))?;
         unfinished.0 = None;
+        let length = response
+            .headers()
+            .get(http::header::CONTENT_LENGTH)
+            .and_then(|value| value.to_str().ok()?.parse::<u64>().ok())
+            .filter(|_| !is_head)
+            .unwrap_or(0);
+        self.counters.requests.fetch_add(1, Ordering::Relaxed);
+        self.counters.bytes.fetch_add(length, Ordering::Relaxed);
         Ok(response.map(BodyExt::boxed))
     }
 }

@@ -6,6 +6,7 @@
 pub mod forwarder;
 pub mod minio;
 pub mod portico;
+pub mod process;
 pub mod sign;
 
 use aws_sdk_s3::Client;
@@ -50,6 +51,20 @@ pub fn random_bytes(length: usize, seed: u64) -> Vec<u8> {
     let mut bytes = vec![0u8; length];
     rand::rngs::StdRng::seed_from_u64(seed).fill_bytes(&mut bytes);
     bytes
+}
+
+/// Writes `bytes` (a multiple of 8 MiB) pseudo-random bytes to `path`, for objects too
+/// large to hold in memory while uploading.
+pub fn write_random_file(path: &std::path::Path, bytes: u64, seed: u64) {
+    use std::io::Write;
+    let mut file = std::io::BufWriter::new(std::fs::File::create(path).expect("create file"));
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let mut chunk = vec![0u8; 8 << 20];
+    for _ in 0..bytes / chunk.len() as u64 {
+        rng.fill_bytes(&mut chunk);
+        file.write_all(&chunk).expect("write file");
+    }
+    file.flush().expect("flush file");
 }
 
 /// A bucket name no other test uses.

@@ -1,0 +1,664 @@
+//! The benchmark suite: Portico against going direct and against nginx as an S3 caching
+//! proxy, with an upstream that behaves like S3 in-region.
+//!
+//! Everything runs on loopback: MinIO; a forwarder in front of it that delays every
+//! request by a time to first byte (`BENCH_TTFB_MS`, default 20) and counts requests and
+//! bytes (the origin); nginx from Debian with `proxy_cache`, `slice 4m` and
+//! `proxy_cache_lock`; and the release `portico` binary. The same lean HTTP client loads
+//! each target in four scenarios:
+//!
+//! - `cold-sequential`: one client reads a cold 1 GiB object in 1 MiB ranges, in order;
+//! - `cold-herd`: 64 clients GET the same cold 64 MiB object at once;
+//! - `random-cold`: 8 clients read random small ranges of 128 cold 8 MiB objects;
+//! - `hot-random`: 16 clients read random 64 KiB–4 MiB ranges of a 256 MiB working set
+//!   for 10 s, after two warm-up reads of it.
+//!
+//! Each target reads each object cold once: the scenarios use distinct objects, so no
+//! target restarts between them. The bucket allows anonymous reads, so no client signs
+//! and nginx forwards requests unchanged. Run with `make bench`; `BENCH_SCENARIOS` (a
+//! comma-separated list) runs some of the scenarios only.
+
+use std::path::Path;
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
+
+use aws_sdk_s3::primitives::ByteStream;
+use bytes::Bytes;
+use http_body_util::{BodyExt, Empty};
+use hyper_util::client::legacy::Client as HttpClient;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use portico_testkit::forwarder::Forwarder;
+use portico_testkit::minio::{free_port, minio};
+use portico_testkit::portico::{Portico, Settings};
+use portico_testkit::process::{cpu_seconds, reset_peak_rss, status_field_kib, with_children};
+use portico_testkit::{random_bytes, s3_client, unique_bucket, write_random_file};
+use rand::{Rng, SeedableRng};
+
+const KIB: u64 = 1024;
+const MIB: u64 = 1024 * KIB;
+const MEMORY_CAPACITY: &str = "1GiB";
+const MEMORY_CAPACITY_MIB: u64 = 1024;
+const SEQUENTIAL_BYTES: u64 = 1024 * MIB;
+const HERD_BYTES: u64 = 64 * MIB;
+const HERD_CLIENTS: usize = 64;
+const HOT_OBJECTS: usize = 4;
+const HOT_OBJECT_BYTES: u64 = 64 * MIB;
+const HOT_CLIENTS: usize = 16;
+const HOT_RUN: Duration = Duration::from_secs(10);
+const COLD_OBJECTS: usize = 128;
+const COLD_OBJECT_BYTES: u64 = 8 * MIB;
+const COLD_CLIENTS: usize = 8;
+const COLD_READS_PER_CLIENT: usize = 100;
+const HEDGES_SENT: &str = "portico_upstream_hedges_total{result=\"sent\"}";
+const IDLE_WINDOW: Duration = Duration::from_secs(30);
+
+type Http = HttpClient<HttpConnector, Empty<Bytes>>;
+
+/// One system under test: a base URL (`http://host:port/bucket`) and the processes whose
+/// memory counts.
+struct Target {
+    name: &'static str,
+    base: String,
+    pids: Vec<u32>,
+}
+
+impl Target {
+    fn reset_peak_rss(&self) {
+        self.pids.iter().for_each(|pid| reset_peak_rss(*pid));
+    }
+
+    /// Peak RSS since the last reset, summed over the target's processes; `None` for
+    /// the direct target (the origin's memory is not the proxy's).
+    fn peak_rss_mib(&self) -> Option<u64> {
+        (!self.pids.is_empty()).then(|| {
+            self.pids
+                .iter()
+                .map(|pid| status_field_kib(*pid, "VmHWM:"))
+                .sum::<u64>()
+                / 1024
+        })
+    }
+}
+
+/// One response: time to its head, time to its last byte, bytes received.
+struct Exchange {
+    first_byte: Duration,
+    total: Duration,
+    bytes: u64,
+}
+
+async fn fetch(client: &Http, url: &str, range: Option<(u64, u64)>) -> Exchange {
+    let mut request = http::Request::get(url);
+    if let Some((first, last)) = range {
+        request = request.header(http::header::RANGE, format!("bytes={first}-{last}"));
+    }
+    let started = Instant::now();
+    let response = client
+        .request(request.body(Empty::new()).expect("request"))
+        .await
+        .unwrap_or_else(|error| panic!("GET {url}: {error}"));
+    let first_byte = started.elapsed();
+    assert!(
+        response.status().is_success(),
+        "GET {url} {range:?}: {}",
+        response.status()
+    );
+    let mut body = response.into_body();
+    let mut bytes = 0;
+    while let Some(frame) = body.frame().await {
+        if let Ok(data) = frame.expect("response body").into_data() {
+            bytes += data.len() as u64;
+        }
+    }
+    if let Some((first, last)) = range {
+        assert_eq!(bytes, last - first + 1, "GET {url} {range:?}: short body");
+    }
+    Exchange {
+        first_byte,
+        total: started.elapsed(),
+        bytes,
+    }
+}
+
+fn http_client() -> Http {
+    HttpClient::builder(TokioExecutor::new())
+        .pool_max_idle_per_host(HERD_CLIENTS)
+        .build_http()
+}
+
+/// What one scenario measured on one target.
+struct Run {
+    elapsed: Duration,
+    bytes: u64,
+    /// Per request, sorted: time to the last byte.
+    latencies: Vec<Duration>,
+    /// Per request, sorted: time to the response head.
+    first_bytes: Vec<Duration>,
+    origin_requests: u64,
+    origin_bytes: u64,
+    peak_rss_mib: Option<u64>,
+}
+
+impl Run {
+    fn new(exchanges: Vec<Exchange>, elapsed: Duration) -> Self {
+        let mut latencies: Vec<Duration> = exchanges.iter().map(|e| e.total).collect();
+        let mut first_bytes: Vec<Duration> = exchanges.iter().map(|e| e.first_byte).collect();
+        latencies.sort();
+        first_bytes.sort();
+        Self {
+            elapsed,
+            bytes: exchanges.iter().map(|e| e.bytes).sum(),
+            latencies,
+            first_bytes,
+            origin_requests: 0,
+            origin_bytes: 0,
+            peak_rss_mib: None,
+        }
+    }
+
+    fn mib_per_sec(&self) -> f64 {
+        self.bytes as f64 / MIB as f64 / self.elapsed.as_secs_f64()
+    }
+
+    fn p(values: &[Duration], fraction: f64) -> f64 {
+        let index = ((values.len() as f64 - 1.0) * fraction).round() as usize;
+        values
+            .get(index)
+            .map_or(0.0, |value| value.as_secs_f64() * 1000.0)
+    }
+
+    fn latency_ms(&self, fraction: f64) -> f64 {
+        Self::p(&self.latencies, fraction)
+    }
+
+    fn first_byte_ms(&self, fraction: f64) -> f64 {
+        Self::p(&self.first_bytes, fraction)
+    }
+}
+
+/// Runs `load` against `target`, counting what reached the origin and the peak RSS.
+async fn measure<F, Fut>(target: &Target, origin: &Forwarder, load: F) -> Run
+where
+    F: FnOnce(String) -> Fut,
+    Fut: std::future::Future<Output = Run>,
+{
+    target.reset_peak_rss();
+    origin.take_counts();
+    let mut run = load(target.base.clone()).await;
+    (run.origin_requests, run.origin_bytes) = origin.take_counts();
+    run.peak_rss_mib = target.peak_rss_mib();
+    run
+}
+
+async fn cold_sequential(base: String) -> Run {
+    let client = http_client();
+    let url = format!("{base}/sequential.bin");
+    let started = Instant::now();
+    let mut exchanges = Vec::new();
+    for first in (0..SEQUENTIAL_BYTES).step_by(MIB as usize) {
+        exchanges.push(fetch(&client, &url, Some((first, first + MIB - 1))).await);
+    }
+    Run::new(exchanges, started.elapsed())
+}
+
+async fn cold_herd(base: String) -> Run {
+    let client = http_client();
+    let url = format!("{base}/herd.bin");
+    let gate = std::sync::Arc::new(tokio::sync::Barrier::new(HERD_CLIENTS + 1));
+    let mut clients = Vec::new();
+    for _ in 0..HERD_CLIENTS {
+        let (client, url, gate) = (client.clone(), url.clone(), gate.clone());
+        clients.push(tokio::spawn(async move {
+            gate.wait().await;
+            fetch(&client, &url, None).await
+        }));
+    }
+    gate.wait().await;
+    let started = Instant::now();
+    let mut exchanges = Vec::new();
+    for client in clients {
+        let exchange = client.await.expect("herd client");
+        assert_eq!(exchange.bytes, HERD_BYTES);
+        exchanges.push(exchange);
+    }
+    Run::new(exchanges, started.elapsed())
+}
+
+/// `clients` workers each reading random ranges of `lengths` from random `objects`,
+/// `reads` times or until `run` has passed.
+async fn random_reads(
+    base: String,
+    objects: Vec<String>,
+    object_bytes: u64,
+    lengths: std::ops::RangeInclusive<u64>,
+    clients: usize,
+    limit: Limit,
+) -> Run {
+    let client = http_client();
+    let started = Instant::now();
+    let mut workers = Vec::new();
+    for worker in 0..clients {
+        let (client, base, objects, lengths) = (
+            client.clone(),
+            base.clone(),
+            objects.clone(),
+            lengths.clone(),
+        );
+        workers.push(tokio::spawn(async move {
+            let mut rng = rand::rngs::StdRng::seed_from_u64(1000 + worker as u64);
+            let mut exchanges = Vec::new();
+            while match limit {
+                Limit::Reads(reads) => exchanges.len() < reads,
+                Limit::Time(run) => started.elapsed() < run,
+            } {
+                let object = &objects[rng.random_range(0..objects.len())];
+                let length = rng.random_range(lengths.clone());
+                let first = rng.random_range(0..=object_bytes - length);
+                let url = format!("{base}/{object}");
+                exchanges.push(fetch(&client, &url, Some((first, first + length - 1))).await);
+            }
+            exchanges
+        }));
+    }
+    let mut exchanges = Vec::new();
+    for worker in workers {
+        exchanges.extend(worker.await.expect("worker"));
+    }
+    Run::new(exchanges, started.elapsed())
+}
+
+#[derive(Clone, Copy)]
+enum Limit {
+    Reads(usize),
+    Time(Duration),
+}
+
+fn hot_objects() -> Vec<String> {
+    (0..HOT_OBJECTS)
+        .map(|index| format!("hot-{index}.bin"))
+        .collect()
+}
+
+fn cold_objects() -> Vec<String> {
+    (0..COLD_OBJECTS)
+        .map(|index| format!("cold-{index:03}.bin"))
+        .collect()
+}
+
+async fn hot_random(base: String) -> Run {
+    let client = http_client();
+    for _ in 0..2 {
+        for object in hot_objects() {
+            fetch(&client, &format!("{base}/{object}"), None).await;
+        }
+    }
+    random_reads(
+        base,
+        hot_objects(),
+        HOT_OBJECT_BYTES,
+        64 * KIB..=4 * MIB,
+        HOT_CLIENTS,
+        Limit::Time(HOT_RUN),
+    )
+    .await
+}
+
+async fn random_cold(base: String) -> Run {
+    random_reads(
+        base,
+        cold_objects(),
+        COLD_OBJECT_BYTES,
+        4 * KIB..=256 * KIB,
+        COLD_CLIENTS,
+        Limit::Reads(COLD_READS_PER_CLIENT),
+    )
+    .await
+}
+
+fn print_header(title: &str, first_byte: bool) {
+    println!();
+    println!("{title}");
+    let latency = if first_byte { "TTFB" } else { "" };
+    println!(
+        "{:<8} {:>9} {:>9} {:>10} {:>10} {:>11} {:>11} {:>9}",
+        "target",
+        "MiB/s",
+        "time s",
+        format!("{latency}p50 ms"),
+        format!("{latency}p99 ms"),
+        "origin reqs",
+        "origin MiB",
+        "peak RSS"
+    );
+}
+
+fn print_run(name: &str, run: &Run, first_byte: bool) {
+    let (p50, p99) = if first_byte {
+        (run.first_byte_ms(0.5), run.first_byte_ms(0.99))
+    } else {
+        (run.latency_ms(0.5), run.latency_ms(0.99))
+    };
+    let rss = run
+        .peak_rss_mib
+        .map_or("-".to_owned(), |mib| format!("{mib} MiB"));
+    println!(
+        "{name:<8} {:>9.1} {:>9.2} {p50:>10.1} {p99:>10.1} {:>11} {:>11.1} {rss:>9}",
+        run.mib_per_sec(),
+        run.elapsed.as_secs_f64(),
+        run.origin_requests,
+        run.origin_bytes as f64 / MIB as f64,
+    );
+}
+
+fn verdict(met: bool) -> &'static str {
+    if met { "met" } else { "MISSED" }
+}
+
+/// nginx as an S3 caching proxy: 4 MiB slices cached on disk, one fetch per slice.
+struct Nginx {
+    child: Child,
+    port: u16,
+}
+
+impl Nginx {
+    fn start(dir: &Path, origin: &str) -> Self {
+        let port = free_port();
+        for sub in ["cache", "tmp"] {
+            std::fs::create_dir_all(dir.join(sub)).expect("nginx directories");
+        }
+        // Workers run as an unprivileged user when the master is root.
+        let _ = Command::new("chmod")
+            .args(["-R", "a+rwx"])
+            .arg(dir)
+            .status();
+        let dir = dir.display();
+        let config = format!(
+            r#"daemon off;
+master_process on;
+worker_processes 2;
+pid {dir}/nginx.pid;
+error_log {dir}/error.log warn;
+events {{ worker_connections 4096; }}
+http {{
+    access_log off;
+    client_body_temp_path {dir}/tmp/body;
+    proxy_temp_path {dir}/tmp/proxy;
+    fastcgi_temp_path {dir}/tmp/fastcgi;
+    uwsgi_temp_path {dir}/tmp/uwsgi;
+    scgi_temp_path {dir}/tmp/scgi;
+    proxy_cache_path {dir}/cache levels=1:2 keys_zone=s3:64m max_size=8g inactive=1d use_temp_path=off;
+    upstream origin {{ server {origin}; keepalive 64; }}
+    server {{
+        listen 127.0.0.1:{port};
+        location / {{
+            slice 4m;
+            proxy_cache s3;
+            proxy_cache_key $uri$slice_range;
+            proxy_set_header Range $slice_range;
+            proxy_cache_valid 200 206 1d;
+            proxy_cache_lock on;
+            proxy_cache_lock_timeout 300s;
+            proxy_cache_lock_age 300s;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_set_header Host $http_host;
+            proxy_pass http://origin;
+        }}
+    }}
+}}
+"#
+        );
+        let path = format!("{dir}/nginx.conf");
+        std::fs::write(&path, config).expect("nginx.conf");
+        let child = Command::new("/usr/sbin/nginx")
+            .args([
+                "-p",
+                &dir.to_string(),
+                "-c",
+                &path,
+                "-e",
+                &format!("{dir}/error.log"),
+            ])
+            .spawn()
+            .expect("start nginx (make bench installs it)");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "nginx did not start; see {dir}/error.log"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Self { child, port }
+    }
+
+    fn stop(mut self) {
+        let _ = Command::new("kill")
+            .args(["-QUIT", &self.child.id().to_string()])
+            .status();
+        let _ = self.child.wait();
+    }
+}
+
+async fn upload(client: &aws_sdk_s3::Client, bucket: &str, key: &str, body: ByteStream) {
+    client
+        .put_object()
+        .bucket(bucket)
+        .key(key)
+        .body(body)
+        .send()
+        .await
+        .unwrap_or_else(|error| panic!("upload {key}: {error:?}"));
+}
+
+#[tokio::main]
+async fn main() {
+    let ttfb = Duration::from_millis(
+        std::env::var("BENCH_TTFB_MS")
+            .ok()
+            .and_then(|value| value.parse().ok())
+            .unwrap_or(20),
+    );
+    let minio = minio();
+    let direct = s3_client(&minio.endpoint(), true);
+    let bucket = unique_bucket("suite");
+    direct
+        .create_bucket()
+        .bucket(&bucket)
+        .send()
+        .await
+        .expect("bucket");
+    let policy = format!(
+        r#"{{"Version":"2012-10-17","Statement":[{{"Effect":"Allow","Principal":{{"AWS":["*"]}},"Action":["s3:GetObject"],"Resource":["arn:aws:s3:::{bucket}/*"]}}]}}"#
+    );
+    direct
+        .put_bucket_policy()
+        .bucket(&bucket)
+        .policy(policy)
+        .send()
+        .await
+        .expect("anonymous read policy");
+
+    println!("uploading 1 GiB sequential, 64 MiB herd, 4 × 64 MiB hot, 128 × 8 MiB cold objects");
+    let work = tempfile::tempdir().expect("work directory");
+    let large = work.path().join("sequential.bin");
+    write_random_file(&large, SEQUENTIAL_BYTES, 11);
+    let body = ByteStream::from_path(&large).await.expect("large file");
+    upload(&direct, &bucket, "sequential.bin", body).await;
+    std::fs::remove_file(&large).ok();
+    let herd = random_bytes(HERD_BYTES as usize, 12);
+    upload(&direct, &bucket, "herd.bin", ByteStream::from(herd)).await;
+    for (seed, object) in hot_objects().iter().enumerate() {
+        let data = random_bytes(HOT_OBJECT_BYTES as usize, 100 + seed as u64);
+        upload(&direct, &bucket, object, ByteStream::from(data)).await;
+    }
+    for (seed, object) in cold_objects().iter().enumerate() {
+        let data = random_bytes(COLD_OBJECT_BYTES as usize, 1000 + seed as u64);
+        upload(&direct, &bucket, object, ByteStream::from(data)).await;
+    }
+
+    let origin = Forwarder::start(&minio.address).await;
+    origin.set_latency(ttfb);
+    let origin_address = origin.endpoint().trim_start_matches("http://").to_owned();
+    let nginx = Nginx::start(&work.path().join("nginx"), &origin_address);
+    let mut settings = Settings::new(origin.endpoint(), &work.path().join("portico"));
+    settings.block_size = "4MiB";
+    settings.memory_capacity = MEMORY_CAPACITY;
+    settings.disk_capacity = "8GiB";
+    settings.hedge_quantile = 0.95;
+    settings.without_auth();
+    let portico = Portico::start(Path::new(env!("CARGO_BIN_EXE_portico")), &settings).await;
+    let portico_pid = portico.pid().expect("portico pid");
+    let targets = [
+        Target {
+            name: "direct",
+            base: format!("{}/{bucket}", origin.endpoint()),
+            pids: Vec::new(),
+        },
+        Target {
+            name: "nginx",
+            base: format!("http://127.0.0.1:{}/{bucket}", nginx.port),
+            pids: with_children(nginx.child.id()),
+        },
+        Target {
+            name: "portico",
+            base: format!("{}/{bucket}", portico.s3),
+            pids: vec![portico_pid],
+        },
+    ];
+    println!(
+        "origin: MinIO behind a forwarder adding {} ms to every request; portico: block_size 4MiB, memory_capacity {MEMORY_CAPACITY}, prefetch and hedging on; nginx: slice 4m, proxy_cache_lock on",
+        ttfb.as_millis()
+    );
+
+    let wanted = |scenario: &str| {
+        std::env::var("BENCH_SCENARIOS")
+            .map(|list| list.split(',').any(|item| item.trim() == scenario))
+            .unwrap_or(true)
+    };
+    let mut peak_rss = Vec::new();
+
+    if wanted("cold-sequential") {
+        print_header(
+            "cold-sequential: 1 client reads a cold 1 GiB object in 1 MiB ranges, in order",
+            false,
+        );
+        let mut runs = Vec::new();
+        for target in &targets {
+            let run = measure(target, &origin, cold_sequential).await;
+            print_run(target.name, &run, false);
+            runs.push(run);
+        }
+        let ratio = runs[2].mib_per_sec() / runs[1].mib_per_sec();
+        println!(
+            "portico / nginx throughput: {ratio:.2}x (target >= 4x: {}); portico / direct: {:.2}x",
+            verdict(ratio >= 4.0),
+            runs[2].mib_per_sec() / runs[0].mib_per_sec()
+        );
+        peak_rss.push(runs[2].peak_rss_mib.unwrap_or(0));
+    }
+
+    if wanted("cold-herd") {
+        print_header(
+            "cold-herd: 64 clients GET the same cold 64 MiB object at once",
+            true,
+        );
+        let mut runs = Vec::new();
+        for target in &targets {
+            let hedges_before = portico.metric(HEDGES_SENT).await;
+            let run = measure(target, &origin, cold_herd).await;
+            if target.name == "portico" {
+                println!(
+                    "(portico sent {} hedged block requests in this run)",
+                    portico.metric(HEDGES_SENT).await - hedges_before
+                );
+            }
+            print_run(target.name, &run, true);
+            runs.push(run);
+        }
+        let portico_run = &runs[2];
+        let bytes_ratio = portico_run.origin_bytes as f64 / HERD_BYTES as f64;
+        let time_ratio = portico_run.elapsed.as_secs_f64() / runs[1].elapsed.as_secs_f64();
+        println!(
+            "portico origin bytes / object: {bytes_ratio:.2} (target <= 1.1: {}); origin requests {} for {} blocks; TTFB p50 {:.0} ms (target <= 100: {}); time / nginx's {time_ratio:.2} (target <= 0.75: {})",
+            verdict(bytes_ratio <= 1.1),
+            portico_run.origin_requests,
+            HERD_BYTES / (4 * MIB),
+            portico_run.first_byte_ms(0.5),
+            verdict(portico_run.first_byte_ms(0.5) <= 100.0),
+            verdict(time_ratio <= 0.75),
+        );
+        peak_rss.push(portico_run.peak_rss_mib.unwrap_or(0));
+    }
+
+    if wanted("random-cold") {
+        print_header(
+            "random-cold: 8 clients x 100 random 4-256 KiB ranges of 128 cold 8 MiB objects",
+            false,
+        );
+        let prefetch =
+            |result: &'static str| format!("portico_prefetch_blocks_total{{result=\"{result}\"}}");
+        let issued_before = portico.metric(&prefetch("issued")).await;
+        let used_before = portico.metric(&prefetch("used")).await;
+        let mut runs = Vec::new();
+        for target in &targets {
+            let run = measure(target, &origin, random_cold).await;
+            print_run(target.name, &run, false);
+            runs.push(run);
+        }
+        let issued = portico.metric(&prefetch("issued")).await - issued_before;
+        let used = portico.metric(&prefetch("used")).await - used_before;
+        let unused_bytes = (issued - used).max(0.0) * (4 * MIB) as f64;
+        let unused_share = unused_bytes / runs[2].bytes as f64;
+        println!(
+            "portico prefetch: {issued} blocks issued, {used} used; unused prefetched bytes / bytes served {:.1}% (target <= 5%: {})",
+            unused_share * 100.0,
+            verdict(unused_share <= 0.05)
+        );
+        peak_rss.push(runs[2].peak_rss_mib.unwrap_or(0));
+    }
+
+    if wanted("hot-random") {
+        print_header(
+            "hot-random: 16 clients, random 64 KiB-4 MiB ranges of a 256 MiB working set, 10 s after 2 warm-up reads",
+            false,
+        );
+        let mut runs = Vec::new();
+        for target in &targets {
+            let run = measure(target, &origin, hot_random).await;
+            print_run(target.name, &run, false);
+            runs.push(run);
+        }
+        let ratio = runs[2].mib_per_sec() / runs[1].mib_per_sec();
+        let p99_ratio = runs[2].latency_ms(0.99) / runs[1].latency_ms(0.99);
+        println!(
+            "portico / nginx throughput {ratio:.2}x (target >= 1.8x: {}); p99 {p99_ratio:.2}x nginx's (target <= 0.3x: {}); portico / direct {:.2}x",
+            verdict(ratio >= 1.8),
+            verdict(p99_ratio <= 0.3),
+            runs[2].mib_per_sec() / runs[0].mib_per_sec()
+        );
+        peak_rss.push(runs[2].peak_rss_mib.unwrap_or(0));
+    }
+
+    let worst = peak_rss.iter().copied().max().unwrap_or(0);
+    println!();
+    println!(
+        "portico peak RSS per scenario (MiB): {peak_rss:?}; worst {worst} MiB (target <= memory_capacity + 256 = {} MiB: {})",
+        MEMORY_CAPACITY_MIB + 256,
+        verdict(worst <= MEMORY_CAPACITY_MIB + 256)
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let cpu_before = cpu_seconds(portico_pid);
+    tokio::time::sleep(IDLE_WINDOW).await;
+    let idle = (cpu_seconds(portico_pid) - cpu_before) / IDLE_WINDOW.as_secs_f64();
+    println!(
+        "portico idle CPU over {}s after the load: {:.2}% of a core (target < 1%: {})",
+        IDLE_WINDOW.as_secs(),
+        idle * 100.0,
+        verdict(idle < 0.01)
+    );
+
+    portico.stop().await;
+    nginx.stop();
+}

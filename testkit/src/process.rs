@@ -1,0 +1,51 @@
+//! What benchmarks measure about a process from `/proc`: resident memory, its peak, and
+//! CPU time.
+
+/// A `/proc/<pid>/status` field in KiB (`VmRSS:`, `VmHWM:`), 0 when unreadable.
+pub fn status_field_kib(pid: u32, field: &str) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix(field))
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|value| value.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Resets the peak resident set size (`VmHWM`) to the current one.
+pub fn reset_peak_rss(pid: u32) {
+    let _ = std::fs::write(format!("/proc/{pid}/clear_refs"), "5");
+}
+
+/// User plus system CPU time the process has used, in seconds.
+pub fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the parenthesised command name; utime and stime are the 14th and 15th.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| rest.split_whitespace().collect())
+        .unwrap_or_default();
+    let ticks: u64 = fields
+        .get(11..13)
+        .map(|pair| {
+            pair.iter()
+                .filter_map(|value| value.parse::<u64>().ok())
+                .sum()
+        })
+        .unwrap_or(0);
+    // The kernel's USER_HZ is 100 on every Linux platform this runs on.
+    ticks as f64 / 100.0
+}
+
+/// The process and its direct children (an nginx master and its workers).
+pub fn with_children(pid: u32) -> Vec<u32> {
+    let children =
+        std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
+    std::iter::once(pid)
+        .chain(
+            children
+                .split_whitespace()
+                .filter_map(|child| child.parse().ok()),
+        )
+        .collect()
+}
