@@ -9,12 +9,8 @@ use std::time::{Duration, Instant};
 
 use aws_sdk_s3::presigning::PresigningConfig;
 use aws_sdk_s3::primitives::ByteStream;
-use bytes::Bytes;
-use http_body_util::{BodyExt, Empty};
-use hyper_util::client::legacy::Client as HttpClient;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
 use portico_testkit::forwarder::Forwarder;
+use portico_testkit::load::{Http, fetch, http_client};
 use portico_testkit::minio::minio;
 use portico_testkit::portico::{Portico, Settings};
 use portico_testkit::process::status_field_kib;
@@ -28,8 +24,6 @@ const LARGE_OBJECT_BYTES: u64 = 1024 * MIB;
 const RANGE_BYTES: u64 = MIB;
 const CLIENTS: usize = 16;
 const RUN: Duration = Duration::from_secs(10);
-
-type Http = HttpClient<HttpConnector, Empty<Bytes>>;
 
 struct LoadResult {
     requests: usize,
@@ -49,35 +43,14 @@ impl LoadResult {
     }
 }
 
-async fn get(client: &Http, url: &str, range: Option<String>) -> u64 {
-    let mut request = http::Request::get(url);
-    if let Some(range) = range {
-        request = request.header(http::header::RANGE, range);
-    }
-    let response = client
-        .request(request.body(Empty::new()).expect("request"))
-        .await
-        .expect("GET");
-    assert!(
-        response.status().is_success(),
-        "GET {url}: {}",
-        response.status()
-    );
-    let mut body = response.into_body();
-    let mut received = 0;
-    while let Some(frame) = body.frame().await {
-        if let Ok(data) = frame.expect("body").into_data() {
-            received += data.len() as u64;
-        }
-    }
-    received
+/// GETs `url` (or a range of it) and returns the bytes received.
+async fn get(client: &Http, url: &str, range: Option<(u64, u64)>) -> u64 {
+    fetch(client, url, range).await.bytes
 }
 
 /// `CLIENTS` workers GET random 1 MiB ranges of the hot object for `RUN`.
 async fn random_ranges(url: &str) -> LoadResult {
-    let client: Http = HttpClient::builder(TokioExecutor::new())
-        .pool_max_idle_per_host(CLIENTS)
-        .build_http();
+    let client = http_client(CLIENTS);
     let started = Instant::now();
     let mut workers = Vec::new();
     for worker in 0..CLIENTS {
@@ -89,7 +62,7 @@ async fn random_ranges(url: &str) -> LoadResult {
             let mut bytes = 0;
             while started.elapsed() < RUN {
                 let first = rng.random_range(0..HOT_OBJECT_BYTES - RANGE_BYTES);
-                let range = format!("bytes={first}-{}", first + RANGE_BYTES - 1);
+                let range = (first, first + RANGE_BYTES - 1);
                 let sent = Instant::now();
                 bytes += get(&client, &url, Some(range)).await;
                 latencies.push(sent.elapsed());
@@ -171,7 +144,7 @@ async fn main() {
     settings.disk_capacity = "4GiB";
     let portico = Portico::start(binary, &settings).await;
     let pid = portico.pid().expect("portico pid");
-    let http: Http = HttpClient::builder(TokioExecutor::new()).build_http();
+    let http = http_client(1);
 
     // Hot hits: warm the 64 MiB working set into memory, then load both targets. Portico
     // verifies SigV4 on every request: a presigned URL, verified each time, costs the

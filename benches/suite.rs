@@ -23,12 +23,8 @@ use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use aws_sdk_s3::primitives::ByteStream;
-use bytes::Bytes;
-use http_body_util::{BodyExt, Empty};
-use hyper_util::client::legacy::Client as HttpClient;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
 use portico_testkit::forwarder::Forwarder;
+use portico_testkit::load::{self, Exchange, Http, fetch};
 use portico_testkit::minio::{free_port, minio};
 use portico_testkit::portico::{Portico, Settings};
 use portico_testkit::process::{cpu_seconds, reset_peak_rss, status_field_kib, with_children};
@@ -52,8 +48,6 @@ const COLD_CLIENTS: usize = 8;
 const COLD_READS_PER_CLIENT: usize = 100;
 const HEDGES_SENT: &str = "portico_upstream_hedges_total{result=\"sent\"}";
 const IDLE_WINDOW: Duration = Duration::from_secs(30);
-
-type Http = HttpClient<HttpConnector, Empty<Bytes>>;
 
 /// One system under test: a base URL (`http://host:port/bucket`) and the processes whose
 /// memory counts.
@@ -81,50 +75,8 @@ impl Target {
     }
 }
 
-/// One response: time to its head, time to its last byte, bytes received.
-struct Exchange {
-    first_byte: Duration,
-    total: Duration,
-    bytes: u64,
-}
-
-async fn fetch(client: &Http, url: &str, range: Option<(u64, u64)>) -> Exchange {
-    let mut request = http::Request::get(url);
-    if let Some((first, last)) = range {
-        request = request.header(http::header::RANGE, format!("bytes={first}-{last}"));
-    }
-    let started = Instant::now();
-    let response = client
-        .request(request.body(Empty::new()).expect("request"))
-        .await
-        .unwrap_or_else(|error| panic!("GET {url}: {error}"));
-    let first_byte = started.elapsed();
-    assert!(
-        response.status().is_success(),
-        "GET {url} {range:?}: {}",
-        response.status()
-    );
-    let mut body = response.into_body();
-    let mut bytes = 0;
-    while let Some(frame) = body.frame().await {
-        if let Ok(data) = frame.expect("response body").into_data() {
-            bytes += data.len() as u64;
-        }
-    }
-    if let Some((first, last)) = range {
-        assert_eq!(bytes, last - first + 1, "GET {url} {range:?}: short body");
-    }
-    Exchange {
-        first_byte,
-        total: started.elapsed(),
-        bytes,
-    }
-}
-
 fn http_client() -> Http {
-    HttpClient::builder(TokioExecutor::new())
-        .pool_max_idle_per_host(HERD_CLIENTS)
-        .build_http()
+    load::http_client(HERD_CLIENTS)
 }
 
 /// What one scenario measured on one target.

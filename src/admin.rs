@@ -1,5 +1,6 @@
 //! The admin listener: `/healthz` (the process answers), `/readyz` (the cache is open and
-//! the upstream answers; `degraded` while the disk tier is off) and `/metrics` (Prometheus/OpenMetrics text), all open; and
+//! the upstream answers; `degraded` while the disk tier is off) and `/metrics`
+//! (Prometheus/OpenMetrics text), all open; and
 //! everything under `/admin/`, which changes state and needs `Authorization: Bearer
 //! <admin.token>` (refused outright while no token is configured).
 //!

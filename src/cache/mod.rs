@@ -304,7 +304,13 @@ impl BlockCache {
             // The disk is read on its own first: foyer's `get_or_fetch` would answer a
             // disk read error by fetching, and the failing disk would go unnoticed.
             match self.hybrid.get(&cache_key).await {
-                Ok(Some(entry)) => return block_of(&entry, Tier::Disk),
+                Ok(Some(entry)) => {
+                    let tier = match entry.source() {
+                        Source::Memory => Tier::Memory,
+                        _ => Tier::Disk,
+                    };
+                    return block_of(&entry, tier);
+                }
                 Ok(None) => {}
                 Err(error) => {
                     self.health.failed("read", &error);
@@ -582,21 +588,6 @@ mod tests {
         assert_eq!(cache.meta(&object).await.unwrap(), Some(record));
     }
 
-    /// Truncates every file of the disk tier, as a failed disk loses what it held.
-    fn lose_disk_contents(dir: &std::path::Path) {
-        for entry in std::fs::read_dir(dir).unwrap() {
-            let path = entry.unwrap().path();
-            if path.is_file() {
-                std::fs::OpenOptions::new()
-                    .write(true)
-                    .open(&path)
-                    .unwrap()
-                    .set_len(0)
-                    .unwrap();
-            }
-        }
-    }
-
     #[tokio::test]
     async fn a_disk_read_error_turns_the_disk_tier_off() {
         let dir = tempfile::tempdir().unwrap();
@@ -611,7 +602,7 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(cache.degraded(), None);
-        lose_disk_contents(dir.path());
+        portico_testkit::truncate_files(dir.path());
         // The failed disk read is answered by a fetch.
         let (bytes, tier) = cache
             .block(&block_key(0), {

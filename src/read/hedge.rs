@@ -246,51 +246,35 @@ mod tests {
         );
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn a_fast_request_is_not_hedged() {
+    /// Runs a request whose head arrives after `head` ms and whose body takes `transfer`
+    /// ms more, and checks it was not hedged.
+    async fn assert_not_hedged(head: &'static [u64], transfer: u64) {
         let hedger = hedger(0.95);
         let (started, cancelled) = counters();
         let result = hedger
             .run(runs(
-                &[80, 10],
-                0,
+                head,
+                transfer,
                 &[false, false],
                 started.clone(),
-                cancelled.clone(),
+                cancelled,
             ))
             .await;
         assert_eq!(result, Ok(0));
         assert_eq!(started.load(Ordering::SeqCst), 1);
-        assert!(
-            !hedger
-                .metrics
-                .render()
-                .contains("portico_upstream_hedges_total")
-        );
+        let text = hedger.metrics.render();
+        assert!(!text.contains("portico_upstream_hedges_total"), "{text}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_fast_request_is_not_hedged() {
+        assert_not_hedged(&[80, 10], 0).await;
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_response_that_is_arriving_is_not_hedged() {
-        let hedger = hedger(0.95);
-        let (started, cancelled) = counters();
         // The head came in 10 ms; the body takes 2 s: a busy link, not a lost request.
-        let result = hedger
-            .run(runs(
-                &[10, 10],
-                2_000,
-                &[false, false],
-                started.clone(),
-                cancelled.clone(),
-            ))
-            .await;
-        assert_eq!(result, Ok(0));
-        assert_eq!(started.load(Ordering::SeqCst), 1);
-        assert!(
-            !hedger
-                .metrics
-                .render()
-                .contains("portico_upstream_hedges_total")
-        );
+        assert_not_hedged(&[10, 10], 2_000).await;
     }
 
     #[tokio::test(start_paused = true)]

@@ -4,6 +4,7 @@
 //! HTTP and S3 client helpers, and a SigV4 signer for raw requests ([`sign`]).
 
 pub mod forwarder;
+pub mod load;
 pub mod minio;
 pub mod portico;
 pub mod process;
@@ -65,6 +66,24 @@ pub fn write_random_file(path: &std::path::Path, bytes: u64, seed: u64) {
         file.write_all(&chunk).expect("write file");
     }
     file.flush().expect("flush file");
+}
+
+/// Truncates every file directly in `dir` to zero bytes, as a failed disk loses what it
+/// held; returns how many there were.
+pub fn truncate_files(dir: &std::path::Path) -> usize {
+    let mut files = 0;
+    for entry in std::fs::read_dir(dir).expect("read directory") {
+        let path = entry.expect("directory entry").path();
+        if path.is_file() {
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open(&path)
+                .and_then(|file| file.set_len(0))
+                .unwrap_or_else(|error| panic!("truncate {}: {error}", path.display()));
+            files += 1;
+        }
+    }
+    files
 }
 
 /// A bucket name no other test uses.

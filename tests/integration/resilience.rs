@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use portico_testkit::forwarder::Fault;
 
 use crate::support::{Rig, failed_get, random_bytes, s3_client};
+use portico_testkit::truncate_files;
 
 const KIB: usize = 1024;
 
@@ -124,24 +125,6 @@ async fn stale_metadata_is_served_while_the_upstream_is_down() {
     assert!(rig.get("cached.bin", None).await == cached);
 }
 
-/// Truncates every file in `dir`, as a failed disk loses what it held.
-fn lose_disk_contents(dir: &std::path::Path) -> usize {
-    let mut files = 0;
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let path = entry.unwrap().path();
-        if path.is_file() {
-            std::fs::OpenOptions::new()
-                .write(true)
-                .open(&path)
-                .unwrap()
-                .set_len(0)
-                .unwrap();
-            files += 1;
-        }
-    }
-    files
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn a_failed_disk_turns_the_cache_memory_only_and_every_byte_stays_right() {
     let mut rig = Rig::start("degraded", |_| {}).await;
@@ -157,7 +140,7 @@ async fn a_failed_disk_turns_the_cache_memory_only_and_every_byte_stays_right() 
         body.starts_with("ready\ncache: open (memory + disk)"),
         "{body}"
     );
-    assert!(lose_disk_contents(&rig.settings.cache_dir) > 0);
+    assert!(truncate_files(&rig.settings.cache_dir) > 0);
     rig.forwarder.take();
 
     assert!(rig.get("object.bin", None).await == data);
