@@ -15,7 +15,7 @@ use portico_testkit::minio::minio;
 use portico_testkit::portico::{Portico, Settings};
 use portico_testkit::process::status_field_kib;
 use portico_testkit::sign::Signer;
-use portico_testkit::{s3_client, unique_bucket, write_random_file};
+use portico_testkit::{create_bucket, s3_client, write_random_file};
 use rand::{Rng, SeedableRng};
 
 const MIB: u64 = 1024 * 1024;
@@ -101,13 +101,7 @@ fn print_load(name: &str, result: &LoadResult) {
 async fn main() {
     let minio = minio();
     let direct = s3_client(&minio.endpoint(), true);
-    let bucket = unique_bucket("bench");
-    direct
-        .create_bucket()
-        .bucket(&bucket)
-        .send()
-        .await
-        .expect("bucket");
+    let bucket = create_bucket(&direct, "bench").await;
     let work = tempfile::tempdir().expect("work directory");
 
     let hot = portico_testkit::random_bytes(HOT_OBJECT_BYTES as usize, 1);

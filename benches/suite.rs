@@ -28,7 +28,7 @@ use portico_testkit::load::{self, Exchange, Http, fetch};
 use portico_testkit::minio::{free_port, minio};
 use portico_testkit::portico::{Portico, Settings};
 use portico_testkit::process::{cpu_seconds, reset_peak_rss, status_field_kib, with_children};
-use portico_testkit::{random_bytes, s3_client, unique_bucket, write_random_file};
+use portico_testkit::{create_bucket, random_bytes, s3_client, write_random_file};
 use rand::{Rng, SeedableRng};
 
 const KIB: u64 = 1024;
@@ -46,6 +46,12 @@ const COLD_OBJECTS: usize = 128;
 const COLD_OBJECT_BYTES: u64 = 8 * MIB;
 const COLD_CLIENTS: usize = 8;
 const COLD_READS_PER_CLIENT: usize = 100;
+/// Block size of both caches: Portico's `block_size`, nginx's `slice`.
+const BLOCK_BYTES: u64 = 4 * MIB;
+/// Positions in the target list.
+const DIRECT: usize = 0;
+const NGINX: usize = 1;
+const PORTICO: usize = 2;
 const HEDGES_SENT: &str = "portico_upstream_hedges_total{result=\"sent\"}";
 const IDLE_WINDOW: Duration = Duration::from_secs(30);
 
@@ -130,9 +136,9 @@ impl Run {
 }
 
 /// Runs `load` against `target`, counting what reached the origin and the peak RSS.
-async fn measure<F, Fut>(target: &Target, origin: &Forwarder, load: F) -> Run
+async fn measure<F, Fut>(target: &Target, origin: &Forwarder, load: &F) -> Run
 where
-    F: FnOnce(String) -> Fut,
+    F: Fn(String) -> Fut,
     Fut: std::future::Future<Output = Run>,
 {
     target.reset_peak_rss();
@@ -303,6 +309,28 @@ fn print_run(name: &str, run: &Run, first_byte: bool) {
     );
 }
 
+/// Runs `load` on every target in turn, printing a table; the runs in `targets` order.
+async fn run_all<F, Fut>(
+    title: &str,
+    first_byte: bool,
+    targets: &[Target],
+    origin: &Forwarder,
+    load: F,
+) -> Vec<Run>
+where
+    F: Fn(String) -> Fut,
+    Fut: std::future::Future<Output = Run>,
+{
+    print_header(title, first_byte);
+    let mut runs = Vec::new();
+    for target in targets {
+        let run = measure(target, origin, &load).await;
+        print_run(target.name, &run, first_byte);
+        runs.push(run);
+    }
+    runs
+}
+
 fn verdict(met: bool) -> &'static str {
     if met { "met" } else { "MISSED" }
 }
@@ -414,13 +442,7 @@ async fn main() {
     );
     let minio = minio();
     let direct = s3_client(&minio.endpoint(), true);
-    let bucket = unique_bucket("suite");
-    direct
-        .create_bucket()
-        .bucket(&bucket)
-        .send()
-        .await
-        .expect("bucket");
+    let bucket = create_bucket(&direct, "suite").await;
     let policy = format!(
         r#"{{"Version":"2012-10-17","Statement":[{{"Effect":"Allow","Principal":{{"AWS":["*"]}},"Action":["s3:GetObject"],"Resource":["arn:aws:s3:::{bucket}/*"]}}]}}"#
     );
@@ -492,51 +514,45 @@ async fn main() {
     let mut peak_rss = Vec::new();
 
     if wanted("cold-sequential") {
-        print_header(
+        let runs = run_all(
             "cold-sequential: 1 client reads a cold 1 GiB object in 1 MiB ranges, in order",
             false,
-        );
-        let mut runs = Vec::new();
-        for target in &targets {
-            let run = measure(target, &origin, cold_sequential).await;
-            print_run(target.name, &run, false);
-            runs.push(run);
-        }
-        let ratio = runs[2].mib_per_sec() / runs[1].mib_per_sec();
+            &targets,
+            &origin,
+            cold_sequential,
+        )
+        .await;
+        let ratio = runs[PORTICO].mib_per_sec() / runs[NGINX].mib_per_sec();
         println!(
             "portico / nginx throughput: {ratio:.2}x (target >= 4x: {}); portico / direct: {:.2}x",
             verdict(ratio >= 4.0),
-            runs[2].mib_per_sec() / runs[0].mib_per_sec()
+            runs[PORTICO].mib_per_sec() / runs[DIRECT].mib_per_sec()
         );
-        peak_rss.push(runs[2].peak_rss_mib.unwrap_or(0));
+        peak_rss.push(runs[PORTICO].peak_rss_mib.unwrap_or(0));
     }
 
     if wanted("cold-herd") {
-        print_header(
+        let hedges_before = portico.metric(HEDGES_SENT).await;
+        let runs = run_all(
             "cold-herd: 64 clients GET the same cold 64 MiB object at once",
             true,
+            &targets,
+            &origin,
+            cold_herd,
+        )
+        .await;
+        println!(
+            "(portico sent {} hedged block requests in this run)",
+            portico.metric(HEDGES_SENT).await - hedges_before
         );
-        let mut runs = Vec::new();
-        for target in &targets {
-            let hedges_before = portico.metric(HEDGES_SENT).await;
-            let run = measure(target, &origin, cold_herd).await;
-            if target.name == "portico" {
-                println!(
-                    "(portico sent {} hedged block requests in this run)",
-                    portico.metric(HEDGES_SENT).await - hedges_before
-                );
-            }
-            print_run(target.name, &run, true);
-            runs.push(run);
-        }
-        let portico_run = &runs[2];
+        let portico_run = &runs[PORTICO];
         let bytes_ratio = portico_run.origin_bytes as f64 / HERD_BYTES as f64;
-        let time_ratio = portico_run.elapsed.as_secs_f64() / runs[1].elapsed.as_secs_f64();
+        let time_ratio = portico_run.elapsed.as_secs_f64() / runs[NGINX].elapsed.as_secs_f64();
         println!(
             "portico origin bytes / object: {bytes_ratio:.2} (target <= 1.1: {}); origin requests {} for {} blocks; TTFB p50 {:.0} ms (target <= 100: {}); time / nginx's {time_ratio:.2} (target <= 0.75: {})",
             verdict(bytes_ratio <= 1.1),
             portico_run.origin_requests,
-            HERD_BYTES / (4 * MIB),
+            HERD_BYTES / BLOCK_BYTES,
             portico_run.first_byte_ms(0.5),
             verdict(portico_run.first_byte_ms(0.5) <= 100.0),
             verdict(time_ratio <= 0.75),
@@ -545,52 +561,48 @@ async fn main() {
     }
 
     if wanted("random-cold") {
-        print_header(
-            "random-cold: 8 clients x 100 random 4-256 KiB ranges of 128 cold 8 MiB objects",
-            false,
-        );
         let prefetch =
             |result: &'static str| format!("portico_prefetch_blocks_total{{result=\"{result}\"}}");
         let issued_before = portico.metric(&prefetch("issued")).await;
         let used_before = portico.metric(&prefetch("used")).await;
-        let mut runs = Vec::new();
-        for target in &targets {
-            let run = measure(target, &origin, random_cold).await;
-            print_run(target.name, &run, false);
-            runs.push(run);
-        }
+        let runs = run_all(
+            "random-cold: 8 clients x 100 random 4-256 KiB ranges of 128 cold 8 MiB objects",
+            false,
+            &targets,
+            &origin,
+            random_cold,
+        )
+        .await;
         let issued = portico.metric(&prefetch("issued")).await - issued_before;
         let used = portico.metric(&prefetch("used")).await - used_before;
-        let unused_bytes = (issued - used).max(0.0) * (4 * MIB) as f64;
-        let unused_share = unused_bytes / runs[2].bytes as f64;
+        let unused_bytes = (issued - used).max(0.0) * BLOCK_BYTES as f64;
+        let unused_share = unused_bytes / runs[PORTICO].bytes as f64;
         println!(
             "portico prefetch: {issued} blocks issued, {used} used; unused prefetched bytes / bytes served {:.1}% (target <= 5%: {})",
             unused_share * 100.0,
             verdict(unused_share <= 0.05)
         );
-        peak_rss.push(runs[2].peak_rss_mib.unwrap_or(0));
+        peak_rss.push(runs[PORTICO].peak_rss_mib.unwrap_or(0));
     }
 
     if wanted("hot-random") {
-        print_header(
+        let runs = run_all(
             "hot-random: 16 clients, random 64 KiB-4 MiB ranges of a 256 MiB working set, 10 s after 2 warm-up reads",
             false,
-        );
-        let mut runs = Vec::new();
-        for target in &targets {
-            let run = measure(target, &origin, hot_random).await;
-            print_run(target.name, &run, false);
-            runs.push(run);
-        }
-        let ratio = runs[2].mib_per_sec() / runs[1].mib_per_sec();
-        let p99_ratio = runs[2].latency_ms(0.99) / runs[1].latency_ms(0.99);
+            &targets,
+            &origin,
+            hot_random,
+        )
+        .await;
+        let ratio = runs[PORTICO].mib_per_sec() / runs[NGINX].mib_per_sec();
+        let p99_ratio = runs[PORTICO].latency_ms(0.99) / runs[NGINX].latency_ms(0.99);
         println!(
             "portico / nginx throughput {ratio:.2}x (target >= 1.8x: {}); p99 {p99_ratio:.2}x nginx's (target <= 0.3x: {}); portico / direct {:.2}x",
             verdict(ratio >= 1.8),
             verdict(p99_ratio <= 0.3),
-            runs[2].mib_per_sec() / runs[0].mib_per_sec()
+            runs[PORTICO].mib_per_sec() / runs[DIRECT].mib_per_sec()
         );
-        peak_rss.push(runs[2].peak_rss_mib.unwrap_or(0));
+        peak_rss.push(runs[PORTICO].peak_rss_mib.unwrap_or(0));
     }
 
     let worst = peak_rss.iter().copied().max().unwrap_or(0);

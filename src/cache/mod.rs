@@ -139,10 +139,7 @@ struct DiskHealth {
 impl DiskHealth {
     /// Records a disk I/O error; the first one turns the disk tier off.
     fn failed(&self, operation: &'static str, error: &dyn std::fmt::Display) {
-        self.metrics
-            .cache_disk_errors
-            .get_or_create(&crate::telemetry::OperationLabel { operation })
-            .inc();
+        self.metrics.count_disk_error(operation);
         if self.degraded.swap(true, Ordering::AcqRel) {
             return;
         }

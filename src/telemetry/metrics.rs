@@ -252,6 +252,12 @@ impl Metrics {
             .inc();
     }
 
+    pub fn count_disk_error(&self, operation: &'static str) {
+        self.cache_disk_errors
+            .get_or_create(&OperationLabel { operation })
+            .inc();
+    }
+
     pub fn count_hedge(&self, result: &'static str) {
         self.upstream_hedges
             .get_or_create(&ResultLabel { result })

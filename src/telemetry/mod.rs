@@ -2,7 +2,7 @@
 
 mod metrics;
 
-pub use metrics::{Metrics, OperationLabel};
+pub use metrics::Metrics;
 
 use tracing_subscriber::EnvFilter;
 

@@ -86,6 +86,18 @@ pub fn truncate_files(dir: &std::path::Path) -> usize {
     files
 }
 
+/// Creates a bucket named `prefix` plus a unique suffix; returns its name.
+pub async fn create_bucket(client: &Client, prefix: &str) -> String {
+    let bucket = unique_bucket(prefix);
+    client
+        .create_bucket()
+        .bucket(&bucket)
+        .send()
+        .await
+        .unwrap_or_else(|error| panic!("create bucket {bucket}: {error:?}"));
+    bucket
+}
+
 /// A bucket name no other test uses.
 pub fn unique_bucket(prefix: &str) -> String {
     let suffix: u32 = rand::rng().random();

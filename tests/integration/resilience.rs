@@ -30,13 +30,7 @@ async fn a_slow_block_fetch_is_hedged_and_the_slow_request_cancelled() {
     // 31 block fetches teach Portico what a normal fetch takes.
     assert!(rig.get("warm.bin", None).await == warm);
     // Metadata first, so the next GET is a plain block fetch.
-    rig.client
-        .head_object()
-        .bucket(&rig.bucket)
-        .key("slow.bin")
-        .send()
-        .await
-        .unwrap();
+    rig.head("slow.bin").await;
     rig.forwarder.take();
     // A warm-up fetch may have been hedged already on a busy machine.
     let sent = "portico_upstream_hedges_total{result=\"sent\"}";
@@ -85,27 +79,14 @@ async fn stale_metadata_is_served_while_the_upstream_is_down() {
     rig.put("cached.bin", &cached).await;
     rig.put("uncached.bin", &uncached).await;
     assert!(rig.get("cached.bin", None).await == cached);
-    rig.client
-        .head_object()
-        .bucket(&rig.bucket)
-        .key("uncached.bin")
-        .send()
-        .await
-        .unwrap();
+    rig.head("uncached.bin").await;
 
     rig.forwarder.stop().await;
     tokio::time::sleep(Duration::from_millis(1200)).await;
     // Past its TTL, the upstream unreachable: the cached version is served.
     assert!(rig.get("cached.bin", None).await == cached);
     assert!(rig.get("cached.bin", Some("bytes=100-199")).await == cached[100..200]);
-    let head = rig
-        .client
-        .head_object()
-        .bucket(&rig.bucket)
-        .key("cached.bin")
-        .send()
-        .await
-        .unwrap();
+    let head = rig.head("cached.bin").await;
     assert_eq!(head.content_length(), Some(cached.len() as i64));
     assert!(metric(&rig, "portico_stale_serves_total").await >= 3.0);
     // Known metadata but no cached bytes: nothing to serve.

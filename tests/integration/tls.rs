@@ -213,9 +213,8 @@ async fn an_upstream_with_a_private_ca_is_trusted_through_ca_file() {
     let upstream = Forwarder::start_tls(&minio().address, Arc::new(server)).await;
     assert!(upstream.endpoint().starts_with("https://"));
 
-    let bucket = portico_testkit::unique_bucket("tls-upstream");
     let direct = portico_testkit::s3_client(&minio().endpoint(), true);
-    direct.create_bucket().bucket(&bucket).send().await.unwrap();
+    let bucket = portico_testkit::create_bucket(&direct, "tls-upstream").await;
     let data = random_bytes(100_000, 3);
     direct
         .put_object()

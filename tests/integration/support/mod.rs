@@ -6,11 +6,12 @@ pub mod cli;
 use aws_sdk_s3::Client;
 use aws_sdk_s3::error::ProvideErrorMetadata;
 use aws_sdk_s3::operation::get_object::builders::GetObjectFluentBuilder;
+use aws_sdk_s3::operation::head_object::HeadObjectOutput;
 use aws_sdk_s3::primitives::ByteStream;
+use portico_testkit::create_bucket;
 use portico_testkit::forwarder::Forwarder;
 use portico_testkit::minio::minio;
 use portico_testkit::portico::{Portico, Settings};
-use portico_testkit::unique_bucket;
 pub use portico_testkit::{http_request, random_bytes, s3_client, signed_request};
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -82,13 +83,7 @@ impl Rig {
         let mut settings = Settings::new(forwarder.endpoint(), cache_dir.path());
         configure(&mut settings);
         let direct = s3_client(&minio.endpoint(), true);
-        let bucket = unique_bucket(bucket_prefix);
-        direct
-            .create_bucket()
-            .bucket(&bucket)
-            .send()
-            .await
-            .expect("create test bucket");
+        let bucket = create_bucket(&direct, bucket_prefix).await;
         let portico = Portico::start(binary(), &settings).await;
         let client = s3_client(&portico.s3, true);
         Self {
@@ -126,6 +121,17 @@ impl Rig {
             .send()
             .await
             .unwrap_or_else(|error| panic!("PUT {key}: {error:?}"));
+    }
+
+    /// HEADs through Portico, so its metadata is cached.
+    pub async fn head(&self, key: &str) -> HeadObjectOutput {
+        self.client
+            .head_object()
+            .bucket(&self.bucket)
+            .key(key)
+            .send()
+            .await
+            .unwrap_or_else(|error| panic!("HEAD {key}: {error:?}"))
     }
 
     /// GETs through Portico with an optional `Range` header value.
