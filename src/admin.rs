@@ -1,7 +1,7 @@
 //! The admin listener: `/healthz` (the process answers), `/readyz` (the cache is open and
 //! the upstream answers; `degraded` while the disk tier is off) and `/metrics`
-//! (Prometheus/OpenMetrics text), all open; and
-//! everything under `/admin/`, which changes state and needs `Authorization: Bearer
+//! (Prometheus/OpenMetrics text), all open; and the admin API under `/admin/` — purge,
+//! warm jobs and cache usage, JSON in and out — which needs `Authorization: Bearer
 //! <admin.token>` (refused outright while no token is configured).
 //!
 //! Readiness probes the upstream at most once per [`PROBE_INTERVAL`], however often the
@@ -10,12 +10,15 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use axum::Router;
-use axum::extract::{Request, State};
+use axum::extract::rejection::JsonRejection;
+use axum::extract::{Path, Request, State};
 use axum::http::{StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::Deserialize;
+use serde_json::json;
 use subtle::ConstantTimeEq;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -23,6 +26,7 @@ use tokio::sync::watch;
 use crate::cache::BlockCache;
 use crate::telemetry::Metrics;
 use crate::upstream::Upstream;
+use crate::warm::{JobStatus, Maintenance, MaintenanceError, Selector};
 
 const PROBE_INTERVAL: Duration = Duration::from_secs(5);
 const OPENMETRICS_CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -34,6 +38,7 @@ pub struct AdminState {
     last_probe: tokio::sync::Mutex<Option<(Instant, Result<(), String>)>>,
     /// The bearer token `/admin/` requires; `None` disables those endpoints.
     token: Option<String>,
+    maintenance: Maintenance,
 }
 
 impl AdminState {
@@ -42,6 +47,7 @@ impl AdminState {
         cache: BlockCache,
         upstream: Arc<Upstream>,
         token: &str,
+        maintenance: Maintenance,
     ) -> Self {
         Self {
             metrics,
@@ -49,6 +55,7 @@ impl AdminState {
             upstream,
             last_probe: tokio::sync::Mutex::new(None),
             token: (!token.is_empty()).then(|| token.to_owned()),
+            maintenance,
         }
     }
 
@@ -75,6 +82,10 @@ pub fn router(state: Arc<AdminState>) -> Router {
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
+        .route("/admin/purge", post(purge))
+        .route("/admin/warm", post(warm))
+        .route("/admin/jobs/{id}", get(job))
+        .route("/admin/cache", get(cache_report))
         .layer(middleware::from_fn_with_state(state.clone(), guard_admin))
         .with_state(state)
 }
@@ -141,6 +152,200 @@ async fn metrics(State(state): State<Arc<AdminState>>) -> impl IntoResponse {
         [(header::CONTENT_TYPE, OPENMETRICS_CONTENT_TYPE)],
         state.metrics.render(),
     )
+}
+
+/// The objects an admin action applies to: a bucket and either a key or a prefix, and for
+/// a warm optionally a `Range` header value such as `bytes=0-1048575`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ActionBody {
+    bucket: String,
+    key: Option<String>,
+    prefix: Option<String>,
+    range: Option<String>,
+}
+
+impl ActionBody {
+    fn selector(&self) -> Result<Selector, AdminError> {
+        Selector::new(&self.bucket, self.key.as_deref(), self.prefix.as_deref())
+            .map_err(|error| AdminError::bad_request(error.to_string()))
+    }
+
+    /// The body as JSON, or an error (415 when not JSON, 400 or 422 when malformed) that
+    /// says what is wrong with it.
+    fn parse(body: Result<Json<Self>, JsonRejection>) -> Result<Self, AdminError> {
+        body.map(|Json(body)| body).map_err(|rejection| AdminError {
+            status: rejection.status(),
+            message: rejection.body_text(),
+        })
+    }
+}
+
+/// An admin API error: its status and a JSON body `{"error": message}`.
+struct AdminError {
+    status: StatusCode,
+    message: String,
+}
+
+impl AdminError {
+    fn bad_request(message: impl Into<String>) -> Self {
+        Self {
+            status: StatusCode::BAD_REQUEST,
+            message: message.into(),
+        }
+    }
+}
+
+impl From<MaintenanceError> for AdminError {
+    fn from(error: MaintenanceError) -> Self {
+        let status = match error {
+            MaintenanceError::List(_) => StatusCode::BAD_GATEWAY,
+            MaintenanceError::Busy => StatusCode::TOO_MANY_REQUESTS,
+        };
+        Self {
+            status,
+            message: error.to_string(),
+        }
+    }
+}
+
+impl IntoResponse for AdminError {
+    fn into_response(self) -> Response {
+        (self.status, Json(json!({ "error": self.message }))).into_response()
+    }
+}
+
+/// `POST /admin/purge`: forgets the metadata and blocks of a key, or of every object the
+/// upstream lists under a prefix.
+async fn purge(
+    State(state): State<Arc<AdminState>>,
+    body: Result<Json<ActionBody>, JsonRejection>,
+) -> Result<Response, AdminError> {
+    let body = ActionBody::parse(body)?;
+    if body.range.is_some() {
+        return Err(AdminError::bad_request(
+            "a purge removes whole objects; \"range\" is only for a warm",
+        ));
+    }
+    let purged = state.maintenance.purge(&body.selector()?).await?;
+    Ok(Json(json!({
+        "objects": purged.objects,
+        "blocks": purged.blocks,
+    }))
+    .into_response())
+}
+
+/// `POST /admin/warm`: starts a background job that loads a key or a prefix (optionally
+/// one range of each object) into the cache; 202 with the job's id and status URL.
+async fn warm(
+    State(state): State<Arc<AdminState>>,
+    body: Result<Json<ActionBody>, JsonRejection>,
+) -> Result<Response, AdminError> {
+    let body = ActionBody::parse(body)?;
+    let selector = body.selector()?;
+    let range = match body.range.as_deref().map(s3s::dto::Range::parse) {
+        None => None,
+        Some(Ok(range)) => Some(crate::api::range_request(range)),
+        Some(Err(_)) => {
+            return Err(AdminError::bad_request(
+                "\"range\" must be a Range header value: bytes=FIRST-LAST, bytes=FIRST- or bytes=-SUFFIX",
+            ));
+        }
+    };
+    let id = state.maintenance.start_warm(selector, range).await?;
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(json!({ "id": id, "status": format!("/admin/jobs/{id}") })),
+    )
+        .into_response())
+}
+
+fn unix_secs(at: std::time::SystemTime) -> f64 {
+    at.duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |since| since.as_secs_f64())
+}
+
+fn job_json(status: &JobStatus) -> serde_json::Value {
+    let percent = if status.bytes_total == 0 {
+        if status.objects_done == status.objects_total {
+            100.0
+        } else {
+            0.0
+        }
+    } else {
+        100.0 * status.bytes_done as f64 / status.bytes_total as f64
+    };
+    json!({
+        "id": status.id,
+        "state": status.state.as_str(),
+        "objects_done": status.objects_done,
+        "objects_total": status.objects_total,
+        "bytes_done": status.bytes_done,
+        "bytes_total": status.bytes_total,
+        "percent": (percent * 10.0).round() / 10.0,
+        "errors": status.errors,
+        "started_unix_secs": unix_secs(status.started),
+        "finished_unix_secs": status.finished.map(unix_secs),
+    })
+}
+
+/// `GET /admin/jobs/{id}`: a warm job's progress.
+async fn job(
+    State(state): State<Arc<AdminState>>,
+    Path(id): Path<String>,
+) -> Result<Response, AdminError> {
+    let status = id
+        .parse::<u64>()
+        .ok()
+        .and_then(|id| state.maintenance.status(id))
+        .ok_or_else(|| AdminError {
+            status: StatusCode::NOT_FOUND,
+            message: format!("no warm job {id}"),
+        })?;
+    Ok(Json(job_json(&status)).into_response())
+}
+
+/// `GET /admin/cache`: capacity and usage by tier, and the block hit ratios so far.
+async fn cache_report(State(state): State<Arc<AdminState>>) -> Response {
+    let usage = state.cache.usage();
+    let metrics = &state.metrics;
+    let [memory_hits, disk_hits, misses, coalesced] =
+        ["memory_hit", "disk_hit", "miss", "coalesced"]
+            .map(|result| metrics.block_lookups_of(result));
+    let lookups = memory_hits + disk_hits + misses + coalesced;
+    let ratio = |count: u64| {
+        if lookups == 0 {
+            0.0
+        } else {
+            count as f64 / lookups as f64
+        }
+    };
+    Json(json!({
+        "memory": {
+            "capacity_bytes": usage.memory_capacity_bytes,
+            "used_bytes": usage.memory_used_bytes,
+        },
+        "disk": {
+            "enabled": state.cache.has_disk_tier(),
+            "degraded": state.cache.degraded(),
+            "capacity_bytes": usage.disk_capacity_bytes,
+            "written_bytes": usage.disk_written_bytes,
+            "read_bytes": usage.disk_read_bytes,
+        },
+        "block_lookups": {
+            "total": lookups,
+            "memory_hit": memory_hits,
+            "disk_hit": disk_hits,
+            "miss": misses,
+            "coalesced": coalesced,
+        },
+        "hit_ratio": {
+            "memory": ratio(memory_hits),
+            "disk": ratio(disk_hits),
+            "overall": ratio(memory_hits + disk_hits),
+        },
+    }))
+    .into_response()
 }
 
 /// Serves the admin endpoints until `shutdown` fires.

@@ -15,6 +15,7 @@ use crate::config::Config;
 use crate::read::{ReadPath, ReadSettings};
 use crate::telemetry::Metrics;
 use crate::upstream::{self, Upstream};
+use crate::warm::Maintenance;
 
 #[derive(Debug, thiserror::Error)]
 pub enum AppError {
@@ -85,6 +86,11 @@ pub async fn run(config: Config, on_ready: impl FnOnce(Bound)) -> Result<(), App
         serve_stale_on_error: config.cache.serve_stale_on_error,
     };
     let read = ReadPath::new(cache.clone(), upstream.clone(), metrics.clone(), settings);
+    let maintenance = Maintenance::new(
+        read.clone(),
+        upstream.clone(),
+        config.admin.warm_concurrency as usize,
+    );
 
     let server_tls = server_tls(&config)?;
     let s3_listener = bind("S3", config.server.listen).await?;
@@ -117,6 +123,7 @@ pub async fn run(config: Config, on_ready: impl FnOnce(Bound)) -> Result<(), App
         cache.clone(),
         upstream,
         &config.admin.token,
+        maintenance,
     ));
     let admin_task = tokio::spawn(admin::serve(admin_listener, admin_state, stopping));
     tracing::info!(s3 = %bound.s3, admin = %bound.admin, "portico is serving");

@@ -12,6 +12,7 @@ use std::sync::Arc;
 use futures::FutureExt;
 use futures::future::{BoxFuture, Shared};
 use parking_lot::Mutex;
+use tracing::Instrument;
 
 /// The shared task panicked or was aborted at shutdown.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -70,11 +71,15 @@ where
                     let task = make();
                     // The map lock is held until the entry is inserted, so the completion
                     // guard cannot remove the key before it exists.
-                    let handle = tokio::spawn(async move {
-                        let value = task.await;
-                        drop(completion);
-                        value
-                    });
+                    // The shared work belongs to the trace of the caller that started it.
+                    let handle = tokio::spawn(
+                        async move {
+                            let value = task.await;
+                            drop(completion);
+                            value
+                        }
+                        .instrument(tracing::Span::current()),
+                    );
                     let shared = handle
                         .map(|joined| joined.map_err(|_| TaskFailed))
                         .boxed()

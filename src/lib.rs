@@ -17,3 +17,4 @@ pub mod reload;
 pub mod telemetry;
 pub mod types;
 pub mod upstream;
+pub mod warm;

@@ -1,10 +1,11 @@
-//! The `portico` binary: parse flags, load and validate the config, start logging, run.
+//! The `portico` binary: parse flags, load and validate the config, start logging, run —
+//! or, with `check-config`, only validate the config and print the effective one.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::Parser;
+use clap::{Parser, Subcommand};
 use portico::app::{self, Bound};
 use portico::config::{CliOverrides, Config};
 
@@ -27,6 +28,19 @@ struct Cli {
     /// Disk cache directory (cache.dir).
     #[arg(long)]
     cache_dir: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Validate the configuration (file, environment and flags) and print the effective
+    /// configuration as TOML with secrets redacted; exit 2 when it is invalid.
+    CheckConfig {
+        /// TOML config file (the same as the global --config).
+        #[arg(long = "config", value_name = "FILE")]
+        file: Option<PathBuf>,
+    },
 }
 
 fn main() -> ExitCode {
@@ -37,15 +51,22 @@ fn main() -> ExitCode {
         upstream_endpoint: cli.upstream_endpoint,
         cache_dir: cli.cache_dir,
     };
-    let config = match Config::load(cli.config.as_deref(), std::env::vars(), &overrides) {
+    let (checking, path) = match cli.command {
+        Some(Command::CheckConfig { file }) => (true, file.or(cli.config)),
+        None => (false, cli.config),
+    };
+    let config = match Config::load(path.as_deref(), std::env::vars(), &overrides) {
         Ok(config) => config,
         Err(error) => {
             eprintln!("portico: {error}");
             return ExitCode::from(2);
         }
     };
-    portico::telemetry::init_logging(config.log.format);
-    tracing::info!(config = %config.to_redacted_toml(), "effective configuration");
+    if checking {
+        print!("{}", config.to_redacted_toml());
+        eprintln!("portico: configuration is valid");
+        return ExitCode::SUCCESS;
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -56,6 +77,11 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    let telemetry = {
+        let _runtime = runtime.enter();
+        portico::telemetry::init(&config.log)
+    };
+    tracing::info!(config = %config.to_redacted_toml(), "effective configuration");
     let announce = |bound: Bound| {
         // One machine-readable line on stdout; logs go to stderr.
         let scheme = if bound.s3_tls { "https" } else { "http" };
@@ -64,7 +90,9 @@ fn main() -> ExitCode {
             bound.s3, bound.admin
         );
     };
-    match runtime.block_on(app::run(config, announce)) {
+    let result = runtime.block_on(app::run(config, announce));
+    telemetry.shutdown();
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             let error = anyhow::Error::new(error);

@@ -1,8 +1,8 @@
 //! What every S3 request passes through first: a request id, the per-request context
-//! handlers fill in, request metrics, authentication (SigV4, unless `auth.mode = none`) and
-//! the credential's limits, the removal of client signatures (Portico signs upstream
-//! requests itself), and the routing decision — cached reads go to s3s and the read path,
-//! everything else to the passthrough.
+//! handlers fill in, request metrics, the request's trace span and access log line,
+//! authentication (SigV4, unless `auth.mode = none`) and the credential's limits, the
+//! removal of client signatures (Portico signs upstream requests itself), and the routing
+//! decision — cached reads go to s3s and the read path, everything else to the passthrough.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -17,6 +17,8 @@ use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
 use s3s::service::S3Service;
 use s3s::{S3Error, S3ErrorCode};
+use tracing::Instrument;
+use tracing::field::Empty;
 
 use super::conditions::Preconditions;
 use super::error::error_response;
@@ -25,7 +27,8 @@ use super::limits::{RequestLimits, RequestRate, check_key};
 use super::passthrough::{Forwarded, Passthrough};
 use super::route::{Address, Route, parse_query};
 use crate::auth::{AuthError, Authenticator, RequestHead, Verified, authorize};
-use crate::telemetry::Metrics;
+use crate::read::Tally;
+use crate::telemetry::{ACCESS_TARGET, Metrics, TRACE_TARGET};
 
 /// Query parameters of presigned URLs (SigV4 and SigV2).
 const SIGNATURE_QUERY_PARAMS: [&str; 10] = [
@@ -49,6 +52,19 @@ pub struct RequestContext(Arc<ContextInner>);
 struct ContextInner {
     id: String,
     operation: OnceLock<&'static str>,
+    /// The request's `Range` header, for the access log.
+    range: Option<String>,
+    target: OnceLock<RequestTarget>,
+    /// Where a cached read's blocks came from.
+    tally: OnceLock<Arc<Tally>>,
+}
+
+/// Who asked for what, once the request is authenticated and routed.
+#[derive(Debug, Default)]
+struct RequestTarget {
+    bucket: Option<String>,
+    key: Option<String>,
+    credential: Option<String>,
 }
 
 impl RequestContext {
@@ -63,6 +79,11 @@ impl RequestContext {
 
     fn operation(&self) -> &'static str {
         self.0.operation.get().copied().unwrap_or("Other")
+    }
+
+    /// Lets the request's trace and access log say where a cached read's bytes came from.
+    pub fn set_tally(&self, tally: Arc<Tally>) {
+        let _ = self.0.tally.set(tally);
     }
 }
 
@@ -199,6 +220,14 @@ impl Front {
                 return refuse(error, context);
             }
         };
+        let _ = context.0.target.set(RequestTarget {
+            bucket: address.bucket.clone(),
+            key: address.key.clone(),
+            credential: request
+                .extensions()
+                .get::<Verified>()
+                .map(|verified| verified.credential.access_key_id.clone()),
+        });
         if let Some(key) = &address.key
             && let Err(error) = check_key(key)
         {
@@ -272,28 +301,58 @@ impl hyper::service::Service<Request<Incoming>> for Front {
 
     fn call(&self, mut request: Request<Incoming>) -> Self::Future {
         let started = Instant::now();
+        let started_at = SystemTime::now();
         let context = RequestContext(Arc::new(ContextInner {
             id: self.ids.next(),
             operation: OnceLock::new(),
+            range: request
+                .headers()
+                .get(http::header::RANGE)
+                .and_then(|value| value.to_str().ok())
+                .map(str::to_owned),
+            target: OnceLock::new(),
+            tally: OnceLock::new(),
         }));
+        let span = tracing::info_span!(
+            target: TRACE_TARGET,
+            "s3.request",
+            http.method = %request.method(),
+            s3.request_id = context.id(),
+            s3.operation = Empty,
+            s3.bucket = Empty,
+            s3.key = Empty,
+            http.status_code = Empty,
+            bytes = Empty,
+            cache.blocks = Empty,
+            cache.hits = Empty,
+            cache.misses = Empty,
+            cache.source = Empty,
+        );
         request.extensions_mut().insert(context.clone());
-        let response = self.admit_and_dispatch(request, &context);
+        let response = span.in_scope(|| self.admit_and_dispatch(request, &context));
         let metrics = self.metrics.clone();
-        Box::pin(async move {
-            let mut response = response.await?;
-            if let Ok(value) = HeaderValue::from_str(context.id()) {
-                response.headers_mut().insert("x-amz-request-id", value);
+        let traced = span.clone();
+        Box::pin(
+            async move {
+                let mut response = response.await?;
+                if let Ok(value) = HeaderValue::from_str(context.id()) {
+                    response.headers_mut().insert("x-amz-request-id", value);
+                }
+                let status = response.status().as_u16();
+                let record = Record {
+                    metrics,
+                    context,
+                    status,
+                    started,
+                    started_at,
+                    sent_bytes: 0,
+                    aborted: false,
+                    span: traced,
+                };
+                Ok(response.map(|inner| MeteredBody { inner, record }))
             }
-            let status = response.status().as_u16();
-            let record = Record {
-                metrics,
-                context,
-                status,
-                started,
-                aborted: false,
-            };
-            Ok(response.map(|inner| MeteredBody { inner, record }))
-        })
+            .instrument(span),
+        )
     }
 }
 
@@ -367,23 +426,68 @@ fn strip_signature<B>(request: &mut Request<B>) {
     }
 }
 
-/// Records a request's metrics when its response body ends or is dropped.
+/// Records a request's metrics, trace attributes and access log line when its response
+/// body ends or is dropped; the request's span ends with it.
 struct Record {
     metrics: Arc<Metrics>,
     context: RequestContext,
     status: u16,
     started: Instant,
+    started_at: SystemTime,
+    sent_bytes: u64,
     aborted: bool,
+    span: tracing::Span,
 }
 
 impl Drop for Record {
     fn drop(&mut self) {
         let operation = self.context.operation();
+        let elapsed = self.started.elapsed();
         self.metrics
-            .record_request(operation, self.status, self.started.elapsed().as_secs_f64());
+            .record_request(operation, self.status, elapsed.as_secs_f64());
         if self.aborted {
             self.metrics.response_aborts.inc();
         }
+        let context = &self.context.0;
+        let target = context.target.get();
+        let bucket = target.and_then(|target| target.bucket.as_deref());
+        let key = target.and_then(|target| target.key.as_deref());
+        let tally = context.tally.get();
+        let source = tally.map_or("none", |tally| tally.source());
+        let span = &self.span;
+        if !span.is_disabled() {
+            span.record("s3.operation", operation);
+            span.record("http.status_code", self.status);
+            span.record("bytes", self.sent_bytes);
+            if let Some(bucket) = bucket {
+                span.record("s3.bucket", bucket);
+            }
+            if let Some(key) = key {
+                span.record("s3.key", key);
+            }
+            if let Some(tally) = tally {
+                span.record("cache.blocks", tally.hits() + tally.misses());
+                span.record("cache.hits", tally.hits());
+                span.record("cache.misses", tally.misses());
+                span.record("cache.source", source);
+            }
+        }
+        tracing::info!(
+            target: ACCESS_TARGET,
+            time = %httpdate::fmt_http_date(self.started_at),
+            request_id = context.id.as_str(),
+            credential = target.and_then(|target| target.credential.as_deref()).unwrap_or("-"),
+            operation,
+            bucket = bucket.unwrap_or("-"),
+            key = key.unwrap_or("-"),
+            range = context.range.as_deref().unwrap_or("-"),
+            status = self.status,
+            bytes = self.sent_bytes,
+            ms = (elapsed.as_secs_f64() * 1_000_000.0).round() / 1000.0,
+            source,
+            aborted = self.aborted,
+            "access"
+        );
     }
 }
 
@@ -405,8 +509,14 @@ where
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
         let polled = Pin::new(&mut self.inner).poll_frame(cx);
-        if let Poll::Ready(Some(Err(_))) = &polled {
-            self.record.aborted = true;
+        match &polled {
+            Poll::Ready(Some(Ok(frame))) => {
+                if let Some(data) = frame.data_ref() {
+                    self.record.sent_bytes += data.len() as u64;
+                }
+            }
+            Poll::Ready(Some(Err(_))) => self.record.aborted = true,
+            _ => {}
         }
         polled
     }

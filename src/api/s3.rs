@@ -199,7 +199,7 @@ fn content_extent(selection: Selection, size: u64) -> (u64, Option<String>) {
     }
 }
 
-pub(crate) fn range_request(range: Range) -> RangeRequest {
+pub fn range_request(range: Range) -> RangeRequest {
     match range {
         Range::Int { first, last } => RangeRequest::From { first, last },
         Range::Suffix { length } => RangeRequest::Suffix { length },
@@ -242,6 +242,9 @@ impl S3 for PorticoS3 {
             }
             Err(error) => return Err(failed(error)),
         };
+        if let Some(context) = request.extensions.get::<RequestContext>() {
+            context.set_tally(read.tally.clone());
+        }
         if let Some(error) =
             precondition_error(conditions.evaluate(&read.meta), &read.meta, &request_id)
         {

@@ -155,6 +155,19 @@ impl DiskHealth {
 pub struct BlockCache {
     hybrid: HybridCache<CacheKey, CacheValue>,
     health: Arc<DiskHealth>,
+    disk_capacity_bytes: u64,
+}
+
+/// How full the tiers are. The disk tier is a ring that fills up to its capacity and then
+/// reclaims its oldest regions, so its traffic is reported rather than a fill level.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CacheUsage {
+    pub memory_capacity_bytes: u64,
+    pub memory_used_bytes: u64,
+    /// 0 for a memory-only cache.
+    pub disk_capacity_bytes: u64,
+    pub disk_written_bytes: u64,
+    pub disk_read_bytes: u64,
 }
 
 impl BlockCache {
@@ -197,7 +210,11 @@ impl BlockCache {
                 .with_engine_config(engine)
                 .with_recover_mode(RecoverMode::Quiet);
             let hybrid = storage.build().await.map_err(open_error)?;
-            let cache = Self { hybrid, health };
+            let cache = Self {
+                hybrid,
+                health,
+                disk_capacity_bytes: config.disk_capacity.bytes(),
+            };
             cache.spawn_disk_probe(config.dir.join(PROBE_FILE));
             return Ok(cache);
         }
@@ -205,7 +222,11 @@ impl BlockCache {
             dir: "(memory only)".to_owned(),
             source,
         })?;
-        Ok(Self { hybrid, health })
+        Ok(Self {
+            hybrid,
+            health,
+            disk_capacity_bytes: 0,
+        })
     }
 
     /// Whether the cache was opened with a disk tier (even if it has since failed).
@@ -386,6 +407,11 @@ impl BlockCache {
         );
     }
 
+    /// Removes a block from both tiers.
+    pub fn remove_block(&self, key: BlockKey) {
+        self.hybrid.remove(&CacheKey::Block(key));
+    }
+
     pub fn remove_meta(&self, object: &ObjectRef) {
         self.hybrid.remove(&CacheKey::Meta(object.clone()));
     }
@@ -393,6 +419,18 @@ impl BlockCache {
     /// Bytes held by the memory tier.
     pub fn memory_usage_bytes(&self) -> usize {
         self.hybrid.memory().usage()
+    }
+
+    pub fn usage(&self) -> CacheUsage {
+        let memory = self.hybrid.memory();
+        let disk = self.hybrid.statistics();
+        CacheUsage {
+            memory_capacity_bytes: memory.capacity() as u64,
+            memory_used_bytes: memory.usage() as u64,
+            disk_capacity_bytes: self.disk_capacity_bytes,
+            disk_written_bytes: disk.disk_write_bytes() as u64,
+            disk_read_bytes: disk.disk_read_bytes() as u64,
+        }
     }
 
     /// Waits for queued disk writes and closes the disk tier.

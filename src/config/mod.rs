@@ -86,6 +86,8 @@ pub struct AdminConfig {
     /// Bearer token for everything under `/admin/` (the endpoints that change state);
     /// empty disables them.
     pub token: String,
+    /// Blocks a warm job (`POST /admin/warm`) loads at once.
+    pub warm_concurrency: u32,
 }
 
 impl Default for AdminConfig {
@@ -93,6 +95,7 @@ impl Default for AdminConfig {
         Self {
             listen: SocketAddr::from(([127, 0, 0, 1], 9090)),
             token: String::new(),
+            warm_concurrency: 4,
         }
     }
 }
@@ -260,7 +263,11 @@ impl Default for PrefetchConfig {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct LogConfig {
+    /// `text` for people, `json` (one object per line) for log pipelines.
     pub format: LogFormat,
+    /// One more line per S3 request: time, request id, credential, operation, bucket, key,
+    /// range, status, bytes, milliseconds and where the bytes came from.
+    pub access_log: bool,
 }
 
 /// Settings given as CLI flags; they override the file and the environment.
@@ -323,6 +330,12 @@ impl Config {
             return Err(ConfigError::new(
                 "config key prefetch.max_concurrent_fetches: must be at least 1 (set prefetch.enabled = false to turn prefetch off)",
             ));
+        }
+        if !(1..=64).contains(&self.admin.warm_concurrency) {
+            return Err(ConfigError::new(format_args!(
+                "config key admin.warm_concurrency: {} is not accepted (expected 1 to 64)",
+                self.admin.warm_concurrency
+            )));
         }
         let cache = &self.cache;
         let block = cache.block_size.bytes();
@@ -806,6 +819,48 @@ mod tests {
         assert!(shown.contains("AKIDEXAMPLE"));
         let reread: Config = toml::from_str(&shown).unwrap();
         assert_eq!(reread.cache, config.cache);
+    }
+
+    /// The rows of docs/configuration.md's key tables: key → (default, environment name).
+    fn documented_rows() -> BTreeMap<String, (String, String)> {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/configuration.md");
+        let doc = std::fs::read_to_string(path).unwrap();
+        doc.lines()
+            .filter_map(|line| {
+                let cells: Vec<&str> = line.split(" | ").collect();
+                let key = cells.first()?.strip_prefix("| `")?.strip_suffix('`')?;
+                let cell = |index: usize| -> Option<String> {
+                    let text = cells.get(index)?.trim();
+                    Some(text.strip_prefix('`')?.strip_suffix('`')?.to_owned())
+                };
+                Some((key.to_owned(), (cell(1)?, cell(2)?)))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_configuration_doc_lists_every_key_with_its_default_and_variable() {
+        let rows = documented_rows();
+        let Ok(toml::Value::Table(defaults)) = toml::Value::try_from(Config::default()) else {
+            panic!("defaults are a table");
+        };
+        let keys = Config::documented_keys();
+        for (key, env) in &keys {
+            let (default, variable) = rows
+                .get(key)
+                .unwrap_or_else(|| panic!("docs/configuration.md does not document {key}"));
+            assert_eq!(variable, env, "{key}");
+            let (section, name) = key.split_once('.').unwrap();
+            let value = &defaults[section][name];
+            assert_eq!(default, &value.to_string(), "{key}: documented default");
+        }
+        let known: Vec<&String> = keys.iter().map(|(key, _)| key).collect();
+        for key in rows.keys() {
+            assert!(
+                known.contains(&key),
+                "docs/configuration.md documents {key}, which is not a key"
+            );
+        }
     }
 
     #[test]

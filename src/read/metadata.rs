@@ -5,18 +5,33 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
+use tracing::Instrument;
 
 use super::{Discovery, Probe, ReadError, ReadPath, Target};
 use crate::cache::{MetaRecord, MetaState, ObjectMeta};
+use crate::telemetry::TRACE_TARGET;
 use crate::types::{ByteRange, ObjectRef};
 use crate::upstream::{HeadOutcome, ResponseHead, UpstreamError};
 
 impl ReadPath {
-    /// Fresh metadata from the cache, or from one coalesced upstream request.
+    /// Fresh metadata from the cache, or from one coalesced upstream request, traced as
+    /// one `metadata.lookup` span.
     ///
     /// With `checksums`, the answer also knows the object's stored checksums, which only a
     /// HEAD reports: metadata learnt from a ranged GET is completed by one.
     pub(super) async fn resolve_meta(
+        &self,
+        object: &ObjectRef,
+        probe: Probe,
+        checksums: bool,
+    ) -> Result<Arc<ObjectMeta>, ReadError> {
+        let span = tracing::info_span!(target: TRACE_TARGET, "metadata.lookup", s3.bucket = object.bucket(), s3.key = object.key());
+        self.lookup_meta(object, probe, checksums)
+            .instrument(span)
+            .await
+    }
+
+    async fn lookup_meta(
         &self,
         object: &ObjectRef,
         probe: Probe,

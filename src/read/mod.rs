@@ -14,26 +14,31 @@
 //!   for a GET it fetches the first needed block in the same upstream request.
 
 mod hedge;
+mod manage;
 mod metadata;
 mod prefetch;
 mod writes;
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::Bytes;
 use futures::StreamExt;
 use tokio::sync::{Semaphore, mpsc};
 use tokio_stream::wrappers::ReceiverStream;
+use tracing::Instrument;
+use tracing::field::Empty;
 
 use crate::cache::{BlockCache, BlockKey, LookupError, MetaClock, Missing, ObjectMeta, Tier};
 use crate::coalesce::Coalescer;
 use crate::config::MetadataTtl;
-use crate::telemetry::Metrics;
+use crate::telemetry::{Metrics, TRACE_TARGET};
 use crate::types::{
     BlockIndex, BlockLayout, ByteRange, ObjectRef, RangeRequest, Selection, Unsatisfiable,
 };
 use crate::upstream::{ResponseHead, Upstream, UpstreamError};
 use hedge::Hedger;
+pub use manage::KnownVersion;
 use prefetch::Detector;
 
 /// Read-path settings taken from the cache configuration.
@@ -98,11 +103,62 @@ impl ReadError {
     }
 }
 
-/// A GET being answered: the object's metadata, what part of it is sent, and the bytes.
+/// A GET being answered: the object's metadata, what part of it is sent, the bytes, and
+/// where the blocks sent so far came from.
 pub struct ObjectRead {
     pub meta: Arc<ObjectMeta>,
     pub selection: Selection,
     pub body: BodyStream,
+    pub tally: Arc<Tally>,
+}
+
+/// The blocks one response was served from, by tier, counted as they are sent.
+#[derive(Debug, Default)]
+pub struct Tally {
+    memory: AtomicU64,
+    disk: AtomicU64,
+    upstream: AtomicU64,
+    coalesced: AtomicU64,
+}
+
+impl Tally {
+    fn count(&self, tier: Tier) {
+        let counter = match tier {
+            Tier::Memory => &self.memory,
+            Tier::Disk => &self.disk,
+            Tier::Upstream => &self.upstream,
+            Tier::Coalesced => &self.coalesced,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Blocks found in memory or on disk.
+    pub fn hits(&self) -> u64 {
+        self.memory.load(Ordering::Relaxed) + self.disk.load(Ordering::Relaxed)
+    }
+
+    /// Blocks fetched from the upstream, by this response or one it waited for.
+    pub fn misses(&self) -> u64 {
+        self.upstream.load(Ordering::Relaxed) + self.coalesced.load(Ordering::Relaxed)
+    }
+
+    /// Where the bytes came from: the one tier of every block, `mixed`, or `none`.
+    pub fn source(&self) -> &'static str {
+        let tiers = [
+            (Tier::Memory, &self.memory),
+            (Tier::Disk, &self.disk),
+            (Tier::Upstream, &self.upstream),
+            (Tier::Coalesced, &self.coalesced),
+        ];
+        let mut used = tiers
+            .iter()
+            .filter(|(_, count)| count.load(Ordering::Relaxed) > 0);
+        match (used.next(), used.next()) {
+            (None, _) => "none",
+            (Some((tier, _)), None) => tier.as_str(),
+            (Some(_), Some(_)) => "mixed",
+        }
+    }
 }
 
 /// The bytes of a GET response. An `Err` item means the response must be aborted.
@@ -235,6 +291,7 @@ impl ReadPath {
                     meta,
                     selection,
                     body: empty_body(),
+                    tally: Arc::default(),
                 });
             };
             let target = Target::new(object, meta.clone(), self.inner.settings.block_size);
@@ -242,11 +299,13 @@ impl ReadPath {
             match self.block(&target, first_index).await {
                 Ok(first_block) => {
                     self.prefetch_after(&target, bytes);
-                    let body = self.stream(target, bytes, first_block);
+                    let tally = Arc::new(Tally::default());
+                    let body = self.stream(target, bytes, first_block, tally.clone());
                     return Ok(ObjectRead {
                         meta,
                         selection,
                         body,
+                        tally,
                     });
                 }
                 Err(ReadError::Changed) if !retried => {
@@ -291,18 +350,26 @@ impl ReadPath {
         }
     }
 
-    /// Streams `bytes` of `target`, starting with its already read first block.
-    fn stream(&self, target: Target, bytes: ByteRange, first_block: (Bytes, Tier)) -> BodyStream {
+    /// Streams `bytes` of `target`, starting with its already read first block, counting
+    /// each block sent in `tally`. The stream's lookups belong to the request's trace.
+    fn stream(
+        &self,
+        target: Target,
+        bytes: ByteRange,
+        first_block: (Bytes, Tier),
+        tally: Arc<Tally>,
+    ) -> BodyStream {
         let (sender, receiver) = mpsc::channel(1);
         let this = self.clone();
-        tokio::spawn(async move {
+        let request = tracing::Span::current();
+        let task = async move {
             let layout = target.layout;
             let mut blocks = layout.blocks_for(bytes);
             let Some(first_index) = blocks.next() else {
                 return;
             };
             if !this
-                .send_slice(&sender, layout, bytes, first_index, first_block)
+                .send_slice(&sender, &tally, layout, bytes, first_index, first_block)
                 .await
             {
                 return;
@@ -318,7 +385,10 @@ impl ReadPath {
             while let Some((index, result)) = fetches.next().await {
                 match result {
                     Ok(block) => {
-                        if !this.send_slice(&sender, layout, bytes, index, block).await {
+                        if !this
+                            .send_slice(&sender, &tally, layout, bytes, index, block)
+                            .await
+                        {
                             return;
                         }
                     }
@@ -333,7 +403,8 @@ impl ReadPath {
                     }
                 }
             }
-        });
+        };
+        tokio::spawn(task.instrument(request));
         ReceiverStream::new(receiver)
     }
 
@@ -341,11 +412,13 @@ impl ReadPath {
     async fn send_slice(
         &self,
         sender: &mpsc::Sender<Result<Bytes, ReadError>>,
+        tally: &Tally,
         layout: BlockLayout,
         bytes: ByteRange,
         index: BlockIndex,
         (block, tier): (Bytes, Tier),
     ) -> bool {
+        tally.count(tier);
         let slice = block.slice(layout.slice_within(index, bytes));
         self.inner
             .metrics
@@ -355,7 +428,13 @@ impl ReadPath {
 
     /// Block `index` of `target`, from the cache or the upstream, counted as a lookup.
     async fn block(&self, target: &Target, index: BlockIndex) -> Result<(Bytes, Tier), ReadError> {
-        let (bytes, tier) = self.cache_block(target, index).await?;
+        let span = tracing::info_span!(target: TRACE_TARGET, "block.lookup", block.index = index, cache.tier = Empty, cache.hit = Empty);
+        let (bytes, tier) = self
+            .cache_block(target, index)
+            .instrument(span.clone())
+            .await?;
+        span.record("cache.tier", tier.as_str());
+        span.record("cache.hit", matches!(tier, Tier::Memory | Tier::Disk));
         self.inner.metrics.count_block(match tier {
             Tier::Memory => "memory_hit",
             Tier::Disk => "disk_hit",
@@ -383,12 +462,18 @@ impl ReadPath {
             let hedger = self.inner.hedger.clone();
             let object = object.clone();
             let meta = target.meta.clone();
-            move || async move {
-                hedger
-                    .run(|head| {
-                        fetch_block(upstream.clone(), object.clone(), meta.clone(), range, head)
-                    })
-                    .await
+            move || {
+                // Created where the lookup starts the fetch, so it is the lookup's child
+                // even though the fetch runs in a task of its own.
+                let span = tracing::info_span!(target: TRACE_TARGET, "upstream.fetch", http.range = %range.header_value());
+                async move {
+                    hedger
+                        .run(|head| {
+                            fetch_block(upstream.clone(), object.clone(), meta.clone(), range, head)
+                        })
+                        .await
+                }
+                .instrument(span)
             }
         };
         let inner = &self.inner;

@@ -217,6 +217,13 @@ impl Metrics {
             .inc();
     }
 
+    /// Block lookups so far with `result` (memory_hit, disk_hit, miss, coalesced).
+    pub fn block_lookups_of(&self, result: &'static str) -> u64 {
+        self.block_lookups
+            .get_or_create(&ResultLabel { result })
+            .get()
+    }
+
     pub fn count_prefetch(&self, outcome: &'static str, blocks: u64) {
         if blocks > 0 {
             self.prefetch_blocks
@@ -307,5 +314,26 @@ mod tests {
         assert!(text.contains("portico_upstream_received_bytes_total 10"));
         assert!(text.contains("portico_request_duration_seconds_bucket"));
         assert!(text.ends_with("# EOF\n"));
+    }
+
+    #[test]
+    fn every_portico_metric_is_explained_in_the_operations_guide() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/operations.md");
+        let guide = std::fs::read_to_string(path).unwrap();
+        // Every name registered above, as written in this file.
+        let source = include_str!("metrics.rs");
+        let names: Vec<&str> = source
+            .split("registry.register(")
+            .skip(1)
+            .filter_map(|call| call.split('"').nth(1))
+            .filter(|name| name.starts_with("portico_"))
+            .collect();
+        assert!(names.len() >= 15, "{names:?}");
+        for name in names {
+            assert!(
+                guide.contains(&format!("| `{name}")),
+                "docs/operations.md has no row for {name}"
+            );
+        }
     }
 }

@@ -1,28 +1,110 @@
-//! Logs and metrics. Logs go to stderr as text or JSON, filtered by `RUST_LOG`.
+//! Logs, traces and metrics. Logs go to stderr as text or JSON, filtered by `RUST_LOG`;
+//! the optional access log is one more line per request. Traces are exported over OTLP
+//! when `OTEL_EXPORTER_OTLP_ENDPOINT` (or `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`) is set.
+//!
+//! Invariant: request spans use the [`TRACE_TARGET`] target, which the log filter always
+//! turns off, so without an OTLP endpoint no layer is interested in them and creating one
+//! costs a cached callsite check — tracing is free when it is not configured.
 
 mod metrics;
+mod otlp;
 
 pub use metrics::Metrics;
 
-use tracing_subscriber::EnvFilter;
+use std::io::IsTerminal;
 
-use crate::config::LogFormat;
+use tracing_subscriber::filter::{EnvFilter, LevelFilter, Targets};
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
+use tracing_subscriber::{Layer, Registry};
+
+use crate::config::{LogConfig, LogFormat};
+
+/// The target of the spans exported as traces (never logged).
+pub const TRACE_TARGET: &str = "portico::trace";
+/// The target of access log lines.
+pub const ACCESS_TARGET: &str = "portico::access";
 
 /// The filter used when `RUST_LOG` is not set. s3s logs every error response (404s
 /// included) at error level; Portico logs failed requests itself at the right level.
 const DEFAULT_FILTER: &str = "info,s3s=off";
 
-pub fn init_logging(format: LogFormat) {
-    let filter =
-        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(DEFAULT_FILTER));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    let result = match format {
-        LogFormat::Text => builder.try_init(),
-        LogFormat::Json => builder.json().flatten_event(true).try_init(),
+/// Keeps the trace exporter running; [`Telemetry::shutdown`] flushes it.
+pub struct Telemetry {
+    traces: Option<opentelemetry_sdk::trace::SdkTracerProvider>,
+}
+
+impl Telemetry {
+    /// Exports the spans still buffered and stops the exporter.
+    pub fn shutdown(&self) {
+        if let Some(provider) = &self.traces
+            && let Err(error) = provider.shutdown()
+        {
+            tracing::warn!(%error, "flushing traces at shutdown failed");
+        }
+    }
+}
+
+/// Installs logging (and tracing, when an OTLP endpoint is configured). Must run inside
+/// the Tokio runtime: the exporter sends its batches on it.
+pub fn init(log: &LogConfig) -> Telemetry {
+    let filter = EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| EnvFilter::new(DEFAULT_FILTER))
+        .add_directive(
+            format!("{TRACE_TARGET}=off")
+                .parse()
+                .expect("static directive"),
+        );
+    let filter = if log.access_log {
+        filter.add_directive(
+            format!("{ACCESS_TARGET}=info")
+                .parse()
+                .expect("static directive"),
+        )
+    } else {
+        filter.add_directive(
+            format!("{ACCESS_TARGET}=off")
+                .parse()
+                .expect("static directive"),
+        )
     };
-    if let Err(error) = result {
+    let logs = match log.format {
+        LogFormat::Text => tracing_subscriber::fmt::layer()
+            .with_ansi(std::io::stderr().is_terminal())
+            .with_writer(std::io::stderr)
+            .with_filter(filter)
+            .boxed(),
+        LogFormat::Json => tracing_subscriber::fmt::layer()
+            .json()
+            .flatten_event(true)
+            .with_writer(std::io::stderr)
+            .with_filter(filter)
+            .boxed(),
+    };
+    let (traces, provider, error) = match otlp::provider() {
+        Ok(Some(provider)) => {
+            use opentelemetry::trace::TracerProvider;
+            let tracer = provider.tracer("portico");
+            let layer = tracing_opentelemetry::layer()
+                .with_tracer(tracer)
+                .with_filter(Targets::new().with_target(TRACE_TARGET, LevelFilter::INFO))
+                .boxed();
+            (Some(layer), Some(provider), None)
+        }
+        Ok(None) => (None, None, None),
+        Err(error) => (None, None, Some(error)),
+    };
+    let layers: Vec<Box<dyn Layer<Registry> + Send + Sync>> =
+        [Some(logs), traces].into_iter().flatten().collect();
+    if let Err(error) = tracing_subscriber::registry().with(layers).try_init() {
         eprintln!("portico: logging already initialised: {error}");
     }
+    match (&provider, error) {
+        (Some(_), _) => tracing::info!("exporting traces over OTLP"),
+        (None, Some(error)) => {
+            tracing::error!(%error, "traces are not exported: the OTLP exporter could not start");
+        }
+        (None, None) => {}
+    }
+    Telemetry { traces: provider }
 }

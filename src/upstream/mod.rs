@@ -27,6 +27,8 @@ use aws_smithy_runtime_api::client::orchestrator::Metadata;
 use aws_smithy_runtime_api::client::retries::RequestAttempts;
 use bytes::{Bytes, BytesMut};
 use portico_http_client::{SdkHttpClient, TrustRoots};
+use tracing::Instrument;
+use tracing::field::Empty;
 
 pub use error::UpstreamError;
 pub use forward::{BoxError, EndpointError, ForwardRequest, Forwarder, Payload, UpstreamBody};
@@ -34,7 +36,7 @@ pub use portico_http_client::TlsError;
 
 use crate::cache::{Checksums, Missing, ObjectMeta};
 use crate::config::UpstreamConfig;
-use crate::telemetry::Metrics;
+use crate::telemetry::{Metrics, TRACE_TARGET};
 use crate::types::ObjectRef;
 
 /// When a request's response head arrived: hedging looks at time to first byte, not at a
@@ -60,6 +62,14 @@ pub struct RangeRead {
     /// Offset of the first byte of `body` within the object.
     pub first: u64,
     pub body: Bytes,
+}
+
+/// One object of a listing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Listed {
+    pub key: String,
+    pub size: u64,
+    pub etag: String,
 }
 
 #[derive(Debug, Clone)]
@@ -240,13 +250,16 @@ impl Upstream {
         head: &ResponseHead,
     ) -> Result<RangeRead, UpstreamError> {
         let started = Instant::now();
+        let span = tracing::info_span!(target: TRACE_TARGET, "upstream.get", http.range = range, http.status_code = Empty);
         let result = self
             .fetch_range(object, range, if_match, max_bytes, head)
+            .instrument(span.clone())
             .await;
         let status = match &result {
             Ok((_, status)) => *status,
             Err(error) => error.upstream_status(),
         };
+        span.record("http.status_code", status);
         self.metrics
             .record_upstream("GetObject", status, started.elapsed().as_secs_f64());
         result.map(|(read, _)| read)
@@ -339,6 +352,8 @@ impl Upstream {
         if_none_match: Option<&str>,
     ) -> Result<HeadOutcome, UpstreamError> {
         let started = Instant::now();
+        let span =
+            tracing::info_span!(target: TRACE_TARGET, "upstream.head", http.status_code = Empty);
         let result = self
             .client
             .head_object()
@@ -348,6 +363,7 @@ impl Upstream {
             .checksum_mode(ChecksumMode::Enabled)
             .set_if_none_match(if_none_match.map(str::to_owned))
             .send()
+            .instrument(span.clone())
             .await
             .map_err(UpstreamError::from_sdk);
         let outcome = match result {
@@ -380,9 +396,46 @@ impl Upstream {
             Ok(HeadOutcome::NotModified) => 304,
             Err(error) => error.upstream_status(),
         };
+        span.record("http.status_code", status);
         self.metrics
             .record_upstream("HeadObject", status, started.elapsed().as_secs_f64());
         outcome
+    }
+
+    /// Every object under `prefix` in `bucket` (ListObjectsV2, all pages), in key order.
+    pub async fn list(&self, bucket: &str, prefix: &str) -> Result<Vec<Listed>, UpstreamError> {
+        let mut pages = self
+            .client
+            .list_objects_v2()
+            .bucket(bucket)
+            .prefix(prefix)
+            .into_paginator()
+            .send();
+        let mut listed = Vec::new();
+        loop {
+            let started = Instant::now();
+            let Some(page) = pages.next().await else {
+                break;
+            };
+            let page = page.map_err(UpstreamError::from_sdk);
+            let status = match &page {
+                Ok(_) => 200,
+                Err(error) => error.upstream_status(),
+            };
+            self.metrics
+                .record_upstream("ListObjectsV2", status, started.elapsed().as_secs_f64());
+            for object in page?.contents() {
+                let (Some(key), Some(size)) = (object.key(), object.size()) else {
+                    continue;
+                };
+                listed.push(Listed {
+                    key: key.to_owned(),
+                    size: u64::try_from(size).unwrap_or_default(),
+                    etag: object.e_tag().unwrap_or_default().to_owned(),
+                });
+            }
+        }
+        Ok(listed)
     }
 
     /// Succeeds when the upstream answers HTTP at all (even with an error status).

@@ -14,7 +14,7 @@ use aws_sdk_s3::Client;
 use aws_sdk_s3::config::retry::RetryConfig;
 use aws_sdk_s3::config::{BehaviorVersion, Credentials, Region};
 use bytes::Bytes;
-use http_body_util::{BodyExt, Empty};
+use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client as HttpClient;
 use hyper_util::rt::TokioExecutor;
 use rand::{Rng, RngCore, SeedableRng};
@@ -110,19 +110,29 @@ pub async fn http_get(url: &str, headers: &[(&str, &str)]) -> (u16, String) {
     (status, String::from_utf8_lossy(&body).into_owned())
 }
 
-/// A plain HTTP request: (status, headers, body).
+/// A plain HTTP request without a body: (status, headers, body).
 pub async fn http_request(
     method: &str,
     url: &str,
     headers: &[(&str, &str)],
 ) -> (u16, http::HeaderMap, Bytes) {
-    let client = HttpClient::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>();
+    http_send(method, url, headers, Bytes::new()).await
+}
+
+/// A plain HTTP request with `body`: (status, headers, body).
+pub async fn http_send(
+    method: &str,
+    url: &str,
+    headers: &[(&str, &str)],
+    body: Bytes,
+) -> (u16, http::HeaderMap, Bytes) {
+    let client = HttpClient::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
     let mut request = http::Request::builder().method(method).uri(url);
     for (name, value) in headers {
         request = request.header(*name, *value);
     }
     let response = client
-        .request(request.body(Empty::new()).expect("request"))
+        .request(request.body(Full::new(body)).expect("request"))
         .await
         .unwrap_or_else(|error| panic!("{method} {url}: {error}"));
     let status = response.status().as_u16();

@@ -38,6 +38,10 @@ pub struct Settings {
     pub upstream_extra: String,
     /// Extra lines for the `[admin]` section.
     pub admin_extra: String,
+    /// Lines for the `[log]` section.
+    pub log: String,
+    /// Extra environment variables for the process (e.g. `OTEL_*`).
+    pub env: Vec<(String, String)>,
 }
 
 impl Settings {
@@ -61,6 +65,8 @@ impl Settings {
             server_extra: String::new(),
             upstream_extra: String::new(),
             admin_extra: String::new(),
+            log: String::new(),
+            env: Vec::new(),
         }
     }
 
@@ -109,6 +115,9 @@ serve_stale_on_error = {serve_stale_on_error}
 
 [auth]
 {auth}
+
+[log]
+{log}
 "#,
             domains = domains.join(", "),
             upstream = self.upstream,
@@ -126,6 +135,7 @@ serve_stale_on_error = {serve_stale_on_error}
             server_extra = self.server_extra,
             upstream_extra = self.upstream_extra,
             admin_extra = self.admin_extra,
+            log = self.log,
         )
     }
 }
@@ -150,6 +160,7 @@ impl Portico {
             .arg("--config")
             .arg(&config)
             .env("RUST_LOG", "info,portico=debug")
+            .envs(settings.env.iter().map(|(name, value)| (name, value)))
             .stdout(Stdio::piped())
             .stderr(stderr)
             .kill_on_drop(true)

@@ -4,6 +4,7 @@
 
 mod support;
 
+mod admin;
 mod auth;
 mod clients;
 mod coalescing;
@@ -18,5 +19,6 @@ mod prefetch;
 mod reads;
 mod resilience;
 mod tls;
+mod tracing;
 mod versions;
 mod writes;

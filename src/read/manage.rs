@@ -1,0 +1,108 @@
+//! Operator actions on the cache: purging an object (its metadata and every block of the
+//! versions the cache knows of) and warming a range of an object into the cache.
+//!
+//! Invariants: a purge bumps the object's write generation before removing anything, so a
+//! discovery already under way cannot cache the purged metadata again. Warming reads
+//! blocks through the same cache lookup as demand reads (coalesced with them, `If-Match`
+//! on the version) and never feeds sequential detection, so it starts no prefetch.
+
+use std::sync::Arc;
+
+use futures::StreamExt;
+
+use super::{Probe, ReadError, ReadPath, Target};
+use crate::cache::{MetaRecord, ObjectMeta};
+use crate::types::{ObjectRef, RangeRequest, Selection};
+
+/// A version of an object the cache may hold blocks of: its token and size.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KnownVersion {
+    pub etag: String,
+    pub size: u64,
+}
+
+impl ReadPath {
+    /// Forgets `object`: its metadata, and every block of the version its cached metadata
+    /// names and of `also` (a version a listing reported). Returns the blocks removed.
+    pub async fn purge(&self, object: &ObjectRef, also: Option<KnownVersion>) -> u64 {
+        let cached = self
+            .inner
+            .cache
+            .meta(object)
+            .await
+            .ok()
+            .flatten()
+            .as_ref()
+            .and_then(MetaRecord::meta)
+            .cloned();
+        self.invalidate(object);
+        let mut versions: Vec<Arc<ObjectMeta>> = cached.into_iter().collect();
+        if let Some(also) = also {
+            let listed = ObjectMeta {
+                size: also.size,
+                etag: also.etag,
+                ..ObjectMeta::default()
+            };
+            if !versions
+                .iter()
+                .any(|meta| meta.version_token() == listed.version_token())
+            {
+                versions.push(Arc::new(listed));
+            }
+        }
+        let mut removed = 0;
+        for meta in versions {
+            let target = Target::new(object, meta, self.inner.settings.block_size);
+            for index in 0..target.layout.block_count() {
+                self.inner.cache.remove_block(target.key(index));
+                removed += 1;
+            }
+        }
+        removed
+    }
+
+    /// The bytes a warm of `range` of `object` will load, from its (cached) metadata.
+    pub async fn warm_size(
+        &self,
+        object: &ObjectRef,
+        range: Option<RangeRequest>,
+    ) -> Result<u64, ReadError> {
+        let meta = self.resolve_meta(object, Probe::Head, false).await?;
+        let selection = Selection::resolve(range, meta.size)?;
+        Ok(selection
+            .bytes(meta.size)
+            .map_or(0, |bytes| bytes.len_bytes()))
+    }
+
+    /// Loads the blocks of `range` of `object` into the cache, `concurrency` at a time,
+    /// calling `progress` with the requested bytes of each block once it is cached.
+    pub async fn warm(
+        &self,
+        object: &ObjectRef,
+        range: Option<RangeRequest>,
+        concurrency: usize,
+        progress: impl Fn(u64),
+    ) -> Result<(), ReadError> {
+        let probe = Probe::for_range(range, self.inner.settings.block_size);
+        let meta = self.resolve_meta(object, probe, false).await?;
+        let selection = Selection::resolve(range, meta.size)?;
+        let Some(bytes) = selection.bytes(meta.size) else {
+            return Ok(());
+        };
+        let target = Target::new(object, meta, self.inner.settings.block_size);
+        let layout = target.layout;
+        let mut fetches = futures::stream::iter(layout.blocks_for(bytes))
+            .map(|index| {
+                let target = target.clone();
+                async move {
+                    self.block(&target, index).await?;
+                    Ok::<_, ReadError>(layout.slice_within(index, bytes).len() as u64)
+                }
+            })
+            .buffer_unordered(concurrency.max(1));
+        while let Some(done) = fetches.next().await {
+            progress(done?);
+        }
+        Ok(())
+    }
+}
