@@ -6,7 +6,9 @@ TOOLS_DIR ?= $(HOME)/.cache/portico-tools
 MINIO_VERSION := v0.0.0-20260212201848-7aac2a2c5b7c
 MINIO := $(TOOLS_DIR)/bin/minio-$(MINIO_VERSION)
 
-PYTHON_TOOLS := $(TOOLS_DIR)/python-boto3-1.43.11-s3cmd-2.4.0
+PYTHON_TOOLS := $(TOOLS_DIR)/python-boto3-1.43.11-s3cmd-2.4.0-kv-1.37.0
+HELM_VERSION := v3.22.0
+HELM := $(TOOLS_DIR)/bin/helm-$(HELM_VERSION)
 CARGO_FUZZ_VERSION := 0.13.2
 CARGO_FUZZ := $(TOOLS_DIR)/cargo-fuzz-$(CARGO_FUZZ_VERSION)/bin/cargo-fuzz
 AWS_CLI ?= /usr/bin/aws
@@ -16,16 +18,19 @@ export PORTICO_MINIO := $(MINIO)
 export PORTICO_PYTHON := $(PYTHON_TOOLS)/bin/python
 export PORTICO_S3CMD := $(PYTHON_TOOLS)/bin/s3cmd
 export PORTICO_AWS_CLI := $(AWS_CLI)
+export PORTICO_HELM := $(HELM)
 
-.PHONY: run test ci fmt-check clippy build bench fuzz tools clean-demo
+.PHONY: run test ci fmt-check clippy build release bench fuzz tools clean-demo
 
 ## run: build Portico and start it in front of a local MinIO with demo data (Ctrl-C stops both)
 run: tools build
 	scripts/run-demo.sh
 
-## test: the whole test suite, unit and integration (against a real MinIO)
+## test: the whole test suite: unit and integration tests (against a real MinIO), then the
+## Helm chart and container image tests (helm lint/template, Kubernetes schemas, check-config)
 test: tools
 	cargo test --workspace
+	PORTICO_BIN=$(CURDIR)/target/debug/portico $(PYTHON_TOOLS)/bin/python -m unittest discover -s tests/deploy -t tests/deploy
 
 ## ci: exactly what CI runs: format check, clippy with warnings as errors, all tests
 ci: fmt-check clippy test
@@ -38,6 +43,10 @@ clippy:
 
 build:
 	cargo build --bin portico
+
+## release: the optimised binary (target/release/portico); docker/Dockerfile runs exactly this
+release:
+	cargo build --release --locked --bin portico
 
 ## bench: the suite (cold-sequential, cold-herd, random-cold, hot-random against direct,
 ## nginx and Portico behind a 20 ms origin), then hot hits vs MinIO direct with the cost of
@@ -57,13 +66,22 @@ $(CARGO_FUZZ):
 	@echo "Installing cargo-fuzz $(CARGO_FUZZ_VERSION) into $(TOOLS_DIR) (first time only)"
 	cargo install cargo-fuzz --version $(CARGO_FUZZ_VERSION) --locked --root $(TOOLS_DIR)/cargo-fuzz-$(CARGO_FUZZ_VERSION)
 
-tools: $(MINIO) $(PYTHON_TOOLS)/bin/s3cmd $(AWS_CLI)
+tools: $(MINIO) $(PYTHON_TOOLS)/bin/s3cmd $(AWS_CLI) $(HELM)
 
-# boto3 and s3cmd for the client tests, in their own virtualenv.
+# boto3 and s3cmd for the client tests, kubernetes-validate (with the Kubernetes schemas)
+# and PyYAML for the chart tests, in their own virtualenv.
 $(PYTHON_TOOLS)/bin/s3cmd:
-	@echo "Installing boto3 and s3cmd into $(PYTHON_TOOLS) (first time only)"
+	@echo "Installing boto3, s3cmd and kubernetes-validate into $(PYTHON_TOOLS) (first time only)"
 	python3 -m venv $(PYTHON_TOOLS)
-	$(PYTHON_TOOLS)/bin/pip install --quiet boto3==1.43.11 s3cmd==2.4.0
+	$(PYTHON_TOOLS)/bin/pip install --quiet boto3==1.43.11 s3cmd==2.4.0 kubernetes-validate==1.37.0 PyYAML==6.0.3
+
+# Helm 3 for the chart tests, built from source once (a few minutes).
+$(HELM):
+	@command -v go >/dev/null || { echo "Go is needed once to build Helm ($(HELM_VERSION)); install Go and re-run" >&2; exit 1; }
+	@echo "Installing Helm $(HELM_VERSION) into $(TOOLS_DIR)/bin (first time only; takes a few minutes)"
+	@mkdir -p $(TOOLS_DIR)/bin $(TOOLS_DIR)/gobin-helm
+	GOBIN=$(TOOLS_DIR)/gobin-helm GOFLAGS=-buildvcs=false go install helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
+	mv $(TOOLS_DIR)/gobin-helm/helm $@
 
 # The aws CLI v2 from Debian (a pip-installed v1 elsewhere on PATH is not used).
 $(AWS_CLI):

@@ -1,0 +1,265 @@
+{{/* Names and labels. */}}
+{{- define "portico.name" -}}
+{{- .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "portico.fullname" -}}
+{{- if contains .Chart.Name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "portico.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "portico.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "portico.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{ include "portico.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end -}}
+
+{{- define "portico.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "portico.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- default "default" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "portico.secretName" -}}
+{{- printf "%s-secrets" (include "portico.fullname" .) -}}
+{{- end -}}
+
+{{/* A TOML value: strings quoted, whole numbers without a decimal point (Helm reads
+every YAML number as a float), lists of values. */}}
+{{- define "portico.tomlValue" -}}
+{{- if kindIs "string" . -}}
+{{- . | quote -}}
+{{- else if kindIs "bool" . -}}
+{{- . -}}
+{{- else if or (kindIs "float64" .) (kindIs "float32" .) -}}
+{{- if eq (floor .) (float64 .) -}}{{- int64 . -}}{{- else -}}{{- . -}}{{- end -}}
+{{- else if or (kindIs "int" .) (kindIs "int64" .) -}}
+{{- . -}}
+{{- else if kindIs "slice" . -}}
+[{{- range $index, $item := . -}}{{- if $index -}}, {{ end -}}{{- include "portico.tomlValue" $item -}}{{- end -}}]
+{{- else -}}
+{{- fail (printf "config values must be strings, numbers, booleans or lists, not %s" (kindOf .)) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* portico.toml from .Values.config: one [section] per map, one key = value per entry;
+the credentials file is mounted by the chart when configured. */}}
+{{- define "portico.toml" -}}
+# Rendered by the portico Helm chart from .Values.config; see docs/configuration.md.
+{{- $config := deepCopy .Values.config -}}
+{{- if .Values.clientCredentials.credentialsFileSecret -}}
+{{- $auth := default dict (get $config "auth") -}}
+{{- $_ := set $auth "credentials_file" "/etc/portico/credentials/credentials.toml" -}}
+{{- $_ := set $config "auth" $auth -}}
+{{- end -}}
+{{- range $section, $keys := $config }}
+
+[{{ $section }}]
+{{- range $key, $value := $keys }}
+{{ $key }} = {{ include "portico.tomlValue" $value }}
+{{- end }}
+{{- end }}
+{{- end -}}
+
+{{/* The memory tier in MiB, from config.cache.memory_capacity (e.g. 1GiB, 512MiB). */}}
+{{- define "portico.memoryMiB" -}}
+{{- $capacity := toString (default "1GiB" .Values.config.cache.memory_capacity) -}}
+{{- $number := regexFind "^[0-9]+" $capacity | atoi -}}
+{{- $unit := regexFind "[A-Za-z]+$" $capacity -}}
+{{- if eq $unit "MiB" -}}{{ $number }}
+{{- else if eq $unit "GiB" -}}{{ mul $number 1024 }}
+{{- else if eq $unit "TiB" -}}{{ mul $number 1048576 }}
+{{- else -}}{{ fail (printf "config.cache.memory_capacity %q: use a whole number of MiB, GiB or TiB" $capacity) }}
+{{- end -}}
+{{- end -}}
+
+{{- define "portico.resources" -}}
+{{- if .Values.resources -}}
+{{- toYaml .Values.resources -}}
+{{- else -}}
+{{- $memory := include "portico.memoryMiB" . | atoi -}}
+requests:
+  cpu: 250m
+  memory: {{ add $memory 256 }}Mi
+limits:
+  memory: {{ add $memory 512 }}Mi
+{{- end -}}
+{{- end -}}
+
+{{- define "portico.secretEnv" -}}
+{{- $root := index . 0 -}}
+{{- $name := index . 1 -}}
+{{- $secret := index . 2 -}}
+{{- $key := index . 3 -}}
+- name: {{ $name }}
+  valueFrom:
+    secretKeyRef:
+      name: {{ $secret }}
+      key: {{ $key }}
+{{- end -}}
+
+{{/* Environment: secrets from Secrets (never in the ConfigMap), OTLP settings. */}}
+{{- define "portico.env" -}}
+{{- $secret := include "portico.secretName" . -}}
+{{- with .Values.upstreamCredentials }}
+{{- if or .existingSecret .accessKeyId }}
+{{- $name := default $secret .existingSecret }}
+{{ include "portico.secretEnv" (list $ "PORTICO_UPSTREAM_ACCESS_KEY_ID" $name (ternary "access_key_id" "upstream_access_key_id" (ne .existingSecret ""))) }}
+{{ include "portico.secretEnv" (list $ "PORTICO_UPSTREAM_SECRET_ACCESS_KEY" $name (ternary "secret_access_key" "upstream_secret_access_key" (ne .existingSecret ""))) }}
+{{- end }}
+{{- end }}
+{{- with .Values.clientCredentials }}
+{{- if or .existingSecret .accessKeyId }}
+{{- $name := default $secret .existingSecret }}
+{{ include "portico.secretEnv" (list $ "PORTICO_AUTH_ACCESS_KEY_ID" $name (ternary "access_key_id" "client_access_key_id" (ne .existingSecret ""))) }}
+{{ include "portico.secretEnv" (list $ "PORTICO_AUTH_SECRET_ACCESS_KEY" $name (ternary "secret_access_key" "client_secret_access_key" (ne .existingSecret ""))) }}
+{{- end }}
+{{- end }}
+{{- with .Values.adminToken }}
+{{- if or .existingSecret .value }}
+{{ include "portico.secretEnv" (list $ "PORTICO_ADMIN_TOKEN" (default $secret .existingSecret) (ternary "token" "admin_token" (ne .existingSecret ""))) }}
+{{- end }}
+{{- end }}
+{{- with .Values.otel }}
+{{- if .endpoint }}
+- name: OTEL_EXPORTER_OTLP_ENDPOINT
+  value: {{ .endpoint | quote }}
+- name: OTEL_EXPORTER_OTLP_PROTOCOL
+  value: {{ .protocol | quote }}
+- name: OTEL_SERVICE_NAME
+  value: {{ include "portico.fullname" $ | quote }}
+{{- end }}
+{{- end }}
+{{- end -}}
+
+{{/* The Portico container, shared by the StatefulSet and the sidecar template. */}}
+{{- define "portico.container" -}}
+name: portico
+image: "{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}"
+imagePullPolicy: {{ .Values.image.pullPolicy }}
+args: ["--config", "/etc/portico/portico.toml"]
+{{- $env := include "portico.env" . | trim }}
+{{- if $env }}
+env:
+{{ $env | indent 2 }}
+{{- end }}
+ports:
+  - name: s3
+    containerPort: {{ .Values.service.s3Port }}
+    protocol: TCP
+  - name: admin
+    containerPort: {{ .Values.service.adminPort }}
+    protocol: TCP
+livenessProbe:
+  httpGet:
+    path: /healthz
+    port: admin
+  periodSeconds: 10
+  failureThreshold: 3
+readinessProbe:
+  httpGet:
+    path: /readyz
+    port: admin
+  periodSeconds: 5
+  failureThreshold: 2
+resources:
+{{ include "portico.resources" . | indent 2 }}
+securityContext:
+  runAsNonRoot: true
+  runAsUser: 65532
+  runAsGroup: 65532
+  allowPrivilegeEscalation: false
+  readOnlyRootFilesystem: true
+  capabilities:
+    drop: [ALL]
+volumeMounts:
+  - name: portico-config
+    mountPath: /etc/portico/portico.toml
+    subPath: portico.toml
+    readOnly: true
+  - name: portico-cache
+    mountPath: {{ .Values.config.cache.dir | default "/var/cache/portico" }}
+{{- if .Values.clientCredentials.credentialsFileSecret }}
+  - name: portico-credentials
+    mountPath: /etc/portico/credentials
+    readOnly: true
+{{- end }}
+{{- end -}}
+
+{{/* Volumes for the config and credentials (the cache volume is added by the workload). */}}
+{{- define "portico.configVolumes" -}}
+- name: portico-config
+  configMap:
+    name: {{ include "portico.fullname" . }}
+{{- if .Values.clientCredentials.credentialsFileSecret }}
+- name: portico-credentials
+  secret:
+    secretName: {{ .Values.clientCredentials.credentialsFileSecret }}
+{{- end }}
+{{- end -}}
+
+{{- define "portico.emptyDirCache" -}}
+- name: portico-cache
+  emptyDir:
+    {{- with .Values.cacheVolume.emptyDir.medium }}
+    medium: {{ . }}
+    {{- end }}
+    {{- with .Values.cacheVolume.emptyDir.sizeLimit }}
+    sizeLimit: {{ . }}
+    {{- end }}
+{{- end -}}
+
+{{/*
+Sidecar use: with this chart as a dependency of yours (mode: sidecar in its values), add
+to your pod spec:
+
+  initContainers:            # a native sidecar (sidecar.native: true, Kubernetes 1.29+)
+    {{- include "portico.sidecar.container" .Subcharts.portico | nindent 4 }}
+  volumes:
+    {{- include "portico.sidecar.volumes" .Subcharts.portico | nindent 4 }}
+
+With sidecar.native: false, include the container under containers: instead.
+*/}}
+{{- define "portico.sidecar.container" -}}
+- {{ include "portico.container" . | indent 2 | trim }}
+{{- if .Values.sidecar.native }}
+  restartPolicy: Always
+{{- end }}
+{{- end -}}
+
+{{- define "portico.sidecar.volumes" -}}
+{{ include "portico.configVolumes" . }}
+{{- if .Values.cacheVolume.existingClaim }}
+- name: portico-cache
+  persistentVolumeClaim:
+    claimName: {{ .Values.cacheVolume.existingClaim }}
+{{- else }}
+{{ include "portico.emptyDirCache" . }}
+{{- end }}
+{{- end -}}
+
+{{/* Fails the install when the rendered configuration could not start. */}}
+{{- define "portico.validate" -}}
+{{- $auth := default dict .Values.config.auth -}}
+{{- $credentials := .Values.clientCredentials -}}
+{{- if and (ne (default "sigv4" $auth.mode) "none") (not (or $credentials.existingSecret $credentials.accessKeyId $credentials.credentialsFileSecret)) -}}
+{{- fail "config.auth.mode is sigv4 (the default), so clients need a credential: set clientCredentials.accessKeyId and secretAccessKey, clientCredentials.existingSecret or clientCredentials.credentialsFileSecret; or set config.auth.mode: none for a sidecar listening on 127.0.0.1" -}}
+{{- end -}}
+{{- if and $credentials.accessKeyId (not $credentials.secretAccessKey) -}}
+{{- fail "clientCredentials.accessKeyId needs clientCredentials.secretAccessKey" -}}
+{{- end -}}
+{{- if and .Values.upstreamCredentials.accessKeyId (not .Values.upstreamCredentials.secretAccessKey) -}}
+{{- fail "upstreamCredentials.accessKeyId needs upstreamCredentials.secretAccessKey" -}}
+{{- end -}}
+{{- end -}}

@@ -1,0 +1,257 @@
+"""The Helm chart: it lints, renders in both modes with several value sets, every rendered
+manifest validates against the Kubernetes schemas, the portico.toml it renders passes
+`portico check-config` with the environment the pod would have, and bad values are
+rejected by values.schema.json at install time.
+
+Run by `make test` (helm, kubernetes-validate and the portico binary come from the
+Makefile): PORTICO_HELM and PORTICO_BIN name the binaries.
+"""
+
+import json
+import os
+import pathlib
+import re
+import subprocess
+import tempfile
+import unittest
+
+import kubernetes_validate
+import yaml
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+CHART = ROOT / "charts" / "portico"
+HERE = pathlib.Path(__file__).resolve().parent
+HELM = os.environ.get("PORTICO_HELM", "helm")
+PORTICO = os.environ.get("PORTICO_BIN", str(ROOT / "target" / "debug" / "portico"))
+KUBERNETES_VERSION = "1.30.0"
+# Custom resources have no schema in the Kubernetes set; their fields are checked here.
+CUSTOM_KINDS = {"ServiceMonitor"}
+
+
+def helm(*args, check=True):
+    result = subprocess.run([HELM, *args], capture_output=True, text=True)
+    if check and result.returncode != 0:
+        raise AssertionError(f"helm {' '.join(args)} failed:\n{result.stderr}")
+    return result
+
+
+def render(chart, values=None, release="demo"):
+    args = ["template", release, str(chart)]
+    if values:
+        args += ["-f", str(values)]
+    documents = yaml.safe_load_all(helm(*args).stdout)
+    return [document for document in documents if document]
+
+
+def by_kind(manifests, kind):
+    return [manifest for manifest in manifests if manifest["kind"] == kind]
+
+
+def pod_spec(manifest):
+    return manifest["spec"]["template"]["spec"]
+
+
+def portico_container(spec):
+    containers = spec.get("containers", []) + spec.get("initContainers", [])
+    return next(container for container in containers if container["name"] == "portico")
+
+
+class ChartTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        helm("dependency", "build", str(HERE / "sidecar-app"))
+
+    def value_sets(self):
+        for values in sorted((HERE / "values").glob("*.yaml")):
+            yield values.stem, CHART, values
+        yield "sidecar-app", HERE / "sidecar-app", None
+
+    def test_the_chart_lints_with_every_value_set(self):
+        for name, chart, values in self.value_sets():
+            with self.subTest(name):
+                args = ["lint", "--strict", str(chart)]
+                if values:
+                    args += ["-f", str(values)]
+                helm(*args)
+
+    def test_rendered_manifests_match_the_kubernetes_schemas(self):
+        for name, chart, values in self.value_sets():
+            manifests = render(chart, values)
+            self.assertTrue(manifests, name)
+            for manifest in manifests:
+                kind = manifest["kind"]
+                with self.subTest(f"{name}: {kind} {manifest['metadata']['name']}"):
+                    if kind in CUSTOM_KINDS:
+                        self.check_service_monitor(manifest)
+                        continue
+                    kubernetes_validate.validate(manifest, KUBERNETES_VERSION, strict=True)
+
+    def check_service_monitor(self, monitor):
+        self.assertEqual(monitor["apiVersion"], "monitoring.coreos.com/v1")
+        endpoint = monitor["spec"]["endpoints"][0]
+        self.assertEqual((endpoint["port"], endpoint["path"]), ("admin", "/metrics"))
+        self.assertTrue(monitor["spec"]["selector"]["matchLabels"])
+
+    def test_standalone_runs_a_statefulset_with_probes_service_and_sized_resources(self):
+        manifests = render(CHART, HERE / "values" / "standalone-defaults.yaml")
+        (statefulset,) = by_kind(manifests, "StatefulSet")
+        (service,) = by_kind(manifests, "Service")
+        container = portico_container(pod_spec(statefulset))
+        self.assertEqual(container["livenessProbe"]["httpGet"]["path"], "/healthz")
+        self.assertEqual(container["readinessProbe"]["httpGet"]["path"], "/readyz")
+        # memory_capacity 1GiB: requests 1 GiB + 256 MiB, limit 1 GiB + 512 MiB.
+        self.assertEqual(container["resources"]["requests"]["memory"], "1280Mi")
+        self.assertEqual(container["resources"]["limits"]["memory"], "1536Mi")
+        self.assertEqual(
+            {port["name"]: port["port"] for port in service["spec"]["ports"]},
+            {"s3": 8080, "admin": 9090},
+        )
+        (claim,) = statefulset["spec"]["volumeClaimTemplates"]
+        self.assertEqual(claim["metadata"]["name"], "portico-cache")
+        for kind in ["Ingress", "HorizontalPodAutoscaler", "PodDisruptionBudget", "Secret"]:
+            self.assertFalse(by_kind(manifests, kind), f"{kind} is off by default")
+
+    def test_consistent_hash_routing_hashes_on_bucket_and_key(self):
+        manifests = render(CHART, HERE / "values" / "standalone-minio.yaml")
+        (ingress,) = by_kind(manifests, "Ingress")
+        annotations = ingress["metadata"]["annotations"]
+        self.assertEqual(annotations["nginx.ingress.kubernetes.io/upstream-hash-by"], "$host$uri")
+        (statefulset,) = by_kind(manifests, "StatefulSet")
+        self.assertEqual(statefulset["spec"]["replicas"], 3)
+        (dashboard,) = [
+            config for config in by_kind(manifests, "ConfigMap") if "portico.json" in config["data"]
+        ]
+        self.assertEqual(json.loads(dashboard["data"]["portico.json"])["title"], "Portico")
+
+    def test_secrets_reach_the_pod_as_environment_never_the_configmap(self):
+        manifests = render(CHART, HERE / "values" / "standalone-minio.yaml")
+        (config_map,) = [
+            config for config in by_kind(manifests, "ConfigMap") if "portico.toml" in config["data"]
+        ]
+        toml = config_map["data"]["portico.toml"]
+        for secret in ["minio-reader-secret", "analytics-secret", "admin-token"]:
+            self.assertNotIn(secret, toml)
+        (statefulset,) = by_kind(manifests, "StatefulSet")
+        env = {item["name"]: item for item in portico_container(pod_spec(statefulset))["env"]}
+        for name in [
+            "PORTICO_UPSTREAM_SECRET_ACCESS_KEY",
+            "PORTICO_AUTH_SECRET_ACCESS_KEY",
+            "PORTICO_ADMIN_TOKEN",
+        ]:
+            self.assertIn("secretKeyRef", env[name]["valueFrom"], name)
+        self.assertEqual(
+            env["OTEL_EXPORTER_OTLP_ENDPOINT"]["value"],
+            "http://otel-collector.observability.svc:4318",
+        )
+
+    def test_irsa_uses_the_aws_chain_and_existing_secrets(self):
+        manifests = render(CHART, HERE / "values" / "standalone-irsa.yaml")
+        (account,) = by_kind(manifests, "ServiceAccount")
+        self.assertIn("eks.amazonaws.com/role-arn", account["metadata"]["annotations"])
+        self.assertFalse(by_kind(manifests, "Secret"), "no inline secret to render")
+        (statefulset,) = by_kind(manifests, "StatefulSet")
+        spec = pod_spec(statefulset)
+        self.assertEqual(spec["serviceAccountName"], account["metadata"]["name"])
+        container = portico_container(spec)
+        names = [item["name"] for item in container["env"]]
+        self.assertNotIn("PORTICO_UPSTREAM_ACCESS_KEY_ID", names)
+        self.assertEqual(
+            container["env"][names.index("PORTICO_ADMIN_TOKEN")]["valueFrom"]["secretKeyRef"],
+            {"name": "portico-admin", "key": "token"},
+        )
+        self.assertEqual(container["resources"]["limits"]["memory"], "2Gi")
+        self.assertNotIn("volumeClaimTemplates", statefulset["spec"])
+        self.assertTrue(by_kind(manifests, "HorizontalPodAutoscaler"))
+
+    def test_sidecar_mode_renders_only_the_shared_pieces(self):
+        kinds = sorted(manifest["kind"] for manifest in render(CHART, HERE / "values" / "sidecar.yaml"))
+        self.assertEqual(kinds, ["ConfigMap", "ServiceAccount"])
+
+    def test_the_sidecar_template_adds_a_native_sidecar_to_a_job(self):
+        manifests = render(HERE / "sidecar-app")
+        (job,) = by_kind(manifests, "Job")
+        spec = pod_spec(job)
+        sidecar = portico_container(spec)
+        self.assertIn(sidecar, spec["initContainers"])
+        self.assertEqual(sidecar["restartPolicy"], "Always")
+        volumes = {volume["name"] for volume in spec["volumes"]}
+        self.assertEqual(volumes, {"portico-config", "portico-cache"})
+        config_maps = {config["metadata"]["name"] for config in by_kind(manifests, "ConfigMap")}
+        config_volume = next(v for v in spec["volumes"] if v["name"] == "portico-config")
+        self.assertIn(config_volume["configMap"]["name"], config_maps)
+
+    def test_every_rendered_config_passes_check_config(self):
+        for name, chart, values in self.value_sets():
+            with self.subTest(name):
+                manifests = render(chart, values)
+                (config_map,) = [
+                    config
+                    for config in by_kind(manifests, "ConfigMap")
+                    if "portico.toml" in config.get("data", {})
+                ]
+                workloads = by_kind(manifests, "StatefulSet") + by_kind(manifests, "Job")
+                env = {}
+                if workloads:
+                    container = portico_container(pod_spec(workloads[0]))
+                    for item in container.get("env", []):
+                        # A Secret's value as the pod would see it (any non-empty string).
+                        env[item["name"]] = item.get("value", f"from-secret-{item['name'].lower()}")
+                if values and "credentialsFileSecret" in values.read_text():
+                    env["PORTICO_AUTH_CREDENTIALS_FILE"] = str(HERE / "credentials.toml")
+                if name == "sidecar":
+                    env["PORTICO_UPSTREAM_ACCESS_KEY_ID"] = "from-secret"
+                    env["PORTICO_UPSTREAM_SECRET_ACCESS_KEY"] = "from-secret"
+                self.check_config(config_map["data"]["portico.toml"], env)
+
+    def check_config(self, toml, env):
+        with tempfile.NamedTemporaryFile("w", suffix=".toml") as file:
+            file.write(toml)
+            file.flush()
+            clean = {key: value for key, value in os.environ.items() if not key.startswith("PORTICO_")}
+            result = subprocess.run(
+                [PORTICO, "check-config", "--config", file.name],
+                capture_output=True,
+                text=True,
+                env={**clean, **env},
+            )
+        self.assertEqual(result.returncode, 0, f"{result.stderr}\n--- portico.toml:\n{toml}")
+        self.assertIn("configuration is valid", result.stderr)
+        # The effective configuration echoes the chart's values, secrets redacted.
+        self.assertNotIn("from-secret-portico_auth_secret_access_key", result.stdout)
+        for line in toml.splitlines():
+            match = re.fullmatch(r'(\w+) = "([^"]*)"', line.strip())
+            if match and match.group(1) == "listen":
+                self.assertIn(line.strip(), result.stdout)
+
+    def test_bad_values_are_rejected_at_install(self):
+        cases = sorted((HERE / "bad-values").glob("*.yaml"))
+        self.assertGreaterEqual(len(cases), 7)
+        for values in cases:
+            expected = values.read_text().splitlines()[0].removeprefix("# expect: ")
+            with self.subTest(values.stem):
+                result = helm("template", "bad", str(CHART), "-f", str(values), check=False)
+                self.assertNotEqual(result.returncode, 0, f"{values.stem} was accepted")
+                self.assertIn(expected, result.stderr)
+
+    def test_the_dashboard_only_charts_metrics_portico_exports(self):
+        dashboard = json.loads((CHART / "dashboards" / "portico.json").read_text())
+        self.assertEqual(dashboard["title"], "Portico")
+        exported = set(
+            re.findall(r'"(portico_[a-z_]+)"', (ROOT / "src" / "telemetry" / "metrics.rs").read_text())
+        )
+        self.assertTrue(exported)
+        charted = set()
+        for panel in dashboard["panels"]:
+            for target in panel.get("targets", []):
+                charted.update(re.findall(r"\b(portico_[a-z_]+)", target["expr"]))
+        self.assertGreaterEqual(len(charted), 8)
+        suffixes = ("_total", "_bucket", "_sum", "_count")
+        for metric in sorted(charted):
+            base = metric
+            for suffix in suffixes:
+                base = base.removesuffix(suffix)
+            self.assertIn(base, exported, f"the dashboard charts {metric}, which Portico does not export")
+
+
+if __name__ == "__main__":
+    unittest.main()
