@@ -49,6 +49,7 @@ s3 -T "$state/random-64MiB.bin" "$origin/demo/data/random-64MiB.bin"
 
 endpoint="http://127.0.0.1:$s3_port"
 admin="http://127.0.0.1:$admin_port"
+admin_token=demo-admin-token
 cat <<INFO
 
   Portico serves S3 on $endpoint (admin $admin), in front of MinIO at $origin.
@@ -65,6 +66,15 @@ cat <<INFO
   curl $admin/readyz
   curl -s $admin/metrics | grep ^portico_
 
+  The admin API takes the demo token $admin_token:
+
+  curl -H 'Authorization: Bearer $admin_token' -H 'Content-Type: application/json' \
+    -X POST $admin/admin/warm -d '{"bucket":"demo","prefix":"data/"}'
+  curl -H 'Authorization: Bearer $admin_token' $admin/admin/jobs/1
+  curl -H 'Authorization: Bearer $admin_token' $admin/admin/cache
+  curl -H 'Authorization: Bearer $admin_token' -H 'Content-Type: application/json' \
+    -X POST $admin/admin/purge -d '{"bucket":"demo","key":"hello.txt"}'
+
   Ctrl-C stops Portico and MinIO.
 
 INFO
@@ -77,6 +87,7 @@ PORTICO_UPSTREAM_ACCESS_KEY_ID=$user \
 PORTICO_UPSTREAM_SECRET_ACCESS_KEY=$secret \
 PORTICO_AUTH_ACCESS_KEY_ID=$client_key \
 PORTICO_AUTH_SECRET_ACCESS_KEY=$client_secret \
+PORTICO_ADMIN_TOKEN=$admin_token \
 PORTICO_CACHE_DIR="$state/cache" \
 PORTICO_CACHE_MEMORY_CAPACITY=256MiB \
 PORTICO_CACHE_DISK_CAPACITY=2GiB \

@@ -120,3 +120,49 @@ fn bad_config_stops_portico_with_a_message_naming_the_key() {
     assert_eq!(output.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&output.stderr).contains("/nonexistent/portico.toml"));
 }
+
+#[test]
+fn check_config_validates_without_starting_and_prints_the_effective_config_redacted() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("portico.toml");
+    std::fs::write(
+        &path,
+        "[cache]\nblock_size = \"8MiB\"\n[server]\nlisten = \"127.0.0.1:1\"\n",
+    )
+    .unwrap();
+    let check = |env: &[(&str, &str)]| {
+        Command::new(binary())
+            .args(["check-config", "--config"])
+            .arg(&path)
+            .envs(env.iter().copied())
+            .output()
+            .expect("run portico check-config")
+    };
+    let output = check(&[
+        ("PORTICO_AUTH_ACCESS_KEY_ID", "client"),
+        ("PORTICO_AUTH_SECRET_ACCESS_KEY", "client-secret-value"),
+        ("PORTICO_ADMIN_TOKEN", "admin-token-value"),
+        ("PORTICO_CACHE_MEMORY_CAPACITY", "2GiB"),
+    ]);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(output.status.code(), Some(0), "{output:?}");
+    // The file, the environment and the defaults, merged; nothing was bound or opened.
+    for line in [
+        "block_size = \"8MiB\"",
+        "memory_capacity = \"2GiB\"",
+        "listen = \"127.0.0.1:1\"",
+        "access_key_id = \"client\"",
+        "secret_access_key = \"<redacted>\"",
+        "token = \"<redacted>\"",
+        "metadata_ttl = \"1m\"",
+    ] {
+        assert!(stdout.contains(line), "{line:?} missing from:\n{stdout}");
+    }
+    assert!(!stdout.contains("client-secret-value") && !stdout.contains("admin-token-value"));
+
+    let output = check(&[("PORTICO_CACHE_MEMORY_CAPACITY", "2GiB")]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(output.stdout.is_empty());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("auth.mode"), "{stderr}");
+}
