@@ -10,6 +10,11 @@
 //! most about 1 − q of fetches are hedged, and an upstream that is slow for everyone raises
 //! the delay instead of doubling its load. Until [`MIN_SAMPLES`] fetches have been seen
 //! nothing is hedged.
+//!
+//! The quantile's promise is also enforced as a budget: every fetch that gets a response
+//! head earns 1 − q of a hedge, at most [`BURST`] hedges are saved up, and a hedge spends
+//! one. When the machine itself is saturated (every response head late, the quantile not
+//! yet caught up), hedges stop at the budget instead of adding upstream requests.
 
 use std::collections::VecDeque;
 use std::future::Future;
@@ -26,13 +31,23 @@ use crate::upstream::ResponseHead;
 const WINDOW: usize = 256;
 /// Latencies needed before the quantile is trusted.
 const MIN_SAMPLES: usize = 20;
+/// The budget counts thousandths of a hedge (exact sums, unlike fractions of a float).
+const HEDGE: u64 = 1000;
+/// Hedges that may be saved up in the budget.
+const BURST: u64 = HEDGE;
 
 pub struct Hedger {
     /// 0 disables hedging.
     quantile: f64,
     min_delay: Duration,
-    recent: Mutex<VecDeque<Duration>>,
+    state: Mutex<State>,
     metrics: Arc<Metrics>,
+}
+
+struct State {
+    recent: VecDeque<Duration>,
+    /// Thousandths of a hedge that may be sent now (fractions accrue per fetch).
+    budget: u64,
 }
 
 impl Hedger {
@@ -40,7 +55,10 @@ impl Hedger {
         Self {
             quantile,
             min_delay,
-            recent: Mutex::new(VecDeque::with_capacity(WINDOW)),
+            state: Mutex::new(State {
+                recent: VecDeque::with_capacity(WINDOW),
+                budget: 0,
+            }),
             metrics,
         }
     }
@@ -51,11 +69,11 @@ impl Hedger {
             return None;
         }
         let mut samples: Vec<Duration> = {
-            let recent = self.recent.lock();
-            if recent.len() < MIN_SAMPLES {
+            let state = self.state.lock();
+            if state.recent.len() < MIN_SAMPLES {
                 return None;
             }
-            recent.iter().copied().collect()
+            state.recent.iter().copied().collect()
         };
         let rank =
             ((samples.len() as f64 * self.quantile).ceil() as usize).clamp(1, samples.len()) - 1;
@@ -64,11 +82,23 @@ impl Hedger {
     }
 
     fn record(&self, latency: Duration) {
-        let mut recent = self.recent.lock();
-        if recent.len() == WINDOW {
-            recent.pop_front();
+        let mut state = self.state.lock();
+        if state.recent.len() == WINDOW {
+            state.recent.pop_front();
         }
-        recent.push_back(latency);
+        state.recent.push_back(latency);
+        let earned = ((1.0 - self.quantile) * HEDGE as f64).round() as u64;
+        state.budget = (state.budget + earned).min(BURST);
+    }
+
+    /// Takes one hedge from the budget, if there is one.
+    fn spend(&self) -> bool {
+        let mut state = self.state.lock();
+        if state.budget < HEDGE {
+            return false;
+        }
+        state.budget -= HEDGE;
+        true
     }
 
     /// Runs `request`, and once more if the first run has no response head after the
@@ -91,6 +121,10 @@ impl Hedger {
             () = tokio::time::sleep(delay) => {}
         }
         if head.at().is_some() {
+            return self.timed(started, &head, first.await);
+        }
+        if !self.spend() {
+            self.metrics.count_hedge("over_budget");
             return self.timed(started, &head, first.await);
         }
         self.metrics.count_hedge("sent");
@@ -322,5 +356,41 @@ mod tests {
             .run(runs(&[100, 200], 0, &[true, true], started, cancelled))
             .await;
         assert!(result.is_err());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn hedges_stay_within_the_budget_the_quantile_allows() {
+        // Quantile 0.9: each fetch earns a tenth of a hedge, one can be saved up.
+        let hedger = hedger(0.9);
+        let slow = || {
+            let (started, cancelled) = counters();
+            (
+                runs(&[5_000, 5], 5, &[false, false], started.clone(), cancelled),
+                started,
+            )
+        };
+        let (request, started) = slow();
+        assert_eq!(hedger.run(request).await, Ok(1), "the saved-up hedge");
+        assert_eq!(started.load(Ordering::SeqCst), 2);
+        // The hedge's own fetch earned 0.1: a second straggler right after is not hedged.
+        let (request, started) = slow();
+        assert_eq!(hedger.run(request).await, Ok(0));
+        assert_eq!(started.load(Ordering::SeqCst), 1, "over budget");
+        // Eight more fetches (with the straggler's, 1.0 earned) buy the next hedge.
+        for _ in 0..8 {
+            hedger.record(Duration::from_millis(10));
+        }
+        let (request, started) = slow();
+        assert_eq!(hedger.run(request).await, Ok(1));
+        assert_eq!(started.load(Ordering::SeqCst), 2);
+        let text = hedger.metrics.render();
+        assert!(
+            text.contains("portico_upstream_hedges_total{result=\"sent\"} 2"),
+            "{text}"
+        );
+        assert!(
+            text.contains("portico_upstream_hedges_total{result=\"over_budget\"} 1"),
+            "{text}"
+        );
     }
 }

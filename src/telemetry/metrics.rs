@@ -170,7 +170,7 @@ impl Metrics {
         );
         registry.register(
             "portico_upstream_hedges",
-            "Hedged block fetches: sent (the first request was slower than the hedge quantile), won (the hedge finished first)",
+            "Hedged block fetches: sent (the first request was slower than the hedge quantile), won (the hedge finished first), over_budget (a straggler not hedged: the hedge budget was spent)",
             metrics.upstream_hedges.clone(),
         );
         registry.register(
