@@ -38,6 +38,10 @@ async fn admin(rig: &Rig, method: &str, path: &str, body: Option<Value>) -> (u16
     (status, parsed)
 }
 
+async fn post(rig: &Rig, path: &str, body: Value) -> (u16, Value) {
+    admin(rig, "POST", path, Some(body)).await
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn purge_of_a_key_or_prefix_sends_the_next_get_upstream() {
     let rig = admin_rig("purge").await;
@@ -57,11 +61,10 @@ async fn purge_of_a_key_or_prefix_sends_the_next_get_upstream() {
     );
 
     let bucket = rig.bucket.clone();
-    let (status, purged) = admin(
+    let (status, purged) = post(
         &rig,
-        "POST",
         "/admin/purge",
-        Some(json!({ "bucket": bucket, "key": "logs/a.bin" })),
+        json!({ "bucket": bucket, "key": "logs/a.bin" }),
     )
     .await;
     assert_eq!(status, 200, "{purged}");
@@ -72,11 +75,10 @@ async fn purge_of_a_key_or_prefix_sends_the_next_get_upstream() {
     assert!(rig.get("logs/b.bin", None).await == data);
     assert_eq!(rig.upstream_gets(), 0, "other keys stay cached");
 
-    let (status, purged) = admin(
+    let (status, purged) = post(
         &rig,
-        "POST",
         "/admin/purge",
-        Some(json!({ "bucket": bucket, "prefix": "logs/" })),
+        json!({ "bucket": bucket, "prefix": "logs/" }),
     )
     .await;
     assert_eq!(status, 200, "{purged}");
@@ -114,11 +116,10 @@ async fn warm_of_a_prefix_fills_the_cache_and_reports_progress() {
     rig.forwarder.take();
 
     let bucket = rig.bucket.clone();
-    let (status, started) = admin(
+    let (status, started) = post(
         &rig,
-        "POST",
         "/admin/warm",
-        Some(json!({ "bucket": bucket, "prefix": "set/" })),
+        json!({ "bucket": bucket, "prefix": "set/" }),
     )
     .await;
     assert_eq!(status, 202, "{started}");
@@ -172,11 +173,10 @@ async fn warm_of_a_range_loads_only_its_blocks() {
     rig.put("big.bin", &data).await;
     rig.forwarder.take();
     let bucket = rig.bucket.clone();
-    let (status, started) = admin(
+    let (status, started) = post(
         &rig,
-        "POST",
         "/admin/warm",
-        Some(json!({ "bucket": bucket, "key": "big.bin", "range": "bytes=0-1048575" })),
+        json!({ "bucket": bucket, "key": "big.bin", "range": "bytes=0-1048575" }),
     )
     .await;
     assert_eq!(status, 202, "{started}");
