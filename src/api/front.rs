@@ -52,6 +52,9 @@ pub struct RequestContext(Arc<ContextInner>);
 struct ContextInner {
     id: String,
     operation: OnceLock<&'static str>,
+    /// Whether a trace or the access log reports this request (else `range` and `target`
+    /// are not filled in: nobody would read them).
+    reported: bool,
     /// The request's `Range` header, for the access log.
     range: Option<String>,
     target: OnceLock<RequestTarget>,
@@ -220,14 +223,16 @@ impl Front {
                 return refuse(error, context);
             }
         };
-        let _ = context.0.target.set(RequestTarget {
-            bucket: address.bucket.clone(),
-            key: address.key.clone(),
-            credential: request
-                .extensions()
-                .get::<Verified>()
-                .map(|verified| verified.credential.access_key_id.clone()),
-        });
+        if context.0.reported {
+            let _ = context.0.target.set(RequestTarget {
+                bucket: address.bucket.clone(),
+                key: address.key.clone(),
+                credential: request
+                    .extensions()
+                    .get::<Verified>()
+                    .map(|verified| verified.credential.access_key_id.clone()),
+            });
+        }
         if let Some(key) = &address.key
             && let Err(error) = check_key(key)
         {
@@ -302,22 +307,11 @@ impl hyper::service::Service<Request<Incoming>> for Front {
     fn call(&self, mut request: Request<Incoming>) -> Self::Future {
         let started = Instant::now();
         let started_at = SystemTime::now();
-        let context = RequestContext(Arc::new(ContextInner {
-            id: self.ids.next(),
-            operation: OnceLock::new(),
-            range: request
-                .headers()
-                .get(http::header::RANGE)
-                .and_then(|value| value.to_str().ok())
-                .map(str::to_owned),
-            target: OnceLock::new(),
-            tally: OnceLock::new(),
-        }));
         let span = tracing::info_span!(
             target: TRACE_TARGET,
             "s3.request",
             http.method = %request.method(),
-            s3.request_id = context.id(),
+            s3.request_id = Empty,
             s3.operation = Empty,
             s3.bucket = Empty,
             s3.key = Empty,
@@ -328,6 +322,21 @@ impl hyper::service::Service<Request<Incoming>> for Front {
             cache.misses = Empty,
             cache.source = Empty,
         );
+        let reported =
+            !span.is_disabled() || tracing::enabled!(target: ACCESS_TARGET, tracing::Level::INFO);
+        let context = RequestContext(Arc::new(ContextInner {
+            id: self.ids.next(),
+            operation: OnceLock::new(),
+            reported,
+            range: reported
+                .then(|| request.headers().get(http::header::RANGE))
+                .flatten()
+                .and_then(|value| value.to_str().ok())
+                .map(str::to_owned),
+            target: OnceLock::new(),
+            tally: OnceLock::new(),
+        }));
+        span.record("s3.request_id", context.id());
         request.extensions_mut().insert(context.clone());
         let response = span.in_scope(|| self.admit_and_dispatch(request, &context));
         let metrics = self.metrics.clone();
