@@ -26,7 +26,7 @@ use tokio::sync::watch;
 use crate::cache::BlockCache;
 use crate::telemetry::Metrics;
 use crate::upstream::Upstream;
-use crate::warm::{JobStatus, Maintenance, MaintenanceError, Selector};
+use crate::warm::{JobState, JobStatus, Maintenance, MaintenanceError, Selector};
 
 const PROBE_INTERVAL: Duration = Duration::from_secs(5);
 const OPENMETRICS_CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -252,7 +252,7 @@ async fn warm(
             ));
         }
     };
-    let id = state.maintenance.start_warm(selector, range).await?;
+    let id = state.maintenance.start_warm(selector, range)?;
     Ok((
         StatusCode::ACCEPTED,
         Json(json!({ "id": id, "status": format!("/admin/jobs/{id}") })),
@@ -266,14 +266,11 @@ fn unix_secs(at: std::time::SystemTime) -> f64 {
 }
 
 fn job_json(status: &JobStatus) -> serde_json::Value {
-    let percent = if status.bytes_total == 0 {
-        if status.objects_done == status.objects_total {
-            100.0
-        } else {
-            0.0
-        }
-    } else {
-        100.0 * status.bytes_done as f64 / status.bytes_total as f64
+    // Until a running job has sized its work (listing, metadata), it is at 0 %.
+    let percent = match (status.bytes_total, status.state) {
+        (0, JobState::Running) => 0.0,
+        (0, _) => 100.0,
+        (total, _) => 100.0 * status.bytes_done as f64 / total as f64,
     };
     json!({
         "id": status.id,

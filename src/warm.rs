@@ -2,8 +2,8 @@
 //! background), for one key or every object under a prefix.
 //!
 //! Invariants: warm jobs load at most `concurrency` blocks at a time each, and at most
-//! `MAX_RUNNING_JOBS` run at once (more are refused, not queued); only the last
-//! `KEPT_JOBS` jobs are remembered. A job's progress only grows, and a finished job's
+//! `MAX_RUNNING_JOBS` run at once (more are refused, not queued); running jobs and the
+//! last `KEPT_JOBS` finished ones are remembered. A job's progress only grows, and a finished job's
 //! bytes done equal its total unless an object failed (its errors say which).
 
 use std::collections::BTreeMap;
@@ -14,7 +14,7 @@ use std::time::SystemTime;
 use parking_lot::Mutex;
 
 use crate::read::{KnownVersion, ReadError, ReadPath};
-use crate::types::{ObjectRef, ObjectRefError, RangeRequest};
+use crate::types::{ObjectRef, ObjectRefError, RangeRequest, Selection};
 use crate::upstream::{Upstream, UpstreamError};
 
 /// Warm jobs running at once at most.
@@ -124,6 +124,12 @@ struct Job {
     end: Mutex<Option<(SystemTime, Vec<String>)>>,
 }
 
+impl Job {
+    fn is_running(&self) -> bool {
+        self.end.lock().is_none()
+    }
+}
+
 /// Purges and warm jobs. Cheap to clone.
 #[derive(Clone)]
 pub struct Maintenance {
@@ -191,39 +197,42 @@ impl Maintenance {
     }
 
     /// Starts a warm job of `range` (the whole object when `None`) of what `selector`
-    /// names; returns its id at once.
-    pub async fn start_warm(
+    /// names and returns its id at once; listing, sizing and loading run in the job.
+    pub fn start_warm(
         &self,
         selector: Selector,
         range: Option<RangeRequest>,
     ) -> Result<u64, MaintenanceError> {
-        if self.running() >= MAX_RUNNING_JOBS {
-            return Err(MaintenanceError::Busy);
-        }
-        let objects = self.objects(&selector).await?;
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let job = Arc::new(Job {
             progress: Progress::default(),
             started: SystemTime::now(),
             end: Mutex::new(None),
         });
-        job.progress
-            .objects_total
-            .store(objects.len() as u64, Ordering::Relaxed);
         {
             let mut jobs = self.jobs.lock();
+            let running = jobs.values().filter(|job| job.is_running()).count();
+            if running >= MAX_RUNNING_JOBS {
+                return Err(MaintenanceError::Busy);
+            }
             jobs.insert(id, job.clone());
-            while jobs.len() > KEPT_JOBS {
-                let Some(oldest) = jobs.keys().next().copied() else {
-                    break;
-                };
-                jobs.remove(&oldest);
+            // Forget the oldest finished jobs; running ones stay, so the limit holds.
+            let finished: Vec<u64> = jobs
+                .iter()
+                .filter(|(_, job)| !job.is_running())
+                .map(|(id, _)| *id)
+                .collect();
+            for old in finished.iter().take(jobs.len().saturating_sub(KEPT_JOBS)) {
+                jobs.remove(old);
             }
         }
-        tracing::info!(id, ?selector, objects = objects.len(), "warm job started");
+        tracing::info!(id, ?selector, "warm job started");
         let this = self.clone();
         tokio::spawn(async move {
-            let errors = this.warm(&job, objects, range).await;
+            let errors = match this.objects(&selector).await {
+                Ok(objects) => this.warm(&job, objects, range).await,
+                Err(error) => vec![error.to_string()],
+            };
             let progress = &job.progress;
             tracing::info!(
                 id,
@@ -246,41 +255,54 @@ impl Maintenance {
         range: Option<RangeRequest>,
     ) -> Vec<String> {
         let progress = &job.progress;
-        // Totals first, so progress is a fraction of a known whole from the start.
+        progress
+            .objects_total
+            .store(objects.len() as u64, Ordering::Relaxed);
+        // Totals first, so progress is a fraction of a known whole from the start: a
+        // listing gives the sizes, a single key takes one metadata lookup.
         let mut sized = Vec::with_capacity(objects.len());
         let mut errors = Vec::new();
-        for (object, _) in objects {
-            match self.read.warm_size(&object, range).await {
+        for (object, listed) in objects {
+            let expected = match listed {
+                Some(listed) => Selection::resolve(range, listed.size)
+                    .map(|selection| {
+                        selection
+                            .bytes(listed.size)
+                            .map_or(0, |bytes| bytes.len_bytes())
+                    })
+                    .map_err(ReadError::from),
+                None => self.read.warm_size(&object, range).await,
+            };
+            match expected {
                 Ok(bytes) => {
                     progress.bytes_total.fetch_add(bytes, Ordering::Relaxed);
-                    sized.push(object);
+                    sized.push((object, bytes));
                 }
                 Err(error) => note_error(&mut errors, &object, &error),
             }
         }
-        for object in sized {
+        for (object, expected) in sized {
+            let loaded = AtomicU64::new(0);
             let result = self
                 .read
                 .warm(&object, range, self.concurrency, |bytes| {
+                    loaded.fetch_add(bytes, Ordering::Relaxed);
                     progress.bytes_done.fetch_add(bytes, Ordering::Relaxed);
                 })
                 .await;
             match result {
                 Ok(()) => {
                     progress.objects_done.fetch_add(1, Ordering::Relaxed);
+                    // The object changed since it was listed: the total follows what was
+                    // loaded, so a finished job is at 100 %.
+                    let loaded = loaded.into_inner();
+                    progress.bytes_total.fetch_add(loaded, Ordering::Relaxed);
+                    progress.bytes_total.fetch_sub(expected, Ordering::Relaxed);
                 }
                 Err(error) => note_error(&mut errors, &object, &error),
             }
         }
         errors
-    }
-
-    fn running(&self) -> usize {
-        self.jobs
-            .lock()
-            .values()
-            .filter(|job| job.end.lock().is_none())
-            .count()
     }
 
     /// A job's progress, while it is remembered.

@@ -67,7 +67,7 @@ impl ReadPath {
         object: &ObjectRef,
         range: Option<RangeRequest>,
     ) -> Result<u64, ReadError> {
-        let meta = self.resolve_meta(object, Probe::Head, false).await?;
+        let meta = self.resolve_meta(object, Probe::Head, true).await?;
         let selection = Selection::resolve(range, meta.size)?;
         Ok(selection
             .bytes(meta.size)
@@ -83,8 +83,9 @@ impl ReadPath {
         concurrency: usize,
         progress: impl Fn(u64),
     ) -> Result<(), ReadError> {
-        let probe = Probe::for_range(range, self.inner.settings.block_size);
-        let meta = self.resolve_meta(object, probe, false).await?;
+        // A HEAD with the stored checksums: every later GET or HEAD of the object, whole
+        // or ranged, is then answered without asking the upstream.
+        let meta = self.resolve_meta(object, Probe::Head, true).await?;
         let selection = Selection::resolve(range, meta.size)?;
         let Some(bytes) = selection.bytes(meta.size) else {
             return Ok(());

@@ -235,6 +235,18 @@ async fn bad_admin_requests_get_clear_errors() {
     }
     let (status, answer) = admin(&rig, "GET", "/admin/jobs/999", None).await;
     assert_eq!(status, 404, "{answer}");
+    // A listing that fails ends its job as failed, saying why.
+    let (status, started) = post(
+        &rig,
+        "/admin/warm",
+        json!({ "bucket": "no-such-bucket-anywhere", "prefix": "" }),
+    )
+    .await;
+    assert_eq!(status, 202, "{started}");
+    let (job, _) = finished_job(&rig, started["id"].as_u64().unwrap()).await;
+    assert_eq!(job["state"], "failed", "{job}");
+    let error = job["errors"][0].as_str().unwrap_or_default();
+    assert!(error.contains("listing the upstream failed"), "{job}");
 
     // Nothing is reachable without the token.
     for (method, path) in [
