@@ -205,6 +205,11 @@ impl Selection {
             Self::Partial(range) => Some(*range),
         }
     }
+
+    /// How many bytes this selection covers of an object of `size` bytes.
+    pub fn len_bytes(&self, size: u64) -> u64 {
+        self.bytes(size).map_or(0, |bytes| bytes.len_bytes())
+    }
 }
 
 /// Index of a fixed-size block within an object.

@@ -265,11 +265,7 @@ impl Maintenance {
         for (object, listed) in objects {
             let expected = match listed {
                 Some(listed) => Selection::resolve(range, listed.size)
-                    .map(|selection| {
-                        selection
-                            .bytes(listed.size)
-                            .map_or(0, |bytes| bytes.len_bytes())
-                    })
+                    .map(|selection| selection.len_bytes(listed.size))
                     .map_err(ReadError::from),
                 None => self.read.warm_size(&object, range).await,
             };

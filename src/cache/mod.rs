@@ -416,11 +416,6 @@ impl BlockCache {
         self.hybrid.remove(&CacheKey::Meta(object.clone()));
     }
 
-    /// Bytes held by the memory tier.
-    pub fn memory_usage_bytes(&self) -> usize {
-        self.hybrid.memory().usage()
-    }
-
     pub fn usage(&self) -> CacheUsage {
         let memory = self.hybrid.memory();
         let disk = self.hybrid.statistics();

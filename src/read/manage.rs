@@ -68,10 +68,7 @@ impl ReadPath {
         range: Option<RangeRequest>,
     ) -> Result<u64, ReadError> {
         let meta = self.resolve_meta(object, Probe::Head, true).await?;
-        let selection = Selection::resolve(range, meta.size)?;
-        Ok(selection
-            .bytes(meta.size)
-            .map_or(0, |bytes| bytes.len_bytes()))
+        Ok(Selection::resolve(range, meta.size)?.len_bytes(meta.size))
     }
 
     /// Loads the blocks of `range` of `object` into the cache, `concurrency` at a time,

@@ -98,10 +98,9 @@ limits:
 {{- end -}}
 
 {{- define "portico.secretEnv" -}}
-{{- $root := index . 0 -}}
-{{- $name := index . 1 -}}
-{{- $secret := index . 2 -}}
-{{- $key := index . 3 -}}
+{{- $name := index . 0 -}}
+{{- $secret := index . 1 -}}
+{{- $key := index . 2 -}}
 - name: {{ $name }}
   valueFrom:
     secretKeyRef:
@@ -115,20 +114,20 @@ limits:
 {{- with .Values.upstreamCredentials }}
 {{- if or .existingSecret .accessKeyId }}
 {{- $name := default $secret .existingSecret }}
-{{ include "portico.secretEnv" (list $ "PORTICO_UPSTREAM_ACCESS_KEY_ID" $name (ternary "access_key_id" "upstream_access_key_id" (ne .existingSecret ""))) }}
-{{ include "portico.secretEnv" (list $ "PORTICO_UPSTREAM_SECRET_ACCESS_KEY" $name (ternary "secret_access_key" "upstream_secret_access_key" (ne .existingSecret ""))) }}
+{{ include "portico.secretEnv" (list "PORTICO_UPSTREAM_ACCESS_KEY_ID" $name (ternary "access_key_id" "upstream_access_key_id" (ne .existingSecret ""))) }}
+{{ include "portico.secretEnv" (list "PORTICO_UPSTREAM_SECRET_ACCESS_KEY" $name (ternary "secret_access_key" "upstream_secret_access_key" (ne .existingSecret ""))) }}
 {{- end }}
 {{- end }}
 {{- with .Values.clientCredentials }}
 {{- if or .existingSecret .accessKeyId }}
 {{- $name := default $secret .existingSecret }}
-{{ include "portico.secretEnv" (list $ "PORTICO_AUTH_ACCESS_KEY_ID" $name (ternary "access_key_id" "client_access_key_id" (ne .existingSecret ""))) }}
-{{ include "portico.secretEnv" (list $ "PORTICO_AUTH_SECRET_ACCESS_KEY" $name (ternary "secret_access_key" "client_secret_access_key" (ne .existingSecret ""))) }}
+{{ include "portico.secretEnv" (list "PORTICO_AUTH_ACCESS_KEY_ID" $name (ternary "access_key_id" "client_access_key_id" (ne .existingSecret ""))) }}
+{{ include "portico.secretEnv" (list "PORTICO_AUTH_SECRET_ACCESS_KEY" $name (ternary "secret_access_key" "client_secret_access_key" (ne .existingSecret ""))) }}
 {{- end }}
 {{- end }}
 {{- with .Values.adminToken }}
 {{- if or .existingSecret .value }}
-{{ include "portico.secretEnv" (list $ "PORTICO_ADMIN_TOKEN" (default $secret .existingSecret) (ternary "token" "admin_token" (ne .existingSecret ""))) }}
+{{ include "portico.secretEnv" (list "PORTICO_ADMIN_TOKEN" (default $secret .existingSecret) (ternary "token" "admin_token" (ne .existingSecret ""))) }}
 {{- end }}
 {{- end }}
 {{- with .Values.otel }}
