@@ -17,6 +17,12 @@
 //! target restarts between them. The bucket allows anonymous reads, so no client signs
 //! and nginx forwards requests unchanged. Run with `make bench`; `BENCH_SCENARIOS` (a
 //! comma-separated list) runs some of the scenarios only.
+//!
+//! `hot-random` also loads the loopback ceiling (see `ceiling.rs`): a server doing the
+//! least any server can do, which bounds what a cache can reach on this machine.
+
+#[path = "suite/ceiling.rs"]
+mod ceiling;
 
 use std::path::Path;
 use std::process::{Child, Command};
@@ -52,11 +58,15 @@ const BLOCK_BYTES: u64 = 4 * MIB;
 const DIRECT: usize = 0;
 const NGINX: usize = 1;
 const PORTICO: usize = 2;
+/// Positions of the ceilings in the hot-random target list.
+const CEILING_WRITE: usize = 3;
+const CEILING_SENDFILE: usize = 4;
 const HEDGES_SENT: &str = "portico_upstream_hedges_total{result=\"sent\"}";
 const IDLE_WINDOW: Duration = Duration::from_secs(30);
 
 /// One system under test: a base URL (`http://host:port/bucket`) and the processes whose
 /// memory counts.
+#[derive(Clone)]
 struct Target {
     name: &'static str,
     base: String,
@@ -432,8 +442,14 @@ async fn upload(client: &aws_sdk_s3::Client, bucket: &str, key: &str, body: Byte
         .unwrap_or_else(|error| panic!("upload {key}: {error:?}"));
 }
 
-#[tokio::main]
-async fn main() {
+fn main() {
+    ceiling::serve_if_asked();
+    tokio::runtime::Runtime::new()
+        .expect("runtime")
+        .block_on(suite());
+}
+
+async fn suite() {
     let ttfb = Duration::from_millis(
         std::env::var("BENCH_TTFB_MS")
             .ok()
@@ -463,8 +479,11 @@ async fn main() {
     std::fs::remove_file(&large).ok();
     let herd = random_bytes(HERD_BYTES as usize, 12);
     upload(&direct, &bucket, "herd.bin", ByteStream::from(herd)).await;
+    let ceiling_objects = work.path().join("ceiling");
+    std::fs::create_dir_all(&ceiling_objects).expect("ceiling directory");
     for (seed, object) in hot_objects().iter().enumerate() {
         let data = random_bytes(HOT_OBJECT_BYTES as usize, 100 + seed as u64);
+        std::fs::write(ceiling_objects.join(object), &data).expect("ceiling object");
         upload(&direct, &bucket, object, ByteStream::from(data)).await;
     }
     for (seed, object) in cold_objects().iter().enumerate() {
@@ -586,14 +605,25 @@ async fn main() {
     }
 
     if wanted("hot-random") {
+        let ceilings = [ceiling::Send::Write, ceiling::Send::Sendfile]
+            .map(|send| ceiling::Ceiling::start(&ceiling_objects, send, free_port()));
+        let mut hot_targets = Vec::from(targets.clone());
+        for (name, ceiling) in ["ceil-wr", "ceil-sf"].into_iter().zip(&ceilings) {
+            hot_targets.push(Target {
+                name,
+                base: format!("http://127.0.0.1:{}/{bucket}", ceiling.port),
+                pids: vec![ceiling.pid()],
+            });
+        }
         let runs = run_all(
             "hot-random: 16 clients, random 64 KiB-4 MiB ranges of a 256 MiB working set, 10 s after 2 warm-up reads",
             false,
-            &targets,
+            &hot_targets,
             &origin,
             hot_random,
         )
         .await;
+        ceilings.into_iter().for_each(ceiling::Ceiling::stop);
         let ratio = runs[PORTICO].mib_per_sec() / runs[NGINX].mib_per_sec();
         let p99_ratio = runs[PORTICO].latency_ms(0.99) / runs[NGINX].latency_ms(0.99);
         println!(
@@ -601,6 +631,15 @@ async fn main() {
             verdict(ratio >= 1.8),
             verdict(p99_ratio <= 0.3),
             runs[PORTICO].mib_per_sec() / runs[DIRECT].mib_per_sec()
+        );
+        let (write, sendfile) = (&runs[CEILING_WRITE], &runs[CEILING_SENDFILE]);
+        println!(
+            "loopback ceiling (ceil-wr: one writev per response from memory; ceil-sf: sendfile from a memfd): {:.2}x and {:.2}x nginx's throughput, p99 {:.2}x and {:.2}x nginx's; portico reaches {:.0}% of ceil-wr",
+            write.mib_per_sec() / runs[NGINX].mib_per_sec(),
+            sendfile.mib_per_sec() / runs[NGINX].mib_per_sec(),
+            write.latency_ms(0.99) / runs[NGINX].latency_ms(0.99),
+            sendfile.latency_ms(0.99) / runs[NGINX].latency_ms(0.99),
+            runs[PORTICO].mib_per_sec() / write.mib_per_sec() * 100.0,
         );
         peak_rss.push(runs[PORTICO].peak_rss_mib.unwrap_or(0));
     }
