@@ -345,6 +345,15 @@ fn verdict(met: bool) -> &'static str {
     if met { "met" } else { "MISSED" }
 }
 
+/// Waits until a server accepts connections on loopback `port`; panics after 30 s.
+fn wait_for_port(port: u16, server: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "{server} did not start");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// nginx as an S3 caching proxy: 4 MiB slices cached on disk, one fetch per slice.
 struct Nginx {
     child: Child,
@@ -412,14 +421,7 @@ http {{
             ])
             .spawn()
             .expect("start nginx (make bench installs it)");
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(
-                Instant::now() < deadline,
-                "nginx did not start; see {dir}/error.log"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        wait_for_port(port, &format!("nginx (see {dir}/error.log)"));
         Self { child, port }
     }
 

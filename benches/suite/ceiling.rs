@@ -14,7 +14,6 @@ use std::os::fd::OwnedFd;
 use std::path::Path;
 use std::process::{Child, Command};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use bytes::{Buf, Bytes};
 use tokio::io::{AsyncReadExt, AsyncWriteExt, Interest};
@@ -58,14 +57,7 @@ impl Ceiling {
             .env(SEND_VARIABLE, send.as_str())
             .spawn()
             .expect("start the ceiling server");
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(
-                Instant::now() < deadline,
-                "the ceiling server did not start"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        super::wait_for_port(port, "the ceiling server");
         Self { child, port }
     }
 
