@@ -35,7 +35,9 @@ use portico_testkit::forwarder::Forwarder;
 use portico_testkit::load::{self, Exchange, Http, fetch};
 use portico_testkit::minio::{free_port, minio};
 use portico_testkit::portico::{Portico, Settings};
-use portico_testkit::process::{cpu_seconds, reset_peak_rss, status_field_kib, with_children};
+use portico_testkit::process::{
+    CpuTicks, cpu_seconds, reset_peak_rss, status_field_kib, with_children,
+};
 use portico_testkit::{create_bucket, random_bytes, s3_client, write_random_file};
 use rand::{Rng, SeedableRng};
 
@@ -361,6 +363,7 @@ where
     Fut: std::future::Future<Output = Run>,
 {
     print_header(title, false);
+    let started = CpuTicks::now();
     let mut warm_up_counts = Vec::new();
     for target in targets {
         target.reset_peak_rss();
@@ -389,7 +392,17 @@ where
         print_run(target.name, &run, false);
         merged.push(run);
     }
+    print_steal(started);
     merged
+}
+
+/// How much CPU time the hypervisor took from this machine since `started`: a scenario
+/// that ran while it took much measures a slower machine than the others.
+fn print_steal(started: CpuTicks) {
+    println!(
+        "(CPU time stolen by the hypervisor during the scenario: {:.1}%)",
+        CpuTicks::now().stolen_percent_since(started)
+    );
 }
 
 /// Runs `load` on every target in turn, printing a table; the runs in `targets` order.
@@ -405,12 +418,14 @@ where
     Fut: std::future::Future<Output = Run>,
 {
     print_header(title, first_byte);
+    let started = CpuTicks::now();
     let mut runs = Vec::new();
     for target in targets {
         let run = measure(target, origin, &load).await;
         print_run(target.name, &run, first_byte);
         runs.push(run);
     }
+    print_steal(started);
     runs
 }
 

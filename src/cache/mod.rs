@@ -42,6 +42,36 @@ use crate::types::ObjectRef;
 pub const DISK_PROBE_INTERVAL: Duration = Duration::from_secs(10);
 /// The probe file, next to foyer's own files in `cache.dir`.
 const PROBE_FILE: &str = "portico-disk-probe";
+/// Created and removed at start to learn whether the disk tier's file system takes
+/// `O_DIRECT`.
+const DIRECT_PROBE_FILE: &str = "portico-direct-io-probe";
+
+/// Whether the file system under `dir` (created if missing) accepts `O_DIRECT`. Some do
+/// not (tmpfs before Linux 6.6, some network file systems); then the disk tier uses
+/// buffered I/O and says so.
+fn supports_direct_io(dir: &Path) -> std::io::Result<bool> {
+    use rustix::fs::{Mode, OFlags};
+    std::fs::create_dir_all(dir)?;
+    let path = dir.join(DIRECT_PROBE_FILE);
+    let flags = OFlags::CREATE | OFlags::WRONLY | OFlags::DIRECT | OFlags::CLOEXEC;
+    let opened = rustix::fs::open(&path, flags, Mode::from_raw_mode(0o600));
+    let _ = std::fs::remove_file(&path);
+    let direct = direct_io_from_probe(opened.map(drop))?;
+    if !direct {
+        tracing::warn!(dir = %dir.display(), "the file system refuses direct I/O (O_DIRECT); the disk tier uses buffered I/O");
+    }
+    Ok(direct)
+}
+
+/// What opening a file with `O_DIRECT` says: `EINVAL` is the file system refusing the
+/// flag; any other error is a directory Portico cannot use at all.
+fn direct_io_from_probe(opened: rustix::io::Result<()>) -> std::io::Result<bool> {
+    match opened {
+        Ok(()) => Ok(true),
+        Err(rustix::io::Errno::INVAL) => Ok(false),
+        Err(error) => Err(error.into()),
+    }
+}
 
 /// foyer's I/O alignment.
 const PAGE_BYTES: u64 = 4096;
@@ -196,7 +226,11 @@ impl BlockCache {
                 source,
             };
             let layout = DiskLayout::for_block_size(config.block_size.bytes());
+            let direct = config.direct_io
+                && supports_direct_io(&config.dir)
+                    .map_err(|error| open_error(foyer::Error::io_error(error)))?;
             let device = FsDeviceBuilder::new(&config.dir)
+                .with_direct(direct)
                 .with_capacity(to_usize(config.disk_capacity.bytes()))
                 .build()
                 .map_err(open_error)?;
@@ -592,6 +626,51 @@ mod tests {
     #[tokio::test]
     async fn blocks_and_metadata_survive_a_reopen() {
         let dir = tempfile::tempdir().unwrap();
+        survives_a_reopen(&config(dir.path(), ByteSize::mib(4))).await;
+    }
+
+    #[tokio::test]
+    async fn the_disk_tier_works_with_and_without_direct_io() {
+        assert!(CacheConfig::default().direct_io);
+        for direct_io in [true, false] {
+            let dir = tempfile::tempdir().unwrap();
+            let config = CacheConfig {
+                direct_io,
+                ..config(dir.path(), ByteSize::mib(4))
+            };
+            survives_a_reopen(&config).await;
+            let names: Vec<_> = std::fs::read_dir(dir.path())
+                .unwrap()
+                .map(|entry| entry.unwrap().file_name())
+                .collect();
+            assert!(
+                !names.iter().any(|name| name == DIRECT_PROBE_FILE),
+                "the probe file is removed: {names:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_file_system_refusing_direct_io_gets_buffered_io() {
+        use rustix::io::Errno;
+        assert!(direct_io_from_probe(Ok(())).unwrap());
+        // EINVAL is how open(2) says the file system does not do O_DIRECT.
+        assert!(!direct_io_from_probe(Err(Errno::INVAL)).unwrap());
+        let error = direct_io_from_probe(Err(Errno::ACCESS)).unwrap_err();
+        assert_eq!(error.kind(), std::io::ErrorKind::PermissionDenied);
+        // A directory that cannot be created is an error, not a fallback.
+        let file = tempfile::NamedTempFile::new().unwrap();
+        assert!(supports_direct_io(&file.path().join("below-a-file")).is_err());
+    }
+
+    /// A block and metadata written to the disk tier are read back after the cache is
+    /// closed and opened again, both times with `config`.
+    async fn survives_a_reopen(config: &CacheConfig) {
+        let open = || async {
+            BlockCache::open(config, Arc::new(Metrics::new()))
+                .await
+                .unwrap()
+        };
         let object = ObjectRef::new("bucket", "key").unwrap();
         let data = Bytes::from(vec![7u8; 64 * 1024]);
         let record = MetaClock::new().record(MetaState::Found(Arc::new(ObjectMeta {
@@ -600,13 +679,13 @@ mod tests {
             ..ObjectMeta::default()
         })));
         {
-            let cache = open(dir.path(), ByteSize::mib(4)).await;
+            let cache = open().await;
             assert!(cache.has_disk_tier());
             cache.insert_block(block_key(0), data.clone());
             cache.insert_meta(&object, record.clone());
             cache.close().await.unwrap();
         }
-        let cache = open(dir.path(), ByteSize::mib(4)).await;
+        let cache = open().await;
         let (bytes, tier) = cache
             .block(&block_key(0), || async {
                 Err::<Bytes, _>(FetchFailed("must come from disk"))

@@ -163,6 +163,10 @@ pub struct CacheConfig {
     pub memory_capacity: ByteSize,
     /// Disk tier capacity; `0` runs memory-only.
     pub disk_capacity: ByteSize,
+    /// Read and write the disk tier with `O_DIRECT`, past the kernel's page cache (which
+    /// would hold a second copy of what the memory tier caches); buffered I/O where the
+    /// file system refuses it.
+    pub direct_io: bool,
     /// Size of the cached range blocks, and of every upstream block fetch.
     pub block_size: ByteSize,
     /// How long object metadata is trusted; `0s` revalidates every request, `immutable` never.
@@ -185,6 +189,7 @@ impl Default for CacheConfig {
             dir: PathBuf::from("/var/cache/portico"),
             memory_capacity: ByteSize::gib(1),
             disk_capacity: ByteSize::gib(10),
+            direct_io: true,
             block_size: ByteSize::mib(4),
             metadata_ttl: MetadataTtl::After(Duration::from_secs(60)),
             negative_ttl: HumanDuration::secs(5),

@@ -1,5 +1,5 @@
-//! What benchmarks measure about a process from `/proc`: resident memory, its peak, and
-//! CPU time.
+//! What benchmarks measure from `/proc`: a process's resident memory, its peak and its
+//! CPU time, and the CPU time the hypervisor took from the machine.
 
 /// A `/proc/<pid>/status` field in KiB (`VmRSS:`, `VmHWM:`), 0 when unreadable.
 pub fn status_field_kib(pid: u32, field: &str) -> u64 {
@@ -48,4 +48,39 @@ pub fn with_children(pid: u32) -> Vec<u32> {
                 .filter_map(|child| child.parse().ok()),
         )
         .collect()
+}
+
+/// The machine's CPU time since boot from `/proc/stat`: how much of it the hypervisor
+/// took for other guests (steal) and all of it, in clock ticks.
+#[derive(Clone, Copy)]
+pub struct CpuTicks {
+    stolen: u64,
+    all: u64,
+}
+
+impl CpuTicks {
+    pub fn now() -> Self {
+        let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+        // "cpu  user nice system idle iowait irq softirq steal guest guest_nice"; guest
+        // time is already counted in user and nice.
+        let fields: Vec<u64> = stat
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .split_whitespace()
+            .skip(1)
+            .take(8)
+            .filter_map(|value| value.parse().ok())
+            .collect();
+        Self {
+            stolen: fields.get(7).copied().unwrap_or(0),
+            all: fields.iter().sum(),
+        }
+    }
+
+    /// The share of CPU time stolen since `earlier`, in per cent.
+    pub fn stolen_percent_since(&self, earlier: CpuTicks) -> f64 {
+        let all = self.all.saturating_sub(earlier.all).max(1);
+        self.stolen.saturating_sub(earlier.stolen) as f64 * 100.0 / all as f64
+    }
 }
