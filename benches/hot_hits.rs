@@ -137,10 +137,7 @@ async fn main() {
     settings.memory_capacity = "256MiB";
     settings.disk_capacity = "4GiB";
     // Logging as deployed (Portico's default filter), not the tests' debug logging.
-    settings.env.push((
-        "RUST_LOG".to_owned(),
-        portico::telemetry::DEFAULT_FILTER.to_owned(),
-    ));
+    settings.debug_log = false;
     let portico = Portico::start(binary, &settings).await;
     let pid = portico.pid().expect("portico pid");
     let http = http_client(1);

@@ -133,8 +133,8 @@ impl Run {
         }
     }
 
-    /// This run and `other` as one.
-    fn merge(mut self, other: Run) -> Self {
+    /// Adds `other` to this run, as if they had been one.
+    fn absorb(&mut self, other: Run) {
         self.elapsed += other.elapsed;
         self.bytes += other.bytes;
         self.latencies.extend(other.latencies);
@@ -143,7 +143,6 @@ impl Run {
         self.first_bytes.sort();
         self.origin_requests += other.origin_requests;
         self.origin_bytes += other.origin_bytes;
-        self
     }
 
     fn mib_per_sec(&self) -> f64 {
@@ -173,10 +172,20 @@ where
     Fut: std::future::Future<Output = Run>,
 {
     target.reset_peak_rss();
+    let mut run = counted(target, origin, load).await;
+    run.peak_rss_mib = target.peak_rss_mib();
+    run
+}
+
+/// Runs `load` against `target`, counting what reached the origin.
+async fn counted<F, Fut>(target: &Target, origin: &Forwarder, load: &F) -> Run
+where
+    F: Fn(String) -> Fut,
+    Fut: std::future::Future<Output = Run>,
+{
     origin.take_counts();
     let mut run = load(target.base.clone()).await;
     (run.origin_requests, run.origin_bytes) = origin.take_counts();
-    run.peak_rss_mib = target.peak_rss_mib();
     run
 }
 
@@ -364,36 +373,27 @@ where
 {
     print_header(title, false);
     let started = CpuTicks::now();
-    let mut warm_up_counts = Vec::new();
+    let mut runs = Vec::new();
     for target in targets {
         target.reset_peak_rss();
         origin.take_counts();
         warm(target.base.clone()).await;
-        warm_up_counts.push(origin.take_counts());
+        // The warm-up's origin traffic counts; its time and bytes do not.
+        let mut run = Run::new(Vec::new(), Duration::ZERO);
+        (run.origin_requests, run.origin_bytes) = origin.take_counts();
+        runs.push(run);
     }
-    let mut runs: Vec<Option<Run>> = targets.iter().map(|_| None).collect();
     for _ in 0..rounds {
         for (target, total) in targets.iter().zip(&mut runs) {
-            origin.take_counts();
-            let mut run = load(target.base.clone()).await;
-            (run.origin_requests, run.origin_bytes) = origin.take_counts();
-            *total = Some(match total.take() {
-                Some(total) => total.merge(run),
-                None => run,
-            });
+            total.absorb(counted(target, origin, &load).await);
         }
     }
-    let mut merged = Vec::new();
-    for ((target, run), (requests, bytes)) in targets.iter().zip(runs).zip(warm_up_counts) {
-        let mut run = run.expect("at least one round");
-        run.origin_requests += requests;
-        run.origin_bytes += bytes;
+    for (target, run) in targets.iter().zip(&mut runs) {
         run.peak_rss_mib = target.peak_rss_mib();
-        print_run(target.name, &run, false);
-        merged.push(run);
+        print_run(target.name, run, false);
     }
     print_steal(started);
-    merged
+    runs
 }
 
 /// How much CPU time the hypervisor took from this machine since `started`: a scenario
@@ -431,6 +431,11 @@ where
 
 fn verdict(met: bool) -> &'static str {
     if met { "met" } else { "MISSED" }
+}
+
+/// The base URL of `bucket` on a server listening on loopback `port`.
+fn local_base(port: u16, bucket: &str) -> String {
+    format!("http://127.0.0.1:{port}/{bucket}")
 }
 
 /// Waits until a server accepts connections on loopback `port`; panics after 30 s.
@@ -600,10 +605,7 @@ async fn suite() {
     settings.hedge_quantile = 0.95;
     settings.without_auth();
     // Logging as deployed (Portico's default filter), not the tests' debug logging.
-    settings.env.push((
-        "RUST_LOG".to_owned(),
-        portico::telemetry::DEFAULT_FILTER.to_owned(),
-    ));
+    settings.debug_log = false;
     let portico = Portico::start(Path::new(env!("CARGO_BIN_EXE_portico")), &settings).await;
     let portico_pid = portico.pid().expect("portico pid");
     let targets = [
@@ -614,7 +616,7 @@ async fn suite() {
         },
         Target {
             name: "nginx",
-            base: format!("http://127.0.0.1:{}/{bucket}", nginx.port),
+            base: local_base(nginx.port, &bucket),
             pids: with_children(nginx.child.id()),
         },
         Target {
@@ -709,18 +711,18 @@ async fn suite() {
 
     if wanted("hot-random") {
         let nginx_sendfile = Nginx::start(&work.path().join("nginx-sf"), &origin_address, true);
-        let ceilings = [ceiling::Send::Write, ceiling::Send::Sendfile]
-            .map(|send| ceiling::Ceiling::start(&ceiling_objects, send, free_port()));
+        let ceilings = [ceiling::Sending::Write, ceiling::Sending::Sendfile]
+            .map(|sending| ceiling::Ceiling::start(&ceiling_objects, sending));
         let mut hot_targets = Vec::from(targets.clone());
         hot_targets.push(Target {
             name: "nginx-sf",
-            base: format!("http://127.0.0.1:{}/{bucket}", nginx_sendfile.port),
+            base: local_base(nginx_sendfile.port, &bucket),
             pids: with_children(nginx_sendfile.child.id()),
         });
         for (name, ceiling) in ["ceil-wr", "ceil-sf"].into_iter().zip(&ceilings) {
             hot_targets.push(Target {
                 name,
-                base: format!("http://127.0.0.1:{}/{bucket}", ceiling.port),
+                base: local_base(ceiling.port, &bucket),
                 pids: vec![ceiling.pid()],
             });
         }

@@ -16,6 +16,7 @@ use std::process::{Child, Command};
 use std::sync::Arc;
 
 use bytes::{Buf, Bytes};
+use portico_testkit::minio::free_port;
 use tokio::io::{AsyncReadExt, AsyncWriteExt, Interest};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -24,8 +25,8 @@ const PORT_VARIABLE: &str = "BENCH_CEILING_PORT";
 const SEND_VARIABLE: &str = "BENCH_CEILING_SEND";
 
 /// How the ceiling sends a response body.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub enum Send {
+#[derive(Clone, Copy)]
+pub enum Sending {
     /// `writev` of the head and the body from memory: one copy into the socket.
     Write,
     /// The head with `write`, the body with `sendfile` from a sealed memfd: no copy on
@@ -33,11 +34,11 @@ pub enum Send {
     Sendfile,
 }
 
-impl Send {
+impl Sending {
     fn as_str(self) -> &'static str {
         match self {
-            Send::Write => "write",
-            Send::Sendfile => "sendfile",
+            Sending::Write => "write",
+            Sending::Sendfile => "sendfile",
         }
     }
 }
@@ -49,12 +50,14 @@ pub struct Ceiling {
 }
 
 impl Ceiling {
-    /// Starts a ceiling serving every file in `dir` as `/<any bucket>/<file name>`.
-    pub fn start(dir: &Path, send: Send, port: u16) -> Self {
+    /// Starts a ceiling on a free port, serving every file in `dir` as
+    /// `/<any bucket>/<file name>`.
+    pub fn start(dir: &Path, sending: Sending) -> Self {
+        let port = free_port();
         let child = Command::new(std::env::current_exe().expect("benchmark executable"))
             .env(DIR_VARIABLE, dir)
             .env(PORT_VARIABLE, port.to_string())
-            .env(SEND_VARIABLE, send.as_str())
+            .env(SEND_VARIABLE, sending.as_str())
             .spawn()
             .expect("start the ceiling server");
         super::wait_for_port(port, "the ceiling server");
@@ -81,9 +84,9 @@ pub fn serve_if_asked() {
         .ok()
         .and_then(|port| port.parse().ok())
         .expect("BENCH_CEILING_PORT");
-    let send = match std::env::var(SEND_VARIABLE).as_deref() {
-        Ok("sendfile") => Send::Sendfile,
-        _ => Send::Write,
+    let sending = match std::env::var(SEND_VARIABLE).as_deref() {
+        Ok("sendfile") => Sending::Sendfile,
+        _ => Sending::Write,
     };
     let objects = Arc::new(load(Path::new(&dir)));
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
@@ -97,7 +100,7 @@ pub fn serve_if_asked() {
             };
             let objects = objects.clone();
             tokio::spawn(async move {
-                let _ = connection(stream, &objects, send).await;
+                let _ = connection(stream, &objects, sending).await;
             });
         }
     });
@@ -141,7 +144,7 @@ fn load(dir: &Path) -> HashMap<String, Object> {
 async fn connection(
     mut stream: TcpStream,
     objects: &HashMap<String, Object>,
-    send: Send,
+    sending: Sending,
 ) -> io::Result<()> {
     stream.set_nodelay(true)?;
     let mut buffer = Vec::with_capacity(4096);
@@ -171,12 +174,12 @@ async fn connection(
         let head = format!(
             "HTTP/1.1 {status}\r\nContent-Length: {length}\r\nContent-Range: bytes {first}-{last}/{total}\r\n\r\n"
         );
-        match send {
-            Send::Write => {
+        match sending {
+            Sending::Write => {
                 let mut response = Bytes::from(head).chain(object.bytes.slice(first..=last));
                 stream.write_all_buf(&mut response).await?;
             }
-            Send::Sendfile => {
+            Sending::Sendfile => {
                 stream.write_all(head.as_bytes()).await?;
                 send_file(&stream, &object.memfd, first as u64, length).await?;
             }

@@ -27,7 +27,7 @@ pub const ACCESS_TARGET: &str = "portico::access";
 
 /// The filter used when `RUST_LOG` is not set. s3s logs every error response (404s
 /// included) at error level; Portico logs failed requests itself at the right level.
-pub const DEFAULT_FILTER: &str = "info,s3s=off";
+const DEFAULT_FILTER: &str = "info,s3s=off";
 
 /// Keeps the trace exporter running; [`Telemetry::shutdown`] flushes it.
 pub struct Telemetry {

@@ -42,6 +42,9 @@ pub struct Settings {
     pub log: String,
     /// Extra environment variables for the process (e.g. `OTEL_*`).
     pub env: Vec<(String, String)>,
+    /// Log at debug level, for tests; off, Portico runs with its own default filter, as
+    /// deployed (benchmarks).
+    pub debug_log: bool,
 }
 
 impl Settings {
@@ -67,6 +70,7 @@ impl Settings {
             admin_extra: String::new(),
             log: String::new(),
             env: Vec::new(),
+            debug_log: true,
         }
     }
 
@@ -156,10 +160,15 @@ impl Portico {
         std::fs::write(&config, settings.toml()).expect("write config");
         let log = config_dir.path().join("portico.log");
         let stderr = std::fs::File::create(&log).expect("log file");
-        let mut child = Command::new(binary)
+        let mut command = Command::new(binary);
+        if settings.debug_log {
+            command.env("RUST_LOG", "info,portico=debug");
+        } else {
+            command.env_remove("RUST_LOG");
+        }
+        let mut child = command
             .arg("--config")
             .arg(&config)
-            .env("RUST_LOG", "info,portico=debug")
             .envs(settings.env.iter().map(|(name, value)| (name, value)))
             .stdout(Stdio::piped())
             .stderr(stderr)
