@@ -24,6 +24,7 @@ use super::conditions::Preconditions;
 use super::error::error_response;
 use super::host::VirtualHosts;
 use super::limits::{RequestLimits, RequestRate, check_key};
+use super::listener::{OpenRequest, Requests};
 use super::passthrough::{Forwarded, Passthrough};
 use super::route::{Address, Route, parse_query};
 use crate::auth::{AuthError, Authenticator, RequestHead, Verified, authorize};
@@ -122,6 +123,8 @@ pub struct Front {
     limits: RequestLimits,
     /// The connection's request budget; `None` when unlimited or not yet per connection.
     rate: Option<Arc<RequestRate>>,
+    /// The connection's open requests, for its keep-alive deadline.
+    requests: Option<Arc<Requests>>,
 }
 
 impl Front {
@@ -142,16 +145,23 @@ impl Front {
             auth,
             limits,
             rate: None,
+            requests: None,
         }
     }
 
-    /// The service for one new connection, with its own request budget.
-    pub fn for_connection(&self) -> Self {
+    /// The service for one new connection, with its own request budget, counting its
+    /// open requests in `requests`.
+    pub fn for_connection(&self, requests: Arc<Requests>) -> Self {
         let per_second = self.limits.requests_per_second_per_connection;
         Self {
             rate: (per_second > 0).then(|| Arc::new(RequestRate::new(per_second))),
+            requests: Some(requests),
             ..self.clone()
         }
+    }
+
+    pub fn metrics(&self) -> Arc<Metrics> {
+        self.metrics.clone()
     }
 
     /// Refuses what no handler should see: a spent connection budget, an oversized URI
@@ -163,7 +173,8 @@ impl Front {
         self.limits.check(request)
     }
 
-    /// Limits, then authentication and signature removal, then dispatch.
+    /// Limits, then the addressed host, authentication and signature removal, then
+    /// dispatch.
     fn admit_and_dispatch(
         &self,
         mut request: Request<Incoming>,
@@ -174,13 +185,20 @@ impl Front {
             context.set_operation("Refused");
             return refuse(error, context);
         }
-        match self.authenticate(&request) {
+        let host = match request_host(&request) {
+            Ok(host) => host.map(str::to_owned),
+            Err(error) => {
+                context.set_operation("Refused");
+                return refuse(error, context);
+            }
+        };
+        match self.authenticate(&request, host.as_deref()) {
             Ok(verified) => {
                 if let Some(verified) = verified {
                     request.extensions_mut().insert(verified);
                 }
                 strip_signature(&mut request);
-                self.dispatch(request, context)
+                self.dispatch(request, host.as_deref(), context)
             }
             Err(error) => {
                 tracing::debug!(request_id = context.id(), %error, "authentication failed");
@@ -191,7 +209,11 @@ impl Front {
     }
 
     /// Verifies the request's signature; `Ok(None)` when authentication is off.
-    fn authenticate<B>(&self, request: &Request<B>) -> Result<Option<Verified>, AuthError> {
+    fn authenticate<B>(
+        &self,
+        request: &Request<B>,
+        host: Option<&str>,
+    ) -> Result<Option<Verified>, AuthError> {
         let Some(auth) = &self.auth else {
             return Ok(None);
         };
@@ -208,14 +230,20 @@ impl Front {
             raw_query,
             query: &query,
             headers: request.headers(),
-            host: host_of(request).unwrap_or_default(),
+            host: host.unwrap_or_default(),
         };
         auth.verify(&head, SystemTime::now()).map(Some)
     }
 
-    /// Sends `request` to the cached read path or the passthrough.
-    fn dispatch(&self, request: Request<Incoming>, context: &RequestContext) -> Dispatched {
-        let host = host_of(&request);
+    /// Sends `request` to the cached read path or the passthrough. The address is decoded
+    /// once, from the host authentication saw; it is what is authorized and what the
+    /// handlers serve.
+    fn dispatch(
+        &self,
+        request: Request<Incoming>,
+        host: Option<&str>,
+        context: &RequestContext,
+    ) -> Dispatched {
         let address = match Address::parse(request.uri(), host, self.hosts.as_ref()) {
             Ok(address) => address,
             Err(error) => {
@@ -238,10 +266,11 @@ impl Front {
         {
             return refuse(error, context);
         }
+        let route = Route::of(request.method(), &address, request.headers());
         if let Some(verified) = request.extensions().get::<Verified>()
             && let Err(error) = authorize(
                 &verified.credential,
-                request.method(),
+                route.scope(request.headers()),
                 address.bucket.as_deref(),
                 request.headers(),
             )
@@ -249,12 +278,13 @@ impl Front {
             tracing::debug!(request_id = context.id(), access_key_id = %verified.credential.access_key_id, %error, "request refused");
             return refuse(error.to_s3(), context);
         }
-        match Route::of(request.method(), &address, request.headers()) {
+        match route {
             Route::Cached => {
+                let overrides = response_overrides(&address);
                 let mut request = request;
                 let conditions = Preconditions::take_from(request.headers_mut());
                 request.extensions_mut().insert(conditions);
-                let overrides = response_overrides(&address);
+                request.extensions_mut().insert(address);
                 let call = hyper::service::Service::call(&self.s3, request);
                 Box::pin(async move {
                     let mut response = call.await?;
@@ -285,18 +315,53 @@ fn refuse(error: S3Error, context: &RequestContext) -> Dispatched {
     Box::pin(async move { Ok(response) })
 }
 
-/// The `Host` header, or the HTTP/2 authority.
-fn host_of<B>(request: &Request<B>) -> Option<&str> {
-    request
-        .headers()
-        .get(http::header::HOST)
-        .and_then(|value| value.to_str().ok())
-        .or_else(|| {
-            request
-                .uri()
-                .authority()
-                .map(|authority| authority.as_str())
-        })
+/// The host a request addresses. HTTP/1 names it in `Host`, which HTTP/1.1 requires and
+/// an absolute-form URI's authority must equal; HTTP/2 in `:authority`, which a `Host`
+/// header, if sent, must equal. Anything else could be authorized for one bucket and
+/// served from another by a parser that reads the other field.
+fn request_host<B>(request: &Request<B>) -> Result<Option<&str>, S3Error> {
+    let bad = |message: &'static str| {
+        let mut error = S3Error::with_message(S3ErrorCode::InvalidRequest, message);
+        error.set_status_code(http::StatusCode::BAD_REQUEST);
+        error
+    };
+    let mut hosts = request.headers().get_all(http::header::HOST).iter();
+    let header = match (hosts.next(), hosts.next()) {
+        (None, _) => None,
+        (Some(value), None) => Some(
+            value
+                .to_str()
+                .map_err(|_| bad("The Host header is not valid."))?,
+        ),
+        (Some(_), Some(_)) => return Err(bad("The request has more than one Host header.")),
+    };
+    let authority = request
+        .uri()
+        .authority()
+        .map(|authority| authority.as_str());
+    let agree = |header: &str, authority: &str| header.eq_ignore_ascii_case(authority);
+    match request.version() {
+        http::Version::HTTP_09 | http::Version::HTTP_10 | http::Version::HTTP_11 => {
+            if request.version() == http::Version::HTTP_11 && header.is_none() {
+                return Err(bad("HTTP/1.1 requests must carry a Host header."));
+            }
+            match (header, authority) {
+                (Some(header), Some(authority)) if !agree(header, authority) => Err(bad(
+                    "The Host header does not match the authority of the request URI.",
+                )),
+                (None, Some(_)) => Err(bad(
+                    "A request URI with an authority needs a matching Host header.",
+                )),
+                _ => Ok(header),
+            }
+        }
+        _ => match (header, authority) {
+            (Some(header), Some(authority)) if !agree(header, authority) => Err(bad(
+                "The Host header does not match the request's :authority.",
+            )),
+            (header, authority) => Ok(authority.or(header)),
+        },
+    }
 }
 
 impl hyper::service::Service<Request<Incoming>> for Front {
@@ -307,6 +372,7 @@ impl hyper::service::Service<Request<Incoming>> for Front {
     fn call(&self, mut request: Request<Incoming>) -> Self::Future {
         let started = Instant::now();
         let started_at = SystemTime::now();
+        let open = self.requests.as_ref().map(Requests::started);
         let span = tracing::info_span!(
             target: TRACE_TARGET,
             "s3.request",
@@ -357,6 +423,7 @@ impl hyper::service::Service<Request<Incoming>> for Front {
                     sent_bytes: 0,
                     aborted: false,
                     span: traced,
+                    _open: open,
                 };
                 Ok(response.map(|inner| MeteredBody { inner, record }))
             }
@@ -446,6 +513,8 @@ struct Record {
     sent_bytes: u64,
     aborted: bool,
     span: tracing::Span,
+    /// Keeps the request open on its connection until the response body ends.
+    _open: Option<OpenRequest>,
 }
 
 impl Drop for Record {

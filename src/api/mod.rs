@@ -62,7 +62,10 @@ pub fn service(
                 .then(|| auth.credentials_file.clone());
             let credentials = CredentialStore::open(configured, file)?;
             credentials.watch();
-            Some(Arc::new(Authenticator::new(credentials)))
+            Some(Arc::new(Authenticator::new(
+                credentials,
+                config.client_region(),
+            )))
         }
     };
     let write_through = config.cache.write_through.then(|| WriteThrough {

@@ -125,7 +125,8 @@ impl Passthrough {
         let mut changed = changed_objects(&address, effect)?;
         let (parts, body) = request.into_parts();
         let errors = ErrorSlot::default();
-        let framing = Framing::of(&parts.headers, &parts.method)?;
+        // Over HTTP/2 a body needs no Content-Length: only the stream says whether one comes.
+        let framing = Framing::of(&parts.headers, &parts.method, body.is_end_stream())?;
         let mut headers = forwarded_headers(&parts.headers);
         let check = parts
             .extensions
@@ -237,7 +238,9 @@ enum Framing {
 }
 
 impl Framing {
-    fn of(headers: &HeaderMap, method: &http::Method) -> Result<Self, S3Error> {
+    /// `ended`: the request's stream carries no body (HTTP/1 without `Content-Length` or
+    /// `Transfer-Encoding`, HTTP/2 with END_STREAM on its headers).
+    fn of(headers: &HeaderMap, method: &http::Method, ended: bool) -> Result<Self, S3Error> {
         let header = |name: &str| headers.get(name).and_then(|value| value.to_str().ok());
         let content_sha256 = header("x-amz-content-sha256").unwrap_or_default();
         let aws_chunked = content_sha256.starts_with("STREAMING-")
@@ -267,8 +270,7 @@ impl Framing {
             })?),
             None => None,
         };
-        let chunked = headers.contains_key(http::header::TRANSFER_ENCODING);
-        let empty = length == Some(0) || (length.is_none() && !chunked);
+        let empty = length == Some(0) || (length.is_none() && ended);
         Ok(match *method {
             // An empty PutObject still needs its `Content-Length: 0` upstream.
             http::Method::PUT | http::Method::POST if empty => Self::Plain(Some(0)),
@@ -449,6 +451,12 @@ fn deleted_objects(list: &[u8]) -> Result<Vec<(String, Option<String>)>, S3Error
                     value.push_str(&text.decode().map_err(|_| malformed())?);
                 }
             }
+            // A key may be written as CDATA (`<Key><![CDATA[a<b]]></Key>`); S3 reads it.
+            Event::CData(text) => {
+                if let Some((_, value)) = reading.as_mut() {
+                    value.push_str(&text.decode().map_err(|_| malformed())?);
+                }
+            }
             Event::GeneralRef(reference) => {
                 if let Some((_, value)) = reading.as_mut() {
                     let resolved = match reference.resolve_char_ref().map_err(|_| malformed())? {
@@ -598,6 +606,11 @@ mod tests {
                 ("a & b.txt".to_owned(), None),
                 ("dir/c".to_owned(), Some("v1".to_owned()))
             ]
+        );
+        let cdata = b"<Delete><Object><Key><![CDATA[x<y & z]]></Key></Object><Object><Key>p<![CDATA[&]]>q</Key></Object></Delete>";
+        assert_eq!(
+            deleted_objects(cdata).unwrap(),
+            vec![("x<y & z".to_owned(), None), ("p&q".to_owned(), None)]
         );
         assert!(deleted_objects(b"<Delete><Object><Key>a</Object>").is_err());
         assert!(deleted_objects(b"<Delete><Object><VersionId>v</VersionId></Object>").is_err());

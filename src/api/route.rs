@@ -11,6 +11,7 @@ use percent_encoding::percent_decode_str;
 use s3s::host::S3Host;
 
 use super::host::VirtualHosts;
+use crate::auth::Scope;
 
 /// Query parameters a cached GET or HEAD may carry.
 const CACHEABLE_QUERY: [&str; 8] = [
@@ -133,7 +134,8 @@ pub enum Effect {
     None,
     /// PutObject: the key changes; its bytes may be cached on the way (write-through).
     WriteObject,
-    /// CopyObject (destination), CompleteMultipartUpload, DeleteObject.
+    /// Any other write on an object key: CopyObject (destination), multipart uploads,
+    /// DeleteObject, tagging, ACLs, retention.
     ChangeKey,
     /// DeleteObjects: the keys are listed in the request body.
     DeleteListed,
@@ -192,6 +194,8 @@ impl Route {
                 _ => forward("Other"),
             };
         };
+        // Every write on an object key invalidates it, whatever the operation: a write
+        // that changes no bytes costs one metadata refresh, a missed one serves stale data.
         let change = |operation| Self::Forward {
             operation,
             effect: Effect::ChangeKey,
@@ -205,24 +209,85 @@ impl Route {
             Method::GET if has("acl") => forward("GetObjectAcl"),
             Method::GET => forward("GetObject"),
             Method::HEAD => forward("HeadObject"),
-            Method::PUT if has("uploadId") && copy => forward("UploadPartCopy"),
-            Method::PUT if has("uploadId") => forward("UploadPart"),
-            Method::PUT if has("tagging") => forward("PutObjectTagging"),
-            Method::PUT if !address.query.iter().all(|(name, _)| name == "x-id") => {
-                forward("PutObjectConfiguration")
-            }
+            Method::PUT if has("uploadId") && copy => change("UploadPartCopy"),
+            Method::PUT if has("uploadId") => change("UploadPart"),
+            Method::PUT if has("tagging") => change("PutObjectTagging"),
+            Method::PUT if has("acl") => change("PutObjectAcl"),
+            Method::PUT if has("retention") => change("PutObjectRetention"),
+            Method::PUT if has("legal-hold") => change("PutObjectLegalHold"),
+            // Other parameters (`x-id`, the checksum parameters of SDK presigned PUTs) do
+            // not make it another operation.
             Method::PUT if copy => change("CopyObject"),
             Method::PUT => Self::Forward {
                 operation: "PutObject",
                 effect: Effect::WriteObject,
             },
-            Method::POST if has("uploads") => forward("CreateMultipartUpload"),
+            Method::POST if has("uploads") => change("CreateMultipartUpload"),
             Method::POST if has("uploadId") => change("CompleteMultipartUpload"),
-            Method::POST => forward("PostObject"),
-            Method::DELETE if has("uploadId") => forward("AbortMultipartUpload"),
-            Method::DELETE if has("tagging") => forward("DeleteObjectTagging"),
+            Method::POST if has("restore") => change("RestoreObject"),
+            Method::POST => change("PostObject"),
+            Method::DELETE if has("uploadId") => change("AbortMultipartUpload"),
+            Method::DELETE if has("tagging") => change("DeleteObjectTagging"),
             Method::DELETE => change("DeleteObject"),
-            _ => forward("Other"),
+            _ => change("Other"),
+        }
+    }
+}
+
+/// Request headers that grant access or lock an object on a write: only a credential
+/// with the admin scope may send them.
+const ADMIN_HEADERS: [&str; 10] = [
+    "x-amz-acl",
+    "x-amz-grant-full-control",
+    "x-amz-grant-read",
+    "x-amz-grant-read-acp",
+    "x-amz-grant-write",
+    "x-amz-grant-write-acp",
+    "x-amz-bypass-governance-retention",
+    "x-amz-object-lock-mode",
+    "x-amz-object-lock-legal-hold",
+    "x-amz-object-lock-retain-until-date",
+];
+
+impl Route {
+    /// The credential scope the request needs.
+    pub fn scope(&self, headers: &HeaderMap) -> Scope {
+        let operation = match self {
+            Self::Cached => return Scope::Read,
+            Self::Forward { operation, .. } => *operation,
+        };
+        match operation {
+            "GetObject"
+            | "HeadObject"
+            | "GetObjectTagging"
+            | "GetObjectAttributes"
+            | "ListParts"
+            | "ListBuckets"
+            | "ListObjects"
+            | "ListObjectsV2"
+            | "ListObjectVersions"
+            | "ListMultipartUploads"
+            | "GetBucketLocation"
+            | "HeadBucket" => Scope::Read,
+            "PutObject"
+            | "CopyObject"
+            | "UploadPart"
+            | "UploadPartCopy"
+            | "CreateMultipartUpload"
+            | "CompleteMultipartUpload"
+            | "AbortMultipartUpload"
+            | "DeleteObject"
+            | "DeleteObjects"
+            | "PutObjectTagging"
+            | "DeleteObjectTagging"
+            | "RestoreObject"
+                if !ADMIN_HEADERS.iter().any(|name| headers.contains_key(*name)) =>
+            {
+                Scope::Write
+            }
+            // Bucket configuration of every kind, ACLs, retention, legal holds, browser
+            // POST uploads (their policy document carries ACLs), and anything unknown.
+            _ => Scope::Admin,
         }
     }
 }
@@ -354,13 +419,15 @@ mod tests {
         assert_eq!(effect(Method::PUT, "/b/k"), Effect::WriteObject);
         assert_eq!(
             effect(Method::PUT, "/b/k?partNumber=1&uploadId=u"),
-            Effect::None
+            Effect::ChangeKey
         );
-        assert_eq!(effect(Method::PUT, "/b/k?tagging"), Effect::None);
+        assert_eq!(effect(Method::PUT, "/b/k?tagging"), Effect::ChangeKey);
         assert_eq!(effect(Method::POST, "/b/k?uploadId=u"), Effect::ChangeKey);
         assert_eq!(effect(Method::DELETE, "/b/k"), Effect::ChangeKey);
-        assert_eq!(effect(Method::DELETE, "/b/k?uploadId=u"), Effect::None);
+        assert_eq!(effect(Method::DELETE, "/b/k?uploadId=u"), Effect::ChangeKey);
         assert_eq!(effect(Method::POST, "/b?delete"), Effect::DeleteListed);
+        assert_eq!(effect(Method::GET, "/b?list-type=2"), Effect::None);
+        assert_eq!(effect(Method::GET, "/b/k?acl"), Effect::None);
         let mut copy = HeaderMap::new();
         copy.insert("x-amz-copy-source", "src/k".parse().unwrap());
         assert_eq!(
@@ -369,6 +436,117 @@ mod tests {
                 operation: "CopyObject",
                 effect: Effect::ChangeKey
             }
+        );
+    }
+
+    #[test]
+    fn a_presigned_put_with_checksum_parameters_is_a_put_object() {
+        // What aws-sdk-s3 presigns for a PUT with a checksum: the parameters stay in the URL.
+        let uri = "/b/k?x-id=PutObject&x-amz-checksum-crc32=AAAAAA%3D%3D&x-amz-sdk-checksum-algorithm=CRC32";
+        assert_eq!(
+            route(Method::PUT, uri),
+            Route::Forward {
+                operation: "PutObject",
+                effect: Effect::WriteObject
+            }
+        );
+        // Whatever a write on a key is called, it invalidates the key.
+        for (method, uri) in [
+            (Method::PUT, "/b/k?unknown-parameter"),
+            (Method::PUT, "/b/k?retention"),
+            (Method::PUT, "/b/k?acl"),
+            (Method::POST, "/b/k?restore"),
+            (Method::PATCH, "/b/k"),
+        ] {
+            assert!(
+                matches!(
+                    route(method.clone(), uri),
+                    Route::Forward {
+                        effect: Effect::ChangeKey | Effect::WriteObject,
+                        ..
+                    }
+                ),
+                "{method} {uri}"
+            );
+        }
+    }
+
+    #[test]
+    fn each_operation_needs_its_scope() {
+        let scope = |method, uri, headers: &[(&str, &str)]| {
+            let mut map = HeaderMap::new();
+            for (name, value) in headers {
+                map.insert(
+                    http::HeaderName::from_bytes(name.as_bytes()).unwrap(),
+                    value.parse().unwrap(),
+                );
+            }
+            Route::of(&method, &address(uri), &map).scope(&map)
+        };
+        for (method, uri) in [
+            (Method::GET, "/b/k"),
+            (Method::HEAD, "/b/k"),
+            (Method::GET, "/b/k?tagging"),
+            (Method::GET, "/b?list-type=2"),
+            (Method::GET, "/b?uploads"),
+            (Method::HEAD, "/b"),
+            (Method::GET, "/"),
+        ] {
+            assert_eq!(
+                scope(method.clone(), uri, &[]),
+                Scope::Read,
+                "{method} {uri}"
+            );
+        }
+        for (method, uri) in [
+            (Method::PUT, "/b/k"),
+            (Method::PUT, "/b/k?partNumber=1&uploadId=u"),
+            (Method::POST, "/b/k?uploads"),
+            (Method::DELETE, "/b/k"),
+            (Method::POST, "/b?delete"),
+            (Method::PUT, "/b/k?tagging"),
+        ] {
+            assert_eq!(
+                scope(method.clone(), uri, &[]),
+                Scope::Write,
+                "{method} {uri}"
+            );
+        }
+        for (method, uri) in [
+            (Method::PUT, "/b"),
+            (Method::DELETE, "/b"),
+            (Method::PUT, "/b?policy"),
+            (Method::GET, "/b?policy"),
+            (Method::PUT, "/b?acl"),
+            (Method::DELETE, "/b?lifecycle"),
+            (Method::PUT, "/b/k?acl"),
+            (Method::GET, "/b/k?acl"),
+            (Method::PUT, "/b/k?retention"),
+            (Method::PUT, "/b/k?legal-hold"),
+            (Method::POST, "/b/k"),
+            (Method::PATCH, "/b/k"),
+        ] {
+            assert_eq!(
+                scope(method.clone(), uri, &[]),
+                Scope::Admin,
+                "{method} {uri}"
+            );
+        }
+        assert_eq!(
+            scope(Method::PUT, "/b/k", &[("x-amz-acl", "public-read")]),
+            Scope::Admin
+        );
+        assert_eq!(
+            scope(Method::PUT, "/b/k", &[("x-amz-grant-read", "uri=x")]),
+            Scope::Admin
+        );
+        assert_eq!(
+            scope(
+                Method::PUT,
+                "/b/k",
+                &[("x-amz-object-lock-mode", "COMPLIANCE")]
+            ),
+            Scope::Admin
         );
     }
 }

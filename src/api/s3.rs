@@ -20,6 +20,7 @@ use http::{HeaderMap, HeaderValue, StatusCode};
 use super::conditions::{Preconditions, Verdict};
 use super::error::{invalid_object, s3_error};
 use super::front::RequestContext;
+use super::route::Address;
 use crate::cache::{Checksums, ObjectMeta};
 use crate::read::{ReadError, ReadPath};
 use crate::types::{ObjectRef, RangeRequest, Selection};
@@ -130,12 +131,30 @@ fn request_id_of<T>(request: &S3Request<T>, operation: &'static str) -> String {
     }
 }
 
-fn object_ref(
-    bucket: &str,
-    key: &str,
+/// The object a request reads: the bucket and key the front decoded and authorized (s3s's
+/// own parse of the same request is used only where no front ran, in unit tests).
+fn object_ref<T>(
+    request: &S3Request<T>,
+    (bucket, key): (&str, &str),
     version: Option<&str>,
     request_id: &str,
 ) -> S3Result<ObjectRef> {
+    let (bucket, key) = match request.extensions.get::<Address>() {
+        Some(Address {
+            bucket: Some(bucket),
+            key: Some(key),
+            ..
+        }) => (bucket.as_str(), key.as_str()),
+        Some(_) => {
+            let mut error = S3Error::with_message(
+                S3ErrorCode::InvalidRequest,
+                "The request does not address an object.",
+            );
+            error.set_request_id(request_id);
+            return Err(error);
+        }
+        None => (bucket, key),
+    };
     let object = ObjectRef::new(bucket, key).and_then(|object| object.with_version(version));
     object.map_err(|error| {
         let mut s3_error = invalid_object(&error);
@@ -216,22 +235,38 @@ impl S3 for PorticoS3 {
         let input = &request.input;
         let conditions = preconditions(&request);
         let object = object_ref(
-            &input.bucket,
-            &input.key,
+            &request,
+            (&input.bucket, &input.key),
             input.version_id.as_deref(),
             &request_id,
         )?;
         let failed = |error: ReadError| s3_error(&error, &request_id);
         let mut range = input.range.map(range_request);
+        let wanted = wants_checksums(input.checksum_mode.as_ref());
+        // S3 reports checksums of the whole object only, so only a whole GET needs them.
+        let mut result = self
+            .read
+            .get(&object, range, wanted && range.is_none())
+            .await;
+        // If-Range is judged against the version the response serves (the read may have
+        // revalidated or retried onto a newer one): when it names another version, the
+        // answer is the whole current object, never a range of a version it did not name.
         if range.is_some() && conditions.has_if_range() {
-            let meta = self.read.head(&object, false).await.map_err(failed)?;
-            if !conditions.range_applies(&meta) {
+            let applies = match &result {
+                Ok(read) => conditions.range_applies(&read.meta),
+                Err(ReadError::InvalidRange(_)) => {
+                    let meta = self.read.head(&object, false).await.map_err(failed)?;
+                    conditions.range_applies(&meta)
+                }
+                Err(_) => true,
+            };
+            if !applies {
                 range = None;
+                result = self.read.get(&object, None, wanted).await;
             }
         }
-        // S3 reports checksums of the whole object only, so only a whole GET needs them.
-        let checksums = wants_checksums(input.checksum_mode.as_ref()) && range.is_none();
-        let read = match self.read.get(&object, range, checksums).await {
+        let checksums = wanted && range.is_none();
+        let read = match result {
             Ok(read) => read,
             Err(error @ ReadError::InvalidRange(_)) if !conditions.is_empty() => {
                 // Preconditions come before the range: a failed one answers instead of 416.
@@ -273,8 +308,8 @@ impl S3 for PorticoS3 {
         let request_id = request_id_of(&request, "HeadObject");
         let input = &request.input;
         let object = object_ref(
-            &input.bucket,
-            &input.key,
+            &request,
+            (&input.bucket, &input.key),
             input.version_id.as_deref(),
             &request_id,
         )?;

@@ -1,8 +1,9 @@
 //! The client credentials Portico accepts: one from the configuration, any number from a
 //! credentials file that is reloaded when it changes (polled) or on SIGHUP.
 //!
-//! Invariant: a credentials file that fails to load or parse never replaces the working
-//! set; the error is logged and the previous credentials stay in force.
+//! Invariant: the file's credentials are in force only while the file loads: a file that
+//! is deleted or fails to parse revokes them (fails closed, logged as an error) until it
+//! loads again. A revoked key must not live on because its file was removed.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -11,14 +12,27 @@ use std::sync::Arc;
 use parking_lot::RwLock;
 use serde::Deserialize;
 
-/// How often the credentials file is checked for changes.
-/// What a credential may do.
+/// What a credential may do: the older, coarse form of [`Scope`]s.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Access {
     ReadOnly,
     #[default]
     ReadWrite,
+}
+
+/// A kind of operation a credential may be allowed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Scope {
+    /// Object reads (GET, HEAD, tagging, attributes) and listings.
+    Read,
+    /// Object writes: PUT, copies, multipart uploads, deletes, tagging.
+    Write,
+    /// Bucket administration (create, delete, policies, ACLs, lifecycle, versioning and
+    /// every other bucket configuration), object ACLs and grants, retention and legal
+    /// holds: what changes who may reach data or how long it must be kept.
+    Admin,
 }
 
 /// One client credential.
@@ -32,6 +46,10 @@ pub struct Credential {
     /// The buckets it may address; every bucket when absent.
     #[serde(default)]
     pub buckets: Option<Vec<String>>,
+    /// What it may do; when absent: read for a read-only credential, read and write for
+    /// one limited to buckets, everything for one that is not.
+    #[serde(default)]
+    scopes: Option<Vec<Scope>>,
 }
 
 impl std::fmt::Debug for Credential {
@@ -40,6 +58,7 @@ impl std::fmt::Debug for Credential {
             .field("access_key_id", &self.access_key_id)
             .field("access", &self.access)
             .field("buckets", &self.buckets)
+            .field("scopes", &self.scopes)
             .finish_non_exhaustive()
     }
 }
@@ -51,6 +70,20 @@ impl Credential {
             secret_access_key: secret_access_key.to_owned(),
             access: Access::ReadWrite,
             buckets: None,
+            scopes: None,
+        }
+    }
+
+    /// Whether the credential may send operations of `scope`.
+    pub fn allows(&self, scope: Scope) -> bool {
+        match &self.scopes {
+            Some(scopes) => scopes.contains(&scope),
+            None => match (self.access, scope) {
+                (_, Scope::Read) => true,
+                (Access::ReadOnly, _) => false,
+                (Access::ReadWrite, Scope::Write) => true,
+                (Access::ReadWrite, Scope::Admin) => self.buckets.is_none(),
+            },
         }
     }
 
@@ -96,6 +129,17 @@ fn parse(path: &Path, text: &str) -> Result<HashMap<String, Arc<Credential>>, Cr
             return Err(invalid(
                 "every credential needs access_key_id and secret_access_key".to_owned(),
             ));
+        }
+        if credential.access == Access::ReadOnly
+            && credential
+                .scopes
+                .as_ref()
+                .is_some_and(|scopes| scopes.iter().any(|scope| *scope != Scope::Read))
+        {
+            return Err(invalid(format!(
+                "credential {}: access = \"read-only\" allows only the read scope",
+                credential.access_key_id
+            )));
         }
         let id = credential.access_key_id.clone();
         if credentials
@@ -159,7 +203,8 @@ impl CredentialStore {
         self.inner.from_file.read().get(access_key_id).cloned()
     }
 
-    /// Reloads the credentials file; on failure the current credentials stay.
+    /// Reloads the credentials file; on failure its credentials are revoked until it
+    /// loads again.
     pub fn reload(&self) {
         let Some(path) = &self.inner.file else {
             return;
@@ -171,7 +216,8 @@ impl CredentialStore {
                 tracing::info!(path = %path.display(), count, "credentials file loaded");
             }
             Err(error) => {
-                tracing::error!(%error, "credentials file not reloaded; the previous credentials stay in force");
+                let revoked = std::mem::take(&mut *self.inner.from_file.write()).len();
+                tracing::error!(%error, revoked, "credentials file failed to load: its credentials are refused until it loads again");
             }
         }
     }
@@ -233,7 +279,47 @@ secret_access_key = "s2"
     }
 
     #[test]
-    fn a_broken_reload_keeps_the_previous_credentials() {
+    fn scopes_default_from_access_and_bucket_limits() {
+        let text = r#"
+[[credentials]]
+access_key_id = "reader"
+secret_access_key = "s"
+access = "read-only"
+
+[[credentials]]
+access_key_id = "limited"
+secret_access_key = "s"
+buckets = ["data"]
+
+[[credentials]]
+access_key_id = "operator"
+secret_access_key = "s"
+buckets = ["data"]
+scopes = ["read", "admin"]
+
+[[credentials]]
+access_key_id = "root"
+secret_access_key = "s"
+"#;
+        let credentials = parse(Path::new("c.toml"), text).unwrap();
+        let allowed = |id: &str| {
+            [Scope::Read, Scope::Write, Scope::Admin]
+                .into_iter()
+                .filter(|scope| credentials[id].allows(*scope))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(allowed("reader"), [Scope::Read]);
+        assert_eq!(allowed("limited"), [Scope::Read, Scope::Write]);
+        assert_eq!(allowed("operator"), [Scope::Read, Scope::Admin]);
+        assert_eq!(allowed("root"), [Scope::Read, Scope::Write, Scope::Admin]);
+        let contradiction = "[[credentials]]\naccess_key_id = \"a\"\nsecret_access_key = \"s\"\naccess = \"read-only\"\nscopes = [\"write\"]\n";
+        assert!(parse(Path::new("c.toml"), contradiction).is_err());
+        let unknown = "[[credentials]]\naccess_key_id = \"a\"\nsecret_access_key = \"s\"\nscopes = [\"delete\"]\n";
+        assert!(parse(Path::new("c.toml"), unknown).is_err());
+    }
+
+    #[test]
+    fn a_broken_or_deleted_file_revokes_its_credentials_until_it_loads_again() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("credentials.toml");
         std::fs::write(
@@ -248,7 +334,21 @@ secret_access_key = "s2"
         assert!(store.get("configured").is_some());
         std::fs::write(&path, "not toml [").unwrap();
         store.reload();
-        assert!(store.get("a").is_some());
+        assert!(store.get("a").is_none(), "a broken file fails closed");
+        assert!(
+            store.get("configured").is_some(),
+            "the configured one stays"
+        );
+        std::fs::write(
+            &path,
+            "[[credentials]]\naccess_key_id = \"a\"\nsecret_access_key = \"s\"\n",
+        )
+        .unwrap();
+        store.reload();
+        assert!(store.get("a").is_some(), "back once the file loads");
+        std::fs::remove_file(&path).unwrap();
+        store.reload();
+        assert!(store.get("a").is_none(), "a deleted file fails closed");
         std::fs::write(
             &path,
             "[[credentials]]\naccess_key_id = \"b\"\nsecret_access_key = \"s\"\n",

@@ -15,7 +15,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use http::{HeaderMap, Method, StatusCode};
 use s3s::{S3Error, S3ErrorCode};
 
-pub use credentials::{Access, Credential, CredentialStore, CredentialsError};
+pub use credentials::{Access, Credential, CredentialStore, CredentialsError, Scope};
 use sigv4::{CanonicalInput, ChunkSigner, SignatureParts};
 
 /// How far a request's time may be from Portico's clock, as S3 allows.
@@ -49,67 +49,108 @@ pub enum AuthError {
     InvalidContentSha256,
     #[error("access denied: {0}")]
     Denied(&'static str),
+    #[error("x-amz-* headers not covered by the signature: {0}")]
+    HeadersNotSigned(String),
+    #[error("the credential is scoped to region {given:?}; this endpoint signs for {expected:?}")]
+    WrongRegion {
+        given: String,
+        expected: String,
+        presigned: bool,
+    },
 }
 
 impl AuthError {
     /// The S3 error a client receives.
     pub fn to_s3(&self) -> S3Error {
+        use std::borrow::Cow;
+        let fixed = |code, status, message: &'static str| (code, status, Cow::Borrowed(message));
         let (code, status, message) = match self {
-            Self::Anonymous | Self::Denied(_) => (
+            Self::Anonymous | Self::Denied(_) => fixed(
                 S3ErrorCode::AccessDenied,
                 StatusCode::FORBIDDEN,
                 "Access Denied",
             ),
-            Self::UnsupportedAlgorithm(_) => (
+            Self::UnsupportedAlgorithm(_) => fixed(
                 S3ErrorCode::InvalidRequest,
                 StatusCode::BAD_REQUEST,
                 "The authorization mechanism you have provided is not supported. Please use AWS4-HMAC-SHA256.",
             ),
-            Self::MalformedHeader(_) | Self::MalformedCredential(_) => (
+            Self::MalformedHeader(_) | Self::MalformedCredential(_) => fixed(
                 S3ErrorCode::AuthorizationHeaderMalformed,
                 StatusCode::BAD_REQUEST,
                 "The authorization header is malformed.",
             ),
-            Self::MalformedQuery(_) => (
+            Self::MalformedQuery(_) => fixed(
                 S3ErrorCode::AuthorizationQueryParametersError,
                 StatusCode::BAD_REQUEST,
                 "The presigned URL's X-Amz-* parameters are malformed.",
             ),
-            Self::MissingDate => (
+            Self::MissingDate => fixed(
                 S3ErrorCode::AccessDenied,
                 StatusCode::FORBIDDEN,
                 "AWS authentication requires a valid Date or x-amz-date header",
             ),
-            Self::UnknownKey(_) => (
+            Self::UnknownKey(_) => fixed(
                 S3ErrorCode::InvalidAccessKeyId,
                 StatusCode::FORBIDDEN,
                 "The AWS Access Key Id you provided does not exist in our records.",
             ),
-            Self::SignatureMismatch => (
+            Self::SignatureMismatch => fixed(
                 S3ErrorCode::SignatureDoesNotMatch,
                 StatusCode::FORBIDDEN,
                 "The request signature we calculated does not match the signature you provided. Check your key and signing method.",
             ),
-            Self::Skewed => (
+            Self::Skewed => fixed(
                 S3ErrorCode::RequestTimeTooSkewed,
                 StatusCode::FORBIDDEN,
                 "The difference between the request time and the current time is too large.",
             ),
-            Self::Expired => (
+            Self::Expired => fixed(
                 S3ErrorCode::AccessDenied,
                 StatusCode::FORBIDDEN,
                 "Request has expired",
             ),
-            Self::MissingContentSha256 => (
+            Self::MissingContentSha256 => fixed(
                 S3ErrorCode::InvalidRequest,
                 StatusCode::BAD_REQUEST,
                 "Missing required header for this request: x-amz-content-sha256",
             ),
-            Self::InvalidContentSha256 => (
+            Self::InvalidContentSha256 => fixed(
                 S3ErrorCode::InvalidArgument,
                 StatusCode::BAD_REQUEST,
                 "x-amz-content-sha256 must be UNSIGNED-PAYLOAD, STREAMING-UNSIGNED-PAYLOAD-TRAILER, STREAMING-AWS4-HMAC-SHA256-PAYLOAD, STREAMING-AWS4-HMAC-SHA256-PAYLOAD-TRAILER or a SHA-256 in hex.",
             ),
+            Self::HeadersNotSigned(names) => (
+                S3ErrorCode::AccessDenied,
+                StatusCode::FORBIDDEN,
+                Cow::Owned(format!(
+                    "There were headers present in the request which were not signed: {names}"
+                )),
+            ),
+            Self::WrongRegion {
+                given,
+                expected,
+                presigned,
+            } => {
+                let (code, what) = if *presigned {
+                    (
+                        S3ErrorCode::AuthorizationQueryParametersError,
+                        "Error parsing the X-Amz-Credential parameter",
+                    )
+                } else {
+                    (
+                        S3ErrorCode::AuthorizationHeaderMalformed,
+                        "The authorization header is malformed",
+                    )
+                };
+                (
+                    code,
+                    StatusCode::BAD_REQUEST,
+                    Cow::Owned(format!(
+                        "{what}; the region '{given}' is wrong; expecting '{expected}'"
+                    )),
+                )
+            }
         };
         let mut error = S3Error::with_message(code, message);
         error.set_status_code(status);
@@ -149,11 +190,31 @@ pub struct RequestHead<'a> {
 
 pub struct Authenticator {
     credentials: CredentialStore,
+    /// The region clients must sign for (S3 refuses a signature scoped to another).
+    region: String,
 }
 
+/// `x-amz-*` headers a request may carry unsigned. Each is bound by the signature another
+/// way or never leaves Portico: the payload hash is the canonical request's last line,
+/// `x-amz-date` is the string to sign's, the session token and the decoded length are
+/// dropped before forwarding (Portico frames the body itself).
+const UNSIGNED_AMZ_HEADERS: [&str; 4] = [
+    "x-amz-content-sha256",
+    "x-amz-date",
+    "x-amz-decoded-content-length",
+    "x-amz-security-token",
+];
+
+/// `x-amz-*` headers a presigned URL's request may also carry unsigned: the AWS SDKs
+/// never sign these into a presigned URL, and neither changes what is read or written.
+const UNSIGNED_PRESIGNED_AMZ_HEADERS: [&str; 2] = ["x-amz-checksum-mode", "x-amz-user-agent"];
+
 impl Authenticator {
-    pub fn new(credentials: CredentialStore) -> Self {
-        Self { credentials }
+    pub fn new(credentials: CredentialStore, region: &str) -> Self {
+        Self {
+            credentials,
+            region: region.to_owned(),
+        }
     }
 
     /// Verifies the request's signature at time `now`.
@@ -180,6 +241,14 @@ impl Authenticator {
             None => return Err(AuthError::Anonymous),
         };
         check_time(&parts, now)?;
+        if parts.region != self.region {
+            return Err(AuthError::WrongRegion {
+                given: parts.region.clone(),
+                expected: self.region.clone(),
+                presigned,
+            });
+        }
+        check_all_amz_headers_signed(head.headers, &parts.signed_headers, presigned)?;
         let credential = self
             .credentials
             .get(&parts.access_key_id)
@@ -216,6 +285,29 @@ impl Authenticator {
             credential,
             payload,
         })
+    }
+}
+
+/// S3 refuses a request carrying an `x-amz-*` header its signature does not cover: such a
+/// header (a copy source, an ACL, SSE-C keys, tagging, retention) would otherwise be
+/// forwarded and signed with Portico's own upstream credentials.
+fn check_all_amz_headers_signed(
+    headers: &HeaderMap,
+    signed_headers: &[String],
+    presigned: bool,
+) -> Result<(), AuthError> {
+    let unsigned: Vec<&str> = headers
+        .keys()
+        .map(http::HeaderName::as_str)
+        .filter(|name| name.starts_with("x-amz-"))
+        .filter(|name| !UNSIGNED_AMZ_HEADERS.contains(name))
+        .filter(|name| !(presigned && UNSIGNED_PRESIGNED_AMZ_HEADERS.contains(name)))
+        .filter(|name| !signed_headers.iter().any(|signed| signed == name))
+        .collect();
+    if unsigned.is_empty() {
+        Ok(())
+    } else {
+        Err(AuthError::HeadersNotSigned(unsigned.join(", ")))
     }
 }
 
@@ -292,16 +384,20 @@ fn check_time(parts: &SignatureParts, now: SystemTime) -> Result<(), AuthError> 
     Ok(())
 }
 
-/// Whether `credential` may send this request: its bucket list (including a copy's source)
-/// and, for read-only credentials, reads only.
+/// Whether `credential` may send this request: its scopes, its bucket list (including a
+/// copy's source).
 pub fn authorize(
     credential: &Credential,
-    method: &Method,
+    scope: Scope,
     bucket: Option<&str>,
     headers: &HeaderMap,
 ) -> Result<(), AuthError> {
-    if credential.access == Access::ReadOnly && !matches!(*method, Method::GET | Method::HEAD) {
-        return Err(AuthError::Denied("the credential is read-only"));
+    if !credential.allows(scope) {
+        return Err(AuthError::Denied(match scope {
+            Scope::Read => "the credential may not read",
+            Scope::Write => "the credential may not write",
+            Scope::Admin => "the credential may not administer buckets, ACLs or retention",
+        }));
     }
     if credential.buckets.is_some() {
         let Some(bucket) = bucket else {
@@ -421,26 +517,27 @@ buckets = ["data"]
         let store = CredentialStore::open(None, Some(path)).unwrap();
         let reader = store.get("reader").unwrap();
         let none = HeaderMap::new();
-        assert_eq!(
-            authorize(&reader, &Method::GET, Some("data"), &none),
-            Ok(())
-        );
-        assert!(authorize(&reader, &Method::GET, Some("other"), &none).is_err());
-        assert!(authorize(&reader, &Method::GET, None, &none).is_err());
-        assert!(authorize(&reader, &Method::PUT, Some("data"), &none).is_err());
-        assert!(authorize(&reader, &Method::DELETE, Some("data"), &none).is_err());
+        assert_eq!(authorize(&reader, Scope::Read, Some("data"), &none), Ok(()));
+        assert!(authorize(&reader, Scope::Read, Some("other"), &none).is_err());
+        assert!(authorize(&reader, Scope::Read, None, &none).is_err());
+        assert!(authorize(&reader, Scope::Write, Some("data"), &none).is_err());
+        assert!(authorize(&reader, Scope::Admin, Some("data"), &none).is_err());
         let mut writer = (*reader).clone();
         writer.access = Access::ReadWrite;
         let mut copy = HeaderMap::new();
         copy.insert("x-amz-copy-source", "/other/key".parse().unwrap());
         assert_eq!(
-            authorize(&writer, &Method::PUT, Some("data"), &none),
+            authorize(&writer, Scope::Write, Some("data"), &none),
             Ok(())
         );
-        assert!(authorize(&writer, &Method::PUT, Some("data"), &copy).is_err());
+        assert!(
+            authorize(&writer, Scope::Admin, Some("data"), &none).is_err(),
+            "a credential limited to buckets does not administer them by default"
+        );
+        assert!(authorize(&writer, Scope::Write, Some("data"), &copy).is_err());
         copy.insert("x-amz-copy-source", "data/key%20x".parse().unwrap());
         assert_eq!(
-            authorize(&writer, &Method::PUT, Some("data"), &copy),
+            authorize(&writer, Scope::Write, Some("data"), &copy),
             Ok(())
         );
     }

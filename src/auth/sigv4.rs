@@ -228,41 +228,51 @@ fn encode_component(raw: &str) -> String {
     percent_encoding::percent_encode(&decoded, UNRESERVED).to_string()
 }
 
-/// A header value as SigV4 canonicalises it: trimmed, inner runs of spaces collapsed.
-fn canonical_value(value: &[u8]) -> String {
-    let text = String::from_utf8_lossy(value);
-    text.split_whitespace().collect::<Vec<_>>().join(" ")
+/// Appends a header value as SigV4 canonicalises it: trimmed, inner runs of spaces
+/// collapsed. Works on the bytes as sent: a value that is not UTF-8 (obs-text) is signed
+/// byte for byte, never replaced.
+fn push_canonical_value(out: &mut Vec<u8>, value: &[u8]) {
+    let mut words = value
+        .split(|byte| byte.is_ascii_whitespace())
+        .filter(|word| !word.is_empty());
+    if let Some(first) = words.next() {
+        out.extend_from_slice(first);
+        for word in words {
+            out.push(b' ');
+            out.extend_from_slice(word);
+        }
+    }
 }
 
-/// The canonical request for `parts`, with the canonical URI `uri`.
-pub fn canonical_request(input: &CanonicalInput<'_>, parts: &SignatureParts, uri: &str) -> String {
-    let mut out = String::with_capacity(512);
-    out.push_str(input.method);
-    out.push('\n');
-    out.push_str(uri);
-    out.push('\n');
-    out.push_str(&canonical_query(input.raw_query));
-    out.push('\n');
+/// The canonical request for `parts`, with the canonical URI `uri`, as bytes (header
+/// values are signed as sent).
+pub fn canonical_request(input: &CanonicalInput<'_>, parts: &SignatureParts, uri: &str) -> Vec<u8> {
+    let mut out = Vec::with_capacity(512);
+    out.extend_from_slice(input.method.as_bytes());
+    out.push(b'\n');
+    out.extend_from_slice(uri.as_bytes());
+    out.push(b'\n');
+    out.extend_from_slice(canonical_query(input.raw_query).as_bytes());
+    out.push(b'\n');
     for name in &parts.signed_headers {
-        out.push_str(name);
-        out.push(':');
+        out.extend_from_slice(name.as_bytes());
+        out.push(b':');
         if name == "host" {
-            out.push_str(input.host.trim());
+            out.extend_from_slice(input.host.trim().as_bytes());
         } else {
-            let values: Vec<String> = input
-                .headers
-                .get_all(name.as_str())
-                .iter()
-                .map(|value| canonical_value(value.as_bytes()))
-                .collect();
-            out.push_str(&values.join(","));
+            for (index, value) in input.headers.get_all(name.as_str()).iter().enumerate() {
+                if index > 0 {
+                    out.push(b',');
+                }
+                push_canonical_value(&mut out, value.as_bytes());
+            }
         }
-        out.push('\n');
+        out.push(b'\n');
     }
-    out.push('\n');
-    out.push_str(&parts.signed_headers.join(";"));
-    out.push('\n');
-    out.push_str(input.payload_hash);
+    out.push(b'\n');
+    out.extend_from_slice(parts.signed_headers.join(";").as_bytes());
+    out.push(b'\n');
+    out.extend_from_slice(input.payload_hash.as_bytes());
     out
 }
 
@@ -295,12 +305,12 @@ pub fn same_signature(expected: &str, given: &str) -> bool {
 }
 
 /// The string to sign for a request's canonical request.
-pub fn request_string_to_sign(parts: &SignatureParts, canonical_request: &str) -> String {
+pub fn request_string_to_sign(parts: &SignatureParts, canonical_request: &[u8]) -> String {
     format!(
         "{ALGORITHM}\n{}\n{}\n{}",
         parts.amz_date,
         parts.scope(),
-        sha256_hex(canonical_request.as_bytes())
+        sha256_hex(canonical_request)
     )
 }
 

@@ -1,7 +1,8 @@
 //! Cache keys and values, and their foyer [`Code`] implementations.
 //!
-//! Invariant: a block key names the object version (ETag or version token), so bytes of
-//! two versions of an object can never be returned for the same key.
+//! Invariants: a block key names the object version (ETag or version token) and the block
+//! size it was cut with, so neither bytes of two versions nor blocks of another layout
+//! (an earlier `cache.block_size` on the same disk tier) can be returned for a key.
 
 use std::io::{Read, Write};
 use std::sync::Arc;
@@ -23,14 +24,23 @@ use crate::types::{BlockIndex, ObjectRef};
 pub struct BlockKey {
     object: ObjectRef,
     pub version: Arc<str>,
+    /// The block size the object was cut with: block `index` holds the bytes from
+    /// `index * block_size_bytes`.
+    pub block_size_bytes: u64,
     pub index: BlockIndex,
 }
 
 impl BlockKey {
-    pub fn new(object: &ObjectRef, version: Arc<str>, index: BlockIndex) -> Self {
+    pub fn new(
+        object: &ObjectRef,
+        version: Arc<str>,
+        block_size_bytes: u64,
+        index: BlockIndex,
+    ) -> Self {
         Self {
             object: object.current(),
             version,
+            block_size_bytes,
             index,
         }
     }
@@ -75,6 +85,7 @@ impl Code for CacheKey {
                 put_str(writer, block.object.bucket())?;
                 put_str(writer, block.object.key())?;
                 put_str(writer, &block.version)?;
+                put_u64(writer, block.block_size_bytes)?;
                 put_u64(writer, block.index)
             }
             Self::Meta(object) => {
@@ -98,8 +109,14 @@ impl Code for CacheKey {
             TAG_BLOCK => {
                 let object = decode_object(reader, false)?;
                 let version = get_str(reader)?;
+                let block_size_bytes = get_u64(reader)?;
                 let index = get_u64(reader)?;
-                Ok(Self::Block(BlockKey::new(&object, version.into(), index)))
+                Ok(Self::Block(BlockKey::new(
+                    &object,
+                    version.into(),
+                    block_size_bytes,
+                    index,
+                )))
             }
             TAG_META => Ok(Self::Meta(decode_object(reader, false)?)),
             TAG_META_VERSION => Ok(Self::Meta(decode_object(reader, true)?)),
@@ -113,6 +130,7 @@ impl Code for CacheKey {
                 1 + str_size(block.object.bucket())
                     + str_size(block.object.key())
                     + str_size(&block.version)
+                    + 8
                     + 8
             }
             Self::Meta(object) => {
@@ -196,9 +214,24 @@ mod tests {
         let object = ObjectRef::new("bucket", "k").unwrap();
         let pinned = object.clone().with_version(Some("v1")).unwrap();
         assert_eq!(
-            BlockKey::new(&pinned, "\"e\"".into(), 0),
-            BlockKey::new(&object, "\"e\"".into(), 0)
+            BlockKey::new(&pinned, "\"e\"".into(), 4096, 0),
+            BlockKey::new(&object, "\"e\"".into(), 4096, 0)
         );
+    }
+
+    #[test]
+    fn blocks_cut_with_another_block_size_have_other_keys() {
+        let object = ObjectRef::new("bucket", "k").unwrap();
+        let eight_mib = CacheKey::Block(BlockKey::new(&object, "\"e\"".into(), 8 << 20, 1));
+        let four_mib = CacheKey::Block(BlockKey::new(&object, "\"e\"".into(), 4 << 20, 1));
+        assert_ne!(eight_mib, four_mib);
+        let encoded = |key: &CacheKey| {
+            let mut bytes = Vec::new();
+            key.encode(&mut bytes).unwrap();
+            bytes
+        };
+        assert_ne!(encoded(&eight_mib), encoded(&four_mib));
+        assert_eq!(round_trip(&four_mib), four_mib);
     }
 
     #[test]
@@ -220,12 +253,14 @@ mod tests {
             bucket in "[a-z0-9.-]{3,63}",
             key in "\\PC{1,200}",
             version in "\\PC{0,80}",
+            block_size in any::<u64>(),
             index in any::<u64>(),
             data in proptest::collection::vec(any::<u8>(), 0..4096),
         ) {
             let key = CacheKey::Block(BlockKey::new(
                 &ObjectRef::new(&bucket, &key).unwrap(),
                 version.into(),
+                block_size,
                 index,
             ));
             prop_assert_eq!(round_trip(&key), key);

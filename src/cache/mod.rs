@@ -526,6 +526,7 @@ mod tests {
         BlockKey::new(
             &ObjectRef::new("bucket", "key").unwrap(),
             "\"etag\"".into(),
+            64 * 1024,
             index,
         )
     }

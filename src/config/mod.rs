@@ -47,6 +47,9 @@ pub struct ServerConfig {
     pub tls_key: PathBuf,
     /// Open connections at most; further clients wait in the listen backlog.
     pub max_connections: u32,
+    /// Open connections at most from one client address; further ones are closed at
+    /// once. `0` means no per-client cap.
+    pub max_connections_per_client: u32,
     /// Largest request header section (request line and headers) accepted.
     pub max_header_bytes: ByteSize,
     /// Longest request URI (path and query) accepted.
@@ -58,6 +61,9 @@ pub struct ServerConfig {
     pub header_read_timeout: HumanDuration,
     /// A connection that moves no bytes either way for this long is closed.
     pub idle_timeout: HumanDuration,
+    /// A connection with no request open for this long is closed, however much else it
+    /// sends (HTTP/2 PINGs and SETTINGS keep bytes moving, not requests).
+    pub keepalive_timeout: HumanDuration,
 }
 
 impl Default for ServerConfig {
@@ -69,11 +75,13 @@ impl Default for ServerConfig {
             tls_cert: PathBuf::new(),
             tls_key: PathBuf::new(),
             max_connections: 10_000,
+            max_connections_per_client: 1_000,
             max_header_bytes: ByteSize::kib(16),
             max_url_bytes: ByteSize::kib(16),
             max_requests_per_second_per_connection: 5_000,
             header_read_timeout: HumanDuration::secs(10),
             idle_timeout: HumanDuration::secs(60),
+            keepalive_timeout: HumanDuration::secs(60),
         }
     }
 }
@@ -231,6 +239,19 @@ pub struct AuthConfig {
     pub secret_access_key: String,
     /// A TOML file of `[[credentials]]`, reloaded when it changes; empty for none.
     pub credentials_file: PathBuf,
+    /// The region clients sign their requests for; empty means `upstream.region`.
+    pub region: String,
+}
+
+impl Config {
+    /// The region client signatures must be scoped to.
+    pub fn client_region(&self) -> &str {
+        if self.auth.region.is_empty() {
+            &self.upstream.region
+        } else {
+            &self.auth.region
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -448,6 +469,7 @@ impl Config {
         for (key, value) in [
             ("header_read_timeout", server.header_read_timeout),
             ("idle_timeout", server.idle_timeout),
+            ("keepalive_timeout", server.keepalive_timeout),
         ] {
             if value.get().is_zero() {
                 return Err(ConfigError::new(format_args!(

@@ -208,7 +208,12 @@ impl Target {
     }
 
     fn key(&self, index: BlockIndex) -> BlockKey {
-        BlockKey::new(&self.object, self.version.clone(), index)
+        BlockKey::new(
+            &self.object,
+            self.version.clone(),
+            self.layout.block_size(),
+            index,
+        )
     }
 }
 

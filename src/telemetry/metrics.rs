@@ -36,6 +36,11 @@ pub struct ResultLabel {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct ReasonLabel {
+    pub reason: &'static str,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 pub struct UpstreamLabels {
     pub operation: &'static str,
     /// HTTP status, or 0 when no response arrived (connect failure, timeout).
@@ -84,6 +89,8 @@ pub struct Metrics {
     pub cache_degraded: Gauge,
     /// Disk-tier I/O errors seen, by operation (read, write).
     pub cache_disk_errors: Family<OperationLabel, Counter>,
+    /// Connections closed as soon as they were accepted, by reason (per_client).
+    pub connections_refused: Family<ReasonLabel, Counter>,
 }
 
 impl Default for Metrics {
@@ -112,6 +119,7 @@ impl Metrics {
             stale_serves: Counter::default(),
             cache_degraded: Gauge::default(),
             cache_disk_errors: Family::default(),
+            connections_refused: Family::default(),
         };
         registry.register(
             "portico_requests",
@@ -188,6 +196,11 @@ impl Metrics {
             "Disk-tier I/O errors, by operation (read, write)",
             metrics.cache_disk_errors.clone(),
         );
+        registry.register(
+            "portico_connections_refused",
+            "Connections closed as soon as they were accepted, by reason (per_client: the client address held max_connections_per_client)",
+            metrics.connections_refused.clone(),
+        );
         *metrics.registry.lock() = registry;
         metrics
     }
@@ -262,6 +275,12 @@ impl Metrics {
     pub fn count_disk_error(&self, operation: &'static str) {
         self.cache_disk_errors
             .get_or_create(&OperationLabel { operation })
+            .inc();
+    }
+
+    pub fn count_refused_connection(&self, reason: &'static str) {
+        self.connections_refused
+            .get_or_create(&ReasonLabel { reason })
             .inc();
     }
 

@@ -146,6 +146,50 @@ pub async fn http_send(
     (status, headers, body)
 }
 
+/// An HTTP/2 request (cleartext, prior knowledge) whose body is sent as `chunks` with no
+/// `Content-Length`, as HTTP/2 allows: (status, headers, body).
+pub async fn http2_send_unsized(
+    method: &str,
+    url: &str,
+    headers: &[(&str, &str)],
+    chunks: Vec<Bytes>,
+) -> (u16, http::HeaderMap, Bytes) {
+    use http_body_util::StreamBody;
+    type Chunks = StreamBody<
+        futures::stream::Iter<
+            std::vec::IntoIter<Result<hyper::body::Frame<Bytes>, std::convert::Infallible>>,
+        >,
+    >;
+    let client = HttpClient::builder(TokioExecutor::new())
+        .http2_only(true)
+        .build_http::<Chunks>();
+    let frames: Vec<_> = chunks
+        .into_iter()
+        .map(|chunk| Ok(hyper::body::Frame::data(chunk)))
+        .collect();
+    let mut request = http::Request::builder()
+        .method(method)
+        .uri(url)
+        .version(http::Version::HTTP_2);
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let body = StreamBody::new(futures::stream::iter(frames));
+    let response = client
+        .request(request.body(body).expect("request"))
+        .await
+        .unwrap_or_else(|error| panic!("{method} {url} over HTTP/2: {error}"));
+    let status = response.status().as_u16();
+    let headers = response.headers().clone();
+    let body = response
+        .into_body()
+        .collect()
+        .await
+        .expect("response body")
+        .to_bytes();
+    (status, headers, body)
+}
+
 /// [`http_request`] signed with SigV4 by the test credentials (empty payload). A `host`
 /// entry in `headers` is signed instead of the URL's authority.
 pub async fn signed_request(

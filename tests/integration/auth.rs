@@ -13,7 +13,7 @@ use portico_testkit::sign::{EMPTY_SHA256, Signer};
 use crate::support::{Rig, crc32_base64, http_request, random_bytes, raw_request, s3_client};
 
 /// Status and S3 error code of a raw request's response.
-async fn outcome(method: &str, url: &str, headers: &[(&str, &str)]) -> (u16, String) {
+pub(crate) async fn outcome(method: &str, url: &str, headers: &[(&str, &str)]) -> (u16, String) {
     let (status, _, body) = http_request(method, url, headers).await;
     let body = String::from_utf8_lossy(&body);
     let code = body
@@ -228,7 +228,7 @@ async fn every_authentication_failure_gets_s3_s_code_and_every_valid_form_succee
     );
 }
 
-fn s3_client_for(endpoint: &str, key: &str, secret: &str) -> aws_sdk_s3::Client {
+pub(crate) fn s3_client_for(endpoint: &str, key: &str, secret: &str) -> aws_sdk_s3::Client {
     let config = s3_client(endpoint, false)
         .config()
         .to_builder()
@@ -239,7 +239,7 @@ fn s3_client_for(endpoint: &str, key: &str, secret: &str) -> aws_sdk_s3::Client 
     aws_sdk_s3::Client::from_conf(config)
 }
 
-async fn upstream_bytes(rig: &Rig, bucket: &str, key: &str) -> Vec<u8> {
+pub(crate) async fn upstream_bytes(rig: &Rig, bucket: &str, key: &str) -> Vec<u8> {
     match rig.direct.get_object().bucket(bucket).key(key).send().await {
         Ok(output) => output.body.collect().await.unwrap().into_bytes().to_vec(),
         Err(_) => Vec::new(),
@@ -435,4 +435,103 @@ async fn admin_endpoints_need_the_admin_token_and_health_stays_open() {
     let (status, _, body) =
         http_request("POST", &url, &[("authorization", "Bearer admin-secret")]).await;
     assert_eq!(status, 403, "{}", String::from_utf8_lossy(&body));
+}
+
+/// Header-signs a body-less `method` of `url` and adds `unsigned` after signing.
+fn signed_with_extra(
+    signer: &Signer,
+    method: &str,
+    url: &str,
+    host: &str,
+    unsigned: &[(&str, &str)],
+) -> Vec<(String, String)> {
+    let signed = signer.sign(method, url, &[("host", host)], EMPTY_SHA256);
+    let mut headers = signed.headers;
+    headers.extend(
+        unsigned
+            .iter()
+            .map(|(name, value)| ((*name).to_owned(), (*value).to_owned())),
+    );
+    headers
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn x_amz_headers_outside_the_signature_and_other_regions_are_refused() {
+    let rig = Rig::start("unsigned", |_| {}).await;
+    let bucket = rig.bucket.clone();
+    rig.put("secret.csv", b"the secret").await;
+    let endpoint = rig.portico().s3.clone();
+    let host = endpoint.trim_start_matches("http://").to_owned();
+
+    // A presigned PUT with an unsigned x-amz-copy-source would become a CopyObject
+    // signed with Portico's upstream credentials.
+    let put_url = Signer::default().presign(
+        "PUT",
+        &format!("{endpoint}/{bucket}/uploads/u1"),
+        &host,
+        Duration::from_secs(300),
+    );
+    let path_and_query = put_url.trim_start_matches(endpoint.as_str());
+    let with_copy = format!(
+        "PUT {path_and_query} HTTP/1.1\r\nHost: {host}\r\nx-amz-copy-source: /{bucket}/secret.csv\r\nContent-Length: 5\r\nConnection: close\r\n\r\n"
+    );
+    assert_eq!(raw_request(&host, &with_copy, b"hello").await, 403);
+    assert!(
+        upstream_bytes(&rig, &bucket, "uploads/u1").await.is_empty(),
+        "nothing was written"
+    );
+    let plain = format!(
+        "PUT {path_and_query} HTTP/1.1\r\nHost: {host}\r\nContent-Length: 5\r\nConnection: close\r\n\r\n"
+    );
+    assert_eq!(raw_request(&host, &plain, b"hello").await, 200);
+    assert_eq!(upstream_bytes(&rig, &bucket, "uploads/u1").await, b"hello");
+
+    // Header-signed requests too: an ACL, SSE-C key or tagging added after signing.
+    let url = format!("{endpoint}/{bucket}/secret.csv");
+    for extra in [
+        ("x-amz-acl", "public-read-write"),
+        ("x-amz-tagging", "a=b"),
+        ("x-amz-server-side-encryption-customer-algorithm", "AES256"),
+    ] {
+        let headers = signed_with_extra(&Signer::default(), "GET", &url, &host, &[extra]);
+        let headers: Vec<(&str, &str)> = headers
+            .iter()
+            .map(|(name, value)| (name.as_str(), value.as_str()))
+            .collect();
+        assert_eq!(
+            outcome("GET", &url, &headers).await,
+            (403, "AccessDenied".to_owned()),
+            "unsigned {extra:?}"
+        );
+    }
+    // The same header, signed, is fine (the read is forwarded; MinIO answers it).
+    let signed = Signer::default().sign(
+        "GET",
+        &url,
+        &[("host", &host), ("x-amz-tagging", "a=b")],
+        EMPTY_SHA256,
+    );
+    let mut headers: Vec<(&str, &str)> = signed
+        .headers
+        .iter()
+        .map(|(name, value)| (name.as_str(), value.as_str()))
+        .collect();
+    headers.push(("x-amz-tagging", "a=b"));
+    let (status, _, body) = http_request("GET", &url, &headers).await;
+    assert_eq!((status, &body[..]), (200, &b"the secret"[..]));
+
+    // A signature scoped to another region than Portico's.
+    let elsewhere = Signer {
+        region: "eu-west-1".to_owned(),
+        ..Signer::default()
+    };
+    assert_eq!(
+        signed_get(&elsewhere, &url).await,
+        (400, "AuthorizationHeaderMalformed".to_owned())
+    );
+    let presigned_elsewhere = elsewhere.presign("GET", &url, &host, Duration::from_secs(60));
+    assert_eq!(
+        outcome("GET", &presigned_elsewhere, &[]).await,
+        (400, "AuthorizationQueryParametersError".to_owned())
+    );
 }

@@ -217,3 +217,38 @@ async fn response_overrides_change_only_the_response_headers() {
         "the override is not cached"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn if_range_is_judged_against_the_version_the_response_serves() {
+    let rig = Rig::start("if-range-change", |_| {}).await;
+    let old = crate::support::random_bytes(3 * 1024 * 1024, 61);
+    let new = crate::support::random_bytes(3 * 1024 * 1024, 62);
+    rig.put("object.bin", &old).await;
+    // Portico learns the old version's metadata, none of its blocks.
+    let old_etag = rig.head("object.bin").await.e_tag().unwrap().to_owned();
+    rig.put("object.bin", &new).await;
+
+    // Within the TTL: the old metadata answers first, the block fetch finds the object
+    // changed and the read moves to the new version. If-Range names the old one, so the
+    // answer is the whole new object, not a range of it.
+    let url = format!("{}/{}/object.bin", rig.portico().s3, rig.bucket);
+    let (status, headers, body) = crate::support::signed_request(
+        "GET",
+        &url,
+        &[("range", "bytes=1048576-1048585"), ("if-range", &old_etag)],
+    )
+    .await;
+    assert_eq!(status, 200, "{headers:?}");
+    assert!(headers.get("content-range").is_none());
+    assert!(body[..] == new[..], "the whole new version");
+    // An If-Range naming the version now served keeps the range.
+    let new_etag = headers["etag"].to_str().unwrap().to_owned();
+    let (status, _, body) = crate::support::signed_request(
+        "GET",
+        &url,
+        &[("range", "bytes=1048576-1048585"), ("if-range", &new_etag)],
+    )
+    .await;
+    assert_eq!(status, 206);
+    assert!(body[..] == new[1048576..1048586]);
+}

@@ -385,3 +385,85 @@ async fn one_connection_over_its_request_rate_gets_slow_down() {
     // Another connection has its own budget.
     assert_eq!(rig.get("small.txt", None).await, b"0123456789");
 }
+
+/// A connection to `address` from the loopback address `source` (127.0.0.x).
+async fn connect_from(source: &str, address: &str) -> TcpStream {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind(format!("{source}:0").parse().unwrap()).unwrap();
+    socket.connect(address.parse().unwrap()).await.unwrap()
+}
+
+/// Whether the server closes `stream` within `within`, answering whatever it sends
+/// meanwhile; `tick` is sent every 200 ms (empty: nothing). Returns when it closed.
+async fn closed_within(stream: &mut TcpStream, tick: &[u8], within: Duration) -> Option<Duration> {
+    let started = Instant::now();
+    let mut buffer = [0u8; 4096];
+    while started.elapsed() < within {
+        if !tick.is_empty() && stream.write_all(tick).await.is_err() {
+            return Some(started.elapsed());
+        }
+        let read = tokio::time::timeout(Duration::from_millis(200), stream.read(&mut buffer)).await;
+        if let Ok(Ok(0) | Err(_)) = read {
+            return Some(started.elapsed());
+        }
+    }
+    None
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn one_client_cannot_hold_every_connection_and_pings_keep_none_open() {
+    let rig = Rig::start("per-client", |settings| {
+        settings.without_auth();
+        settings.server_extra =
+            "max_connections_per_client = 2\nkeepalive_timeout = \"1s\"\n".to_owned();
+    })
+    .await;
+    rig.put("small.txt", b"0123456789").await;
+    let address = host_of(&rig.portico().s3).to_owned();
+    let request = format!(
+        "GET /{}/small.txt HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n",
+        rig.bucket
+    );
+
+    // Two silent connections from 127.0.0.1 hold its share: a third is closed unanswered,
+    // while another client address is served.
+    let _held = [
+        connect_from("127.0.0.1", &address).await,
+        connect_from("127.0.0.1", &address).await,
+    ];
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let mut third = connect_from("127.0.0.1", &address).await;
+    third.write_all(request.as_bytes()).await.unwrap();
+    let mut received = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(5), third.read_to_end(&mut received)).await;
+    assert!(
+        received.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&received)
+    );
+    let mut other = connect_from("127.0.0.2", &address).await;
+    other.write_all(request.as_bytes()).await.unwrap();
+    let mut answer = Vec::new();
+    other.read_to_end(&mut answer).await.unwrap();
+    assert!(String::from_utf8_lossy(&answer).starts_with("HTTP/1.1 200"));
+    assert!(
+        rig.portico()
+            .metric("portico_connections_refused_total{reason=\"per_client\"}")
+            .await
+            >= 1.0
+    );
+
+    // An HTTP/2 connection that sends nothing but PINGs is closed after the keep-alive
+    // timeout, though it moves bytes all the time.
+    let mut h2 = connect_from("127.0.0.3", &address).await;
+    let mut preface = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+    preface.extend_from_slice(&[0, 0, 0, 4, 0, 0, 0, 0, 0]); // empty SETTINGS
+    h2.write_all(&preface).await.unwrap();
+    let ping = [0, 0, 8, 6, 0, 0, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8];
+    let closed = closed_within(&mut h2, &ping, Duration::from_secs(6)).await;
+    let closed = closed.expect("a PING-only HTTP/2 connection is closed");
+    assert!(closed >= Duration::from_millis(700), "{closed:?}");
+    // The silent HTTP/1 connections went the same way, freeing 127.0.0.1's share.
+    let (status, text, _) = exchange(&address, request.as_bytes()).await;
+    assert_eq!(status, 200, "{text}");
+}

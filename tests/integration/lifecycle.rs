@@ -54,6 +54,29 @@ async fn a_restarted_portico_serves_cached_blocks_from_disk() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_new_block_size_on_the_same_disk_tier_never_serves_blocks_of_the_old_one() {
+    let mut rig = Rig::start("relayout", |settings| settings.block_size = "2MiB").await;
+    let data = random_bytes(3 * BLOCK, 12);
+    rig.put("object.bin", &data).await;
+    assert!(rig.get("object.bin", None).await == data);
+
+    // The same cache directory, cut in 1 MiB blocks: old block 1 (bytes 2-3 MiB) must not
+    // be taken for new block 1 (bytes 1-2 MiB), though both are 1 MiB long.
+    rig.settings.block_size = "1MiB";
+    rig.restart_portico().await;
+    rig.forwarder.take();
+    let second_mib = rig.get("object.bin", Some("bytes=1048576-2097151")).await;
+    assert!(second_mib == data[BLOCK..2 * BLOCK], "the bytes of 1-2 MiB");
+    assert!(rig.get("object.bin", None).await == data);
+    assert_eq!(
+        rig.upstream_gets(),
+        3,
+        "every 1 MiB block came from the upstream once: {:#?}",
+        rig.forwarder.take()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_object_changed_upstream_is_never_mixed_into_one_response() {
     let rig = Rig::start("change", |settings| settings.metadata_ttl = "1s").await;
     let old = random_bytes(3 * BLOCK, 10);

@@ -18,6 +18,7 @@ mod operations;
 mod prefetch;
 mod reads;
 mod resilience;
+mod scopes;
 mod tls;
 mod tracing;
 mod versions;
