@@ -77,15 +77,33 @@ impl AdminState {
     }
 }
 
-pub fn router(state: Arc<AdminState>) -> Router {
-    Router::new()
-        .route("/healthz", get(healthz))
-        .route("/readyz", get(readyz))
-        .route("/metrics", get(metrics))
-        .route("/admin/purge", post(purge))
-        .route("/admin/warm", post(warm))
-        .route("/admin/jobs/{id}", get(job))
-        .route("/admin/cache", get(cache_report))
+/// What an admin listener serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Serves {
+    /// Health, readiness, metrics and the admin API.
+    Everything,
+    /// Health, readiness and metrics.
+    Health,
+    /// The admin API alone (`admin.api_listen`).
+    Api,
+}
+
+pub fn router(state: Arc<AdminState>, serves: Serves) -> Router {
+    let mut router = Router::new();
+    if serves != Serves::Api {
+        router = router
+            .route("/healthz", get(healthz))
+            .route("/readyz", get(readyz))
+            .route("/metrics", get(metrics));
+    }
+    if serves != Serves::Health {
+        router = router
+            .route("/admin/purge", post(purge))
+            .route("/admin/warm", post(warm))
+            .route("/admin/jobs/{id}", get(job))
+            .route("/admin/cache", get(cache_report));
+    }
+    router
         .layer(middleware::from_fn_with_state(state.clone(), guard_admin))
         .with_state(state)
 }
@@ -349,12 +367,13 @@ async fn cache_report(State(state): State<Arc<AdminState>>) -> Response {
 pub async fn serve(
     listener: TcpListener,
     state: Arc<AdminState>,
+    serves: Serves,
     mut shutdown: watch::Receiver<bool>,
 ) {
     let shutdown = async move {
         let _ = shutdown.changed().await;
     };
-    if let Err(error) = axum::serve(listener, router(state))
+    if let Err(error) = axum::serve(listener, router(state, serves))
         .with_graceful_shutdown(shutdown)
         .await
     {

@@ -46,6 +46,8 @@ pub struct Bound {
     /// Whether the S3 listener speaks TLS.
     pub s3_tls: bool,
     pub admin: SocketAddr,
+    /// The admin API's own listener, when `admin.api_listen` is set.
+    pub admin_api: Option<SocketAddr>,
 }
 
 async fn bind(what: &'static str, address: SocketAddr) -> Result<TcpListener, AppError> {
@@ -95,10 +97,17 @@ pub async fn run(config: Config, on_ready: impl FnOnce(Bound)) -> Result<(), App
     let server_tls = server_tls(&config)?;
     let s3_listener = bind("S3", config.server.listen).await?;
     let admin_listener = bind("admin", config.admin.listen).await?;
+    let api_listener = match config.admin.api_listen.0 {
+        Some(address) => Some((bind("admin API", address).await?, address)),
+        None => None,
+    };
     let bound = Bound {
         s3: s3_listener.local_addr().unwrap_or(config.server.listen),
         s3_tls: server_tls.is_some(),
         admin: admin_listener.local_addr().unwrap_or(config.admin.listen),
+        admin_api: api_listener
+            .as_ref()
+            .map(|(listener, address)| listener.local_addr().unwrap_or(*address)),
     };
 
     let (shutdown, stopping) = watch::channel(false);
@@ -125,7 +134,24 @@ pub async fn run(config: Config, on_ready: impl FnOnce(Bound)) -> Result<(), App
         &config.admin.token,
         maintenance,
     ));
-    let admin_task = tokio::spawn(admin::serve(admin_listener, admin_state, stopping));
+    let (admin_serves, api_task) = match api_listener {
+        Some((listener, _)) => (
+            admin::Serves::Health,
+            Some(tokio::spawn(admin::serve(
+                listener,
+                admin_state.clone(),
+                admin::Serves::Api,
+                stopping.clone(),
+            ))),
+        ),
+        None => (admin::Serves::Everything, None),
+    };
+    let admin_task = tokio::spawn(admin::serve(
+        admin_listener,
+        admin_state,
+        admin_serves,
+        stopping,
+    ));
     tracing::info!(s3 = %bound.s3, admin = %bound.admin, "portico is serving");
     on_ready(bound);
 
@@ -137,6 +163,11 @@ pub async fn run(config: Config, on_ready: impl FnOnce(Bound)) -> Result<(), App
     let _ = shutdown.send(true);
     if let Err(error) = s3_task.await {
         tracing::error!(%error, "S3 listener task failed");
+    }
+    if let Some(api_task) = api_task
+        && let Err(error) = api_task.await
+    {
+        tracing::error!(%error, "admin API listener task failed");
     }
     if let Err(error) = admin_task.await {
         tracing::error!(%error, "admin listener task failed");

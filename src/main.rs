@@ -85,8 +85,12 @@ fn main() -> ExitCode {
     let announce = |bound: Bound| {
         // One machine-readable line on stdout; logs go to stderr.
         let scheme = if bound.s3_tls { "https" } else { "http" };
+        let api = bound
+            .admin_api
+            .map(|address| format!(" admin_api=http://{address}"))
+            .unwrap_or_default();
         println!(
-            "portico listening s3={scheme}://{} admin=http://{}",
+            "portico listening s3={scheme}://{} admin=http://{}{api}",
             bound.s3, bound.admin
         );
     };

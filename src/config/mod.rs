@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-pub use units::{ByteSize, HumanDuration, MetadataTtl};
+pub use units::{ByteSize, HumanDuration, MetadataTtl, OptionalAddress};
 
 /// Smallest and largest accepted `cache.block_size`.
 pub const MIN_BLOCK_SIZE: ByteSize = ByteSize::kib(64);
@@ -94,6 +94,9 @@ pub struct AdminConfig {
     /// Bearer token for everything under `/admin/` (the endpoints that change state);
     /// empty disables them.
     pub token: String,
+    /// Where the admin API (`/admin/`) listens, apart from health and metrics; empty
+    /// serves it on `listen`.
+    pub api_listen: OptionalAddress,
     /// Blocks a warm job (`POST /admin/warm`) loads at once.
     pub warm_concurrency: u32,
 }
@@ -103,6 +106,7 @@ impl Default for AdminConfig {
         Self {
             listen: SocketAddr::from(([127, 0, 0, 1], 9090)),
             token: String::new(),
+            api_listen: OptionalAddress::default(),
             warm_concurrency: 4,
         }
     }

@@ -1,4 +1,5 @@
-//! Human-friendly units for config values: sizes (`512MiB`) and durations (`30s`).
+//! Human-friendly units for config values: sizes (`512MiB`), durations (`30s`), and
+//! listen addresses that may be left empty.
 //!
 //! Both parse from strings (and sizes also from plain integers of bytes) and print back in
 //! the same notation, so the effective config can be logged and re-read unchanged.
@@ -245,3 +246,36 @@ mod tests {
         assert!("forever".parse::<MetadataTtl>().is_err());
     }
 }
+
+/// A listen address, or none (`""`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct OptionalAddress(pub Option<std::net::SocketAddr>);
+
+impl FromStr for OptionalAddress {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        let text = text.trim();
+        if text.is_empty() {
+            return Ok(Self(None));
+        }
+        text.parse()
+            .map(|address| Self(Some(address)))
+            .map_err(|_| {
+                format!(
+                    "expected an address such as \"127.0.0.1:9091\", or \"\" for none, not {text:?}"
+                )
+            })
+    }
+}
+
+impl fmt::Display for OptionalAddress {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            Some(address) => write!(f, "{address}"),
+            None => Ok(()),
+        }
+    }
+}
+
+string_serde!(OptionalAddress);

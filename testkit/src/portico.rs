@@ -148,6 +148,8 @@ pub struct Portico {
     child: Child,
     pub s3: String,
     pub admin: String,
+    /// The admin API's own listener, when `admin.api_listen` is set.
+    pub admin_api: Option<String>,
     log: PathBuf,
     _config_dir: tempfile::TempDir,
 }
@@ -194,10 +196,15 @@ impl Portico {
                 .to_owned()
         };
         let (s3, admin) = (field("s3="), field("admin="));
+        let admin_api = line
+            .split_whitespace()
+            .find_map(|word| word.strip_prefix("admin_api="))
+            .map(str::to_owned);
         Self {
             child,
             s3,
             admin,
+            admin_api,
             log,
             _config_dir: config_dir,
         }

@@ -13,6 +13,7 @@ import pathlib
 import re
 import subprocess
 import tempfile
+import tomllib
 import unittest
 
 import kubernetes_validate
@@ -106,6 +107,12 @@ class ChartTest(unittest.TestCase):
             {port["name"]: port["port"] for port in service["spec"]["ports"]},
             {"s3": 8080, "admin": 9090},
         )
+        # The admin API listens on the pod's loopback only, apart from probes and metrics.
+        (config_map,) = [
+            config for config in by_kind(manifests, "ConfigMap") if "portico.toml" in config["data"]
+        ]
+        admin = tomllib.loads(config_map["data"]["portico.toml"])["admin"]
+        self.assertEqual((admin["listen"], admin["api_listen"]), ("0.0.0.0:9090", "127.0.0.1:9091"))
         (claim,) = statefulset["spec"]["volumeClaimTemplates"]
         self.assertEqual(claim["metadata"]["name"], "portico-cache")
         for kind in ["Ingress", "HorizontalPodAutoscaler", "PodDisruptionBudget", "Secret"]:

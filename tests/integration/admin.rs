@@ -259,3 +259,32 @@ async fn bad_admin_requests_get_clear_errors() {
         assert_eq!(status, 401, "{method} {path}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_admin_api_can_listen_apart_from_health_and_metrics() {
+    let rig = Rig::start("admin-apart", |settings| {
+        settings.admin_extra = format!("token = \"{TOKEN}\"\napi_listen = \"127.0.0.1:0\"\n");
+    })
+    .await;
+    let portico = rig.portico();
+    let api = portico
+        .admin_api
+        .clone()
+        .expect("the admin API's own address");
+    assert_ne!(api, portico.admin);
+    let bearer = format!("Bearer {TOKEN}");
+    let auth = [("authorization", bearer.as_str())];
+    let get = |base: &str, path: &str| {
+        let url = format!("{base}{path}");
+        async move { http_send("GET", &url, &auth, Bytes::new()).await.0 }
+    };
+    // Probes and Prometheus on admin.listen; the admin API is not there.
+    assert_eq!(get(&portico.admin, "/healthz").await, 200);
+    assert_eq!(get(&portico.admin, "/metrics").await, 200);
+    assert_eq!(get(&portico.admin, "/admin/cache").await, 404);
+    // The admin API on its own listener, still behind the token; nothing else there.
+    assert_eq!(get(&api, "/admin/cache").await, 200);
+    assert_eq!(get(&api, "/metrics").await, 404);
+    let (status, _, _) = http_send("GET", &format!("{api}/admin/cache"), &[], Bytes::new()).await;
+    assert_eq!(status, 401);
+}
