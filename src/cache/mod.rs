@@ -8,10 +8,13 @@
 //! - Entries are written to disk on insertion, through foyer's bounded submit queue: when
 //!   the disk falls behind, entries skip the disk tier (counted by foyer's
 //!   `storage_queue_channel_overflow` metric) instead of piling up in memory.
-//! - A disk I/O error (a failed disk read, or a failed write-and-read-back of the probe
-//!   file every [`DISK_PROBE_INTERVAL`]) turns the disk tier off for good: the cache
-//!   carries on memory-only ("degraded") until a restart, and says so once in the log,
-//!   in `portico_cache_degraded` and on `/readyz`.
+//! - Disk I/O errors that persist turn the disk tier off for good: after
+//!   [`DISK_FAILURES_BEFORE_DEGRADED`] failed disk reads in a row, or as many failed
+//!   write-and-read-backs of the probe file in a row (probed every [`DISK_PROBE_INTERVAL`],
+//!   and again after 1 s, 2 s, 4 s … once something failed), the cache carries on
+//!   memory-only ("degraded") until a restart, and says so once in the log, in
+//!   `portico_cache_degraded` and on `/readyz`. One transient error only costs the read
+//!   it failed (answered by a fetch).
 
 mod codec;
 mod key;
@@ -20,7 +23,7 @@ mod meta;
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -40,6 +43,11 @@ use crate::types::ObjectRef;
 
 /// How often the disk tier's directory is checked with a probe write and read-back.
 pub const DISK_PROBE_INTERVAL: Duration = Duration::from_secs(10);
+/// Failed disk reads in a row, or failed probes in a row, that turn the disk tier off.
+pub const DISK_FAILURES_BEFORE_DEGRADED: u32 = 3;
+/// The first re-probe after a failure; each later one waits twice as long, up to
+/// [`DISK_PROBE_INTERVAL`].
+const DISK_RETRY_BACKOFF: Duration = Duration::from_secs(1);
 /// The probe file, next to foyer's own files in `cache.dir`.
 const PROBE_FILE: &str = "portico-disk-probe";
 /// Created and removed at start to learn whether the disk tier's file system takes
@@ -164,19 +172,71 @@ struct DiskHealth {
     degraded: AtomicBool,
     reason: Mutex<Option<String>>,
     metrics: Arc<Metrics>,
+    /// Failed reads since the last successful one.
+    failed_reads: AtomicU32,
+    /// Failed probes since the last successful one.
+    failed_probes: AtomicU32,
+    /// Wakes the probe early after a failed read.
+    probe_now: tokio::sync::Notify,
 }
 
 impl DiskHealth {
-    /// Records a disk I/O error; the first one turns the disk tier off.
+    fn new(metrics: Arc<Metrics>) -> Self {
+        Self {
+            degraded: AtomicBool::new(false),
+            reason: Mutex::new(None),
+            metrics,
+            failed_reads: AtomicU32::new(0),
+            failed_probes: AtomicU32::new(0),
+            probe_now: tokio::sync::Notify::new(),
+        }
+    }
+
+    /// Records a disk I/O error; the tier turns off once errors of the same kind persist.
     fn failed(&self, operation: &'static str, error: &dyn std::fmt::Display) {
         self.metrics.count_disk_error(operation);
+        let in_a_row = match operation {
+            "read" => &self.failed_reads,
+            _ => &self.failed_probes,
+        };
+        let failures = in_a_row.fetch_add(1, Ordering::AcqRel) + 1;
+        if failures < DISK_FAILURES_BEFORE_DEGRADED {
+            tracing::warn!(operation, failures, %error, "disk I/O error; the disk tier stays on unless it persists");
+            self.probe_now.notify_one();
+            return;
+        }
         if self.degraded.swap(true, Ordering::AcqRel) {
             return;
         }
         let reason = format!("disk {operation} failed: {error}");
-        tracing::error!(%reason, "disk tier turned off after an I/O error; the cache runs memory-only (degraded) until restarted");
+        tracing::error!(%reason, failures, "disk tier turned off after persistent I/O errors; the cache runs memory-only (degraded) until restarted");
         self.metrics.cache_degraded.set(1);
         *self.reason.lock() = Some(reason);
+    }
+
+    fn read_succeeded(&self) {
+        if self.failed_reads.load(Ordering::Relaxed) != 0 {
+            self.failed_reads.store(0, Ordering::Release);
+        }
+    }
+
+    fn probe_succeeded(&self) {
+        self.failed_probes.store(0, Ordering::Release);
+    }
+
+    /// How long the probe waits before its next round: the interval while all is well,
+    /// a doubling back-off from [`DISK_RETRY_BACKOFF`] while failures are unresolved.
+    fn next_probe_after(&self) -> Duration {
+        let failures = self
+            .failed_probes
+            .load(Ordering::Acquire)
+            .max(self.failed_reads.load(Ordering::Acquire));
+        if failures == 0 {
+            return DISK_PROBE_INTERVAL;
+        }
+        DISK_RETRY_BACKOFF
+            .saturating_mul(1 << (failures - 1).min(8))
+            .min(DISK_PROBE_INTERVAL)
     }
 }
 
@@ -204,11 +264,7 @@ impl BlockCache {
     /// Opens the cache; with a disk tier, previously written entries are recovered and
     /// the disk is probed every [`DISK_PROBE_INTERVAL`] while the cache is open.
     pub async fn open(config: &CacheConfig, metrics: Arc<Metrics>) -> Result<Self, CacheError> {
-        let health = Arc::new(DiskHealth {
-            degraded: AtomicBool::new(false),
-            reason: Mutex::new(None),
-            metrics: metrics.clone(),
-        });
+        let health = Arc::new(DiskHealth::new(metrics.clone()));
         let memory = HybridCacheBuilder::new()
             .with_name("portico")
             .with_metrics_registry(metrics.foyer_registry())
@@ -281,16 +337,21 @@ impl BlockCache {
     /// [`DISK_PROBE_INTERVAL`], so a disk that fails writes (full, read-only, I/O errors)
     /// turns the tier off even while every read hits memory. Stops with the cache.
     fn spawn_disk_probe(&self, path: PathBuf) {
-        let health = Arc::downgrade(&self.health);
+        let weak = Arc::downgrade(&self.health);
         tokio::spawn(async move {
-            let mut ticks = tokio::time::interval(DISK_PROBE_INTERVAL);
-            ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             let mut round: u64 = 0;
             loop {
-                ticks.tick().await;
-                let Some(health) = health.upgrade() else {
+                // Held for one round only: the task ends once the cache is gone.
+                let Some(health) = weak.upgrade() else {
                     return;
                 };
+                // A failed read brings the probe forward to the back-off.
+                tokio::select! {
+                    () = tokio::time::sleep(health.next_probe_after()) => {}
+                    () = health.probe_now.notified() => {
+                        tokio::time::sleep(health.next_probe_after()).await;
+                    }
+                }
                 if health.degraded.load(Ordering::Acquire) {
                     return;
                 }
@@ -298,7 +359,7 @@ impl BlockCache {
                 let path = path.clone();
                 let probe = tokio::task::spawn_blocking(move || probe_disk(&path, round)).await;
                 match probe {
-                    Ok(Ok(())) => {}
+                    Ok(Ok(())) => health.probe_succeeded(),
                     Ok(Err(error)) => health.failed("write", &error),
                     Err(error) => health.failed("write", &error),
                 }
@@ -357,6 +418,7 @@ impl BlockCache {
             // disk read error by fetching, and the failing disk would go unnoticed.
             match self.hybrid.get(&cache_key).await {
                 Ok(Some(entry)) => {
+                    self.health.read_succeeded();
                     let tier = match entry.source() {
                         Source::Memory => Tier::Memory,
                         _ => Tier::Disk,
@@ -699,12 +761,15 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_disk_read_error_turns_the_disk_tier_off() {
+    async fn disk_read_errors_that_persist_turn_the_disk_tier_off() {
         let dir = tempfile::tempdir().unwrap();
         let data = Bytes::from(vec![3u8; 64 * 1024]);
+        let reads = DISK_FAILURES_BEFORE_DEGRADED as u64;
         {
             let cache = open(dir.path(), ByteSize::mib(4)).await;
-            cache.insert_block(block_key(0), data.clone());
+            for index in 0..reads {
+                cache.insert_block(block_key(index), data.clone());
+            }
             cache.close().await.unwrap();
         }
         let metrics = Arc::new(Metrics::new());
@@ -713,21 +778,32 @@ mod tests {
             .unwrap();
         assert_eq!(cache.degraded(), None);
         portico_testkit::truncate_files(dir.path());
-        // The failed disk read is answered by a fetch.
-        let (bytes, tier) = cache
-            .block(&block_key(0), {
-                let data = data.clone();
-                move || async move { Ok::<_, FetchFailed>(data) }
-            })
-            .await
-            .unwrap();
-        assert_eq!((bytes, tier), (data.clone(), Tier::Upstream));
-        let reason = cache.degraded().expect("degraded after the read error");
+        for index in 0..reads {
+            assert_eq!(
+                cache.degraded(),
+                None,
+                "still on after {index} failed reads"
+            );
+            // Each failed disk read is answered by a fetch.
+            let (bytes, tier) = cache
+                .block(&block_key(index), {
+                    let data = data.clone();
+                    move || async move { Ok::<_, FetchFailed>(data) }
+                })
+                .await
+                .unwrap();
+            assert_eq!((bytes, tier), (data.clone(), Tier::Upstream));
+        }
+        let reason = cache
+            .degraded()
+            .expect("degraded after persistent read errors");
         assert!(reason.starts_with("disk read failed"), "{reason}");
         let text = metrics.render();
         assert!(text.contains("portico_cache_degraded 1"), "{text}");
         assert!(
-            text.contains("portico_cache_disk_errors_total{operation=\"read\"} 1"),
+            text.contains(&format!(
+                "portico_cache_disk_errors_total{{operation=\"read\"}} {reads}"
+            )),
             "{text}"
         );
         // Memory-only from now on: blocks are cached in memory, not written to disk.
@@ -738,6 +814,30 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(tier, Tier::Memory);
+    }
+
+    #[test]
+    fn a_transient_disk_error_is_retried_with_back_off_not_fatal() {
+        let health = DiskHealth::new(Arc::new(Metrics::new()));
+        assert_eq!(health.next_probe_after(), DISK_PROBE_INTERVAL);
+        for _ in 1..DISK_FAILURES_BEFORE_DEGRADED {
+            health.failed("read", &"I/O error");
+        }
+        assert!(!health.degraded.load(Ordering::Acquire));
+        assert_eq!(health.next_probe_after(), 2 * DISK_RETRY_BACKOFF);
+        // A good read in between: the next errors start counting again.
+        health.read_succeeded();
+        assert_eq!(health.next_probe_after(), DISK_PROBE_INTERVAL);
+        health.failed("read", &"I/O error");
+        assert!(!health.degraded.load(Ordering::Acquire));
+        assert_eq!(health.next_probe_after(), DISK_RETRY_BACKOFF);
+        // Probe failures count apart from read failures, and persist into degraded mode.
+        for _ in 0..DISK_FAILURES_BEFORE_DEGRADED {
+            health.failed("write", &"read-only file system");
+        }
+        assert!(health.degraded.load(Ordering::Acquire));
+        let reason = health.reason.lock().clone().unwrap();
+        assert!(reason.starts_with("disk write failed"), "{reason}");
     }
 
     #[test]
