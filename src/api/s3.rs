@@ -131,29 +131,25 @@ fn request_id_of<T>(request: &S3Request<T>, operation: &'static str) -> String {
     }
 }
 
-/// The object a request reads: the bucket and key the front decoded and authorized (s3s's
-/// own parse of the same request is used only where no front ran, in unit tests).
+/// The object a request reads: the bucket and key the front decoded and authorized (never
+/// s3s's own parse of the same request, which could differ).
 fn object_ref<T>(
     request: &S3Request<T>,
-    (bucket, key): (&str, &str),
     version: Option<&str>,
     request_id: &str,
 ) -> S3Result<ObjectRef> {
-    let (bucket, key) = match request.extensions.get::<Address>() {
-        Some(Address {
-            bucket: Some(bucket),
-            key: Some(key),
-            ..
-        }) => (bucket.as_str(), key.as_str()),
-        Some(_) => {
-            let mut error = S3Error::with_message(
-                S3ErrorCode::InvalidRequest,
-                "The request does not address an object.",
-            );
-            error.set_request_id(request_id);
-            return Err(error);
-        }
-        None => (bucket, key),
+    let Some(Address {
+        bucket: Some(bucket),
+        key: Some(key),
+        ..
+    }) = request.extensions.get::<Address>()
+    else {
+        let mut error = S3Error::with_message(
+            S3ErrorCode::InvalidRequest,
+            "The request does not address an object.",
+        );
+        error.set_request_id(request_id);
+        return Err(error);
     };
     let object = ObjectRef::new(bucket, key).and_then(|object| object.with_version(version));
     object.map_err(|error| {
@@ -234,12 +230,7 @@ impl S3 for PorticoS3 {
         let request_id = request_id_of(&request, "GetObject");
         let input = &request.input;
         let conditions = preconditions(&request);
-        let object = object_ref(
-            &request,
-            (&input.bucket, &input.key),
-            input.version_id.as_deref(),
-            &request_id,
-        )?;
+        let object = object_ref(&request, input.version_id.as_deref(), &request_id)?;
         let failed = |error: ReadError| s3_error(&error, &request_id);
         let mut range = input.range.map(range_request);
         let wanted = wants_checksums(input.checksum_mode.as_ref());
@@ -307,12 +298,7 @@ impl S3 for PorticoS3 {
     ) -> S3Result<S3Response<HeadObjectOutput>> {
         let request_id = request_id_of(&request, "HeadObject");
         let input = &request.input;
-        let object = object_ref(
-            &request,
-            (&input.bucket, &input.key),
-            input.version_id.as_deref(),
-            &request_id,
-        )?;
+        let object = object_ref(&request, input.version_id.as_deref(), &request_id)?;
         let checksums = wants_checksums(input.checksum_mode.as_ref())
             && !request.headers.contains_key(http::header::RANGE);
         let meta = self

@@ -74,6 +74,14 @@ impl Settings {
         }
     }
 
+    /// SigV4 with the test credential and the credentials file at `path`.
+    pub fn with_credentials_file(&mut self, path: &Path) {
+        self.auth = format!(
+            "mode = \"sigv4\"\naccess_key_id = \"{ACCESS_KEY}\"\nsecret_access_key = \"{SECRET_KEY}\"\ncredentials_file = \"{}\"\n",
+            path.display()
+        );
+    }
+
     /// Turns client authentication off (`auth.mode = "none"`).
     pub fn without_auth(&mut self) {
         self.auth = "mode = \"none\"\n".to_owned();

@@ -47,6 +47,16 @@ pub struct Signed {
     pub signature: String,
 }
 
+impl Signed {
+    /// The signature's headers as `(name, value)` pairs for a request builder.
+    pub fn header_pairs(&self) -> Vec<(&str, &str)> {
+        self.headers
+            .iter()
+            .map(|(name, value)| (name.as_str(), value.as_str()))
+            .collect()
+    }
+}
+
 impl Signer {
     fn identity(&self) -> Identity {
         Credentials::new(&self.access_key_id, &self.secret, None, None, "test").into()

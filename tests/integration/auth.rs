@@ -7,8 +7,7 @@ use std::time::{Duration, SystemTime};
 
 use aws_sdk_s3::error::ProvideErrorMetadata;
 use aws_sdk_s3::primitives::ByteStream;
-use portico_testkit::minio::{ACCESS_KEY, SECRET_KEY};
-use portico_testkit::sign::{EMPTY_SHA256, Signer};
+use portico_testkit::sign::{EMPTY_SHA256, Signed, Signer};
 
 use crate::support::{Rig, crc32_base64, http_request, random_bytes, raw_request, s3_client};
 
@@ -34,11 +33,7 @@ async fn signed_get(signer: &Signer, url: &str) -> (u16, String) {
         .unwrap()
         .to_owned();
     let signed = signer.sign("GET", url, &[("host", &host)], EMPTY_SHA256);
-    let headers: Vec<(&str, &str)> = signed
-        .headers
-        .iter()
-        .map(|(name, value)| (name.as_str(), value.as_str()))
-        .collect();
+    let headers = signed.header_pairs();
     outcome("GET", url, &headers).await
 }
 
@@ -70,10 +65,7 @@ async fn every_authentication_failure_gets_s3_s_code_and_every_valid_form_succee
     let bucket = portico_testkit::unique_bucket("auth");
     let file = credentials_file(dir.path(), &bucket, "");
     let rig = Rig::start("auth-other", |settings| {
-        settings.auth = format!(
-            "mode = \"sigv4\"\naccess_key_id = \"{ACCESS_KEY}\"\nsecret_access_key = \"{SECRET_KEY}\"\ncredentials_file = \"{}\"\n",
-            file.display()
-        );
+        settings.with_credentials_file(&file)
     })
     .await;
     rig.direct
@@ -444,15 +436,14 @@ fn signed_with_extra(
     url: &str,
     host: &str,
     unsigned: &[(&str, &str)],
-) -> Vec<(String, String)> {
-    let signed = signer.sign(method, url, &[("host", host)], EMPTY_SHA256);
-    let mut headers = signed.headers;
-    headers.extend(
+) -> Signed {
+    let mut signed = signer.sign(method, url, &[("host", host)], EMPTY_SHA256);
+    signed.headers.extend(
         unsigned
             .iter()
             .map(|(name, value)| ((*name).to_owned(), (*value).to_owned())),
     );
-    headers
+    signed
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -493,11 +484,8 @@ async fn x_amz_headers_outside_the_signature_and_other_regions_are_refused() {
         ("x-amz-tagging", "a=b"),
         ("x-amz-server-side-encryption-customer-algorithm", "AES256"),
     ] {
-        let headers = signed_with_extra(&Signer::default(), "GET", &url, &host, &[extra]);
-        let headers: Vec<(&str, &str)> = headers
-            .iter()
-            .map(|(name, value)| (name.as_str(), value.as_str()))
-            .collect();
+        let signed = signed_with_extra(&Signer::default(), "GET", &url, &host, &[extra]);
+        let headers = signed.header_pairs();
         assert_eq!(
             outcome("GET", &url, &headers).await,
             (403, "AccessDenied".to_owned()),
@@ -511,11 +499,7 @@ async fn x_amz_headers_outside_the_signature_and_other_regions_are_refused() {
         &[("host", &host), ("x-amz-tagging", "a=b")],
         EMPTY_SHA256,
     );
-    let mut headers: Vec<(&str, &str)> = signed
-        .headers
-        .iter()
-        .map(|(name, value)| (name.as_str(), value.as_str()))
-        .collect();
+    let mut headers = signed.header_pairs();
     headers.push(("x-amz-tagging", "a=b"));
     let (status, _, body) = http_request("GET", &url, &headers).await;
     assert_eq!((status, &body[..]), (200, &b"the secret"[..]));

@@ -228,11 +228,7 @@ async fn an_http2_upload_without_content_length_stores_its_body() {
     let hash = portico::auth::sigv4::sha256_hex(&data);
     let signed =
         portico_testkit::sign::Signer::default().sign("PUT", &url, &[("host", host)], &hash);
-    let headers: Vec<(&str, &str)> = signed
-        .headers
-        .iter()
-        .map(|(name, value)| (name.as_str(), value.as_str()))
-        .collect();
+    let headers = signed.header_pairs();
     let chunks = data
         .chunks(64 * 1024)
         .map(bytes::Bytes::copy_from_slice)
@@ -264,11 +260,7 @@ async fn an_http2_upload_without_content_length_stores_its_body() {
     let wrong_url = url.replace("h2.bin", "h2-wrong.bin");
     let signed =
         portico_testkit::sign::Signer::default().sign("PUT", &wrong_url, &[("host", host)], &wrong);
-    let headers: Vec<(&str, &str)> = signed
-        .headers
-        .iter()
-        .map(|(name, value)| (name.as_str(), value.as_str()))
-        .collect();
+    let headers = signed.header_pairs();
     let (status, _, _) = portico_testkit::http2_send_unsized(
         "PUT",
         &wrong_url,

@@ -5,7 +5,6 @@
 
 use aws_sdk_s3::error::ProvideErrorMetadata;
 use aws_sdk_s3::primitives::ByteStream;
-use portico_testkit::minio::{ACCESS_KEY, SECRET_KEY};
 use portico_testkit::sign::{EMPTY_SHA256, Signer};
 
 use crate::auth::{s3_client_for, upstream_bytes};
@@ -46,10 +45,7 @@ scopes = ["read", "admin"]
     .unwrap();
     let mut rig = Rig::start(&format!("{prefix}-other"), |settings| {
         settings.domains = vec![DOMAIN.to_owned()];
-        settings.auth = format!(
-            "mode = \"sigv4\"\naccess_key_id = \"{ACCESS_KEY}\"\nsecret_access_key = \"{SECRET_KEY}\"\ncredentials_file = \"{}\"\n",
-            path.display()
-        );
+        settings.with_credentials_file(&path);
     })
     .await;
     rig.direct
@@ -198,32 +194,20 @@ async fn bucket_administration_needs_the_admin_scope() {
         .await
         .expect("a bucket-limited credential writes objects");
     // Bucket administration and grants: refused, and nothing reaches the upstream.
-    let denied = |result: Result<(), String>, what: &str| {
-        assert_eq!(result.err().as_deref(), Some("AccessDenied"), "{what}");
-    };
-    let code = |error: &dyn ProvideErrorMetadata| error.code().unwrap_or("").to_owned();
-    denied(
+    assert_denied(
         limited
             .put_bucket_policy()
             .bucket(&bucket)
             .policy(&policy)
             .send()
-            .await
-            .map(drop)
-            .map_err(|error| code(&error)),
+            .await,
         "PutBucketPolicy",
     );
-    denied(
-        limited
-            .delete_bucket()
-            .bucket(&bucket)
-            .send()
-            .await
-            .map(drop)
-            .map_err(|error| code(&error)),
+    assert_denied(
+        limited.delete_bucket().bucket(&bucket).send().await,
         "DeleteBucket",
     );
-    denied(
+    assert_denied(
         limited
             .put_object()
             .bucket(&bucket)
@@ -231,9 +215,7 @@ async fn bucket_administration_needs_the_admin_scope() {
             .acl(aws_sdk_s3::types::ObjectCannedAcl::PublicRead)
             .body(ByteStream::from_static(b"p"))
             .send()
-            .await
-            .map(drop)
-            .map_err(|error| code(&error)),
+            .await,
         "PutObject with an ACL",
     );
     assert!(upstream_bytes(rig, &bucket, "public").await.is_empty());
@@ -262,16 +244,22 @@ async fn bucket_administration_needs_the_admin_scope() {
             .await
             .is_ok()
     );
-    denied(
+    assert_denied(
         operator
             .put_object()
             .bucket(&bucket)
             .key("by-operator")
             .body(ByteStream::from_static(b"o"))
             .send()
-            .await
-            .map(drop)
-            .map_err(|error| code(&error)),
+            .await,
         "PutObject without the write scope",
     );
+}
+
+/// Asserts that an SDK call failed with AccessDenied.
+fn assert_denied<T, E: ProvideErrorMetadata + std::fmt::Debug>(result: Result<T, E>, what: &str) {
+    let error = result
+        .err()
+        .unwrap_or_else(|| panic!("{what} must be refused"));
+    assert_eq!(error.code(), Some("AccessDenied"), "{what}: {error:?}");
 }

@@ -410,12 +410,7 @@ async fn every_write_a_client_can_send_invalidates_what_it_changed() {
         ("x-amz-checksum-crc32", &checksum),
         ("x-amz-sdk-checksum-algorithm", "CRC32"),
     ];
-    headers.extend(
-        signed
-            .headers
-            .iter()
-            .map(|(name, value)| (name.as_str(), value.as_str())),
-    );
+    headers.extend(signed.header_pairs());
     let (status, _, response) =
         portico_testkit::http_send("POST", &url, &headers, bytes::Bytes::from_static(body)).await;
     assert_eq!(status, 200, "{}", String::from_utf8_lossy(&response));
