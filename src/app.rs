@@ -10,6 +10,7 @@ use tokio::sync::watch;
 
 use crate::admin::{self, AdminState};
 use crate::api;
+use crate::budget::MemoryBudget;
 use crate::cache::{BlockCache, CacheError};
 use crate::config::Config;
 use crate::read::{ReadPath, ReadSettings};
@@ -87,7 +88,18 @@ pub async fn run(config: Config, on_ready: impl FnOnce(Bound)) -> Result<(), App
         hedge_min_delay: config.upstream.hedge_min_delay.get(),
         serve_stale_on_error: config.cache.serve_stale_on_error,
     };
-    let read = ReadPath::new(cache.clone(), upstream.clone(), metrics.clone(), settings);
+    let budget = MemoryBudget::new(
+        config.server.max_inflight_bytes.bytes(),
+        config.server.inflight_wait.get(),
+        metrics.clone(),
+    );
+    let read = ReadPath::new(
+        cache.clone(),
+        upstream.clone(),
+        metrics.clone(),
+        settings,
+        budget,
+    );
     let maintenance = Maintenance::new(
         read.clone(),
         upstream.clone(),

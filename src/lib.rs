@@ -3,11 +3,15 @@
 //! Clients send S3 requests to [`api`], which [`auth`]enticates them; GETs and HEADs are answered by the [`read`] path
 //! from the hybrid memory + disk block [`cache`], which fetches missing blocks from the
 //! [`upstream`] object store once however many requests wait for them.
+// The warm job's block future (warm → lookup → coalesced fetch → hedged upstream GET →
+// SDK orchestrator) is deeper than the compiler's default layout query depth.
+#![recursion_limit = "256"]
 
 pub mod admin;
 pub mod api;
 pub mod app;
 pub mod auth;
+pub mod budget;
 pub mod cache;
 pub mod coalesce;
 pub mod config;

@@ -260,6 +260,11 @@ impl BlockLayout {
         ByteRange::new(first, last)
     }
 
+    /// The length of block `index` (0 past the end of the object).
+    pub fn block_len(&self, index: BlockIndex) -> u64 {
+        self.block_range(index).map_or(0, |range| range.len_bytes())
+    }
+
     /// The blocks that hold `range`, in order.
     pub fn blocks_for(&self, range: ByteRange) -> std::ops::RangeInclusive<BlockIndex> {
         self.block_of(range.first())..=self.block_of(range.last())

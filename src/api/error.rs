@@ -43,6 +43,11 @@ pub fn s3_error(error: &ReadError, request_id: &str) -> S3Error {
             "The object changed upstream while it was being read. Please retry.".to_owned(),
         ),
         ReadError::Upstream(upstream) => upstream_error(upstream),
+        ReadError::Busy(_) => (
+            S3ErrorCode::SlowDown,
+            StatusCode::SERVICE_UNAVAILABLE,
+            "Please reduce your request rate.".to_owned(),
+        ),
         ReadError::Internal(_) => (
             S3ErrorCode::InternalError,
             StatusCode::INTERNAL_SERVER_ERROR,
@@ -192,6 +197,8 @@ mod tests {
             ("InvalidRange".into(), 416, Some("bytes */11".into()), None)
         );
         assert_eq!(parts(ReadError::Changed).1, 503);
+        let busy = parts(ReadError::Busy(crate::budget::Exhausted));
+        assert_eq!((busy.0.as_str(), busy.1), ("SlowDown", 503));
         assert_eq!(parts(ReadError::Internal("bug".into())).1, 500);
         let unreachable = UpstreamError::Unreachable {
             message: "connection refused".into(),

@@ -27,6 +27,7 @@ use super::error::{UPSTREAM_REQUEST_ID_HEADER, error_response, forward_error, in
 use super::route::{Address, Effect};
 use crate::auth::sigv4::ChunkSigner;
 use crate::auth::{PayloadCheck, Verified};
+use crate::budget::Charge;
 use crate::read::ReadPath;
 use crate::types::{ObjectRef, ObjectRefError};
 use crate::upstream::{BoxError, ForwardRequest, Forwarder, Payload, UpstreamBody};
@@ -157,12 +158,16 @@ impl Passthrough {
             payload = Payload::Plain(full_body(list), Some(length));
         }
         let capture = match (effect, self.write_through, decoded_length) {
+            // Held until the upload is admitted, so only taken from free budget: without
+            // room the upload is forwarded all the same, just not cached.
             (Effect::WriteObject, Some(settings), Some(length))
                 if length <= settings.max_object_bytes =>
             {
-                let capture = Capture::default();
-                payload = capture.tee(payload);
-                Some(capture)
+                let capture = self.read.budget().try_reserve(length).map(Capture::new);
+                if let Some(capture) = &capture {
+                    payload = capture.tee(payload);
+                }
+                capture
             }
             _ => None,
         };
@@ -526,13 +531,23 @@ fn client_response(response: Response<Incoming>) -> Response<s3s::Body> {
     Response::from_parts(parts, s3s::Body::from(body))
 }
 
-/// The bytes of a body as they pass, for write-through; dropped if the body fails.
-#[derive(Clone, Default)]
-struct Capture(Arc<Mutex<Option<Vec<Bytes>>>>);
+/// The bytes of a body as they pass, for write-through; dropped if the body fails. They
+/// are charged to the memory budget until the last clone of the capture is dropped.
+#[derive(Clone)]
+struct Capture {
+    pieces: Arc<Mutex<Option<Vec<Bytes>>>>,
+    _charge: Arc<Charge>,
+}
 
 impl Capture {
+    fn new(charge: Charge) -> Self {
+        Self {
+            pieces: Arc::new(Mutex::new(Some(Vec::new()))),
+            _charge: Arc::new(charge),
+        }
+    }
+
     fn tee(&self, payload: Payload) -> Payload {
-        *self.0.lock() = Some(Vec::new());
         match payload {
             Payload::Empty => Payload::Empty,
             Payload::Plain(body, length) => Payload::Plain(self.wrap(body), length),
@@ -549,7 +564,7 @@ impl Capture {
     }
 
     fn take(&self) -> Option<Vec<Bytes>> {
-        self.0.lock().take()
+        self.pieces.lock().take()
     }
 }
 
@@ -570,13 +585,13 @@ impl Body for Tee {
         match &polled {
             Poll::Ready(Some(Ok(frame))) => {
                 if let Some(data) = frame.data_ref()
-                    && let Some(pieces) = self.capture.0.lock().as_mut()
+                    && let Some(pieces) = self.capture.pieces.lock().as_mut()
                 {
                     pieces.push(data.clone());
                 }
             }
             Poll::Ready(Some(Err(_))) => {
-                self.capture.0.lock().take();
+                self.capture.pieces.lock().take();
             }
             _ => {}
         }

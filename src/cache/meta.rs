@@ -50,8 +50,9 @@ pub struct Checksums {
 }
 
 impl ObjectMeta {
-    /// The token that names this version of the object in block keys: the ETag, or when
-    /// an upstream sends none, the modification time and size.
+    /// The token that names this version of the object: the ETag, or when an upstream
+    /// sends none, the modification time and size (which only purges compare: such
+    /// objects are never cached, see `read/uncached.rs`).
     pub fn version_token(&self) -> String {
         if self.etag.is_empty() {
             format!(

@@ -64,6 +64,13 @@ pub struct ServerConfig {
     /// A connection with no request open for this long is closed, however much else it
     /// sends (HTTP/2 PINGs and SETTINGS keep bytes moving, not requests).
     pub keepalive_timeout: HumanDuration,
+    /// Bytes requests may hold beside the cache at once: blocks on their way to clients
+    /// (until the connection has written them), readahead, prefetch, warm jobs and
+    /// write-through buffers. Readahead, prefetch and write-through take only free room.
+    pub max_inflight_bytes: ByteSize,
+    /// How long a GET waits for room in `max_inflight_bytes` before it is answered
+    /// 503 SlowDown.
+    pub inflight_wait: HumanDuration,
 }
 
 impl Default for ServerConfig {
@@ -82,6 +89,8 @@ impl Default for ServerConfig {
             header_read_timeout: HumanDuration::secs(10),
             idle_timeout: HumanDuration::secs(60),
             keepalive_timeout: HumanDuration::secs(60),
+            max_inflight_bytes: ByteSize::mib(512),
+            inflight_wait: HumanDuration::secs(5),
         }
     }
 }
@@ -464,6 +473,13 @@ impl Config {
             return Err(ConfigError::new(
                 "config keys server.tls_cert and server.tls_key: set both for TLS, or neither for plain HTTP",
             ));
+        }
+        if server.max_inflight_bytes.bytes() < 2 * block {
+            return Err(ConfigError::new(format_args!(
+                "config key server.max_inflight_bytes: {} is too small (expected at least 2 × cache.block_size = {})",
+                server.max_inflight_bytes,
+                ByteSize(2 * block)
+            )));
         }
         if server.max_connections == 0 {
             return Err(ConfigError::new(

@@ -87,13 +87,18 @@ impl ReadPath {
         let Some(bytes) = selection.bytes(meta.size) else {
             return Ok(());
         };
+        if meta.etag.is_empty() {
+            tracing::info!(%object, "not warmed: the upstream sends no ETag, so the object is never cached");
+            return Ok(());
+        }
         let target = Target::new(object, meta, self.inner.settings.block_size);
         let layout = target.layout;
         let mut fetches = futures::stream::iter(layout.blocks_for(bytes))
             .map(|index| {
                 let target = target.clone();
                 async move {
-                    self.block(&target, index).await?;
+                    let charge = self.inner.budget.reserve(layout.block_len(index)).await;
+                    self.block(&target, index, charge).await?;
                     Ok::<_, ReadError>(layout.slice_within(index, bytes).len() as u64)
                 }
             })

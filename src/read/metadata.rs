@@ -233,7 +233,10 @@ impl ReadPath {
         };
         self.inner.metrics.count_metadata("fetched");
         let target = Target::new(object, Arc::new(read.meta), block_size);
-        self.cache_whole_blocks(&target, read.first, read.body);
+        // Without an ETag nothing names the version these bytes belong to.
+        if !target.meta.etag.is_empty() {
+            self.cache_whole_blocks(&target, read.first, read.body);
+        }
         Ok(target.meta)
     }
 

@@ -5,8 +5,11 @@
 //! - Every block is fetched for the object version (ETag) the response headers announce,
 //!   with `If-Match`; a changed object is retried before the response starts and aborts
 //!   the body after it has started. Bytes of two versions are never mixed.
-//! - Memory per request is bounded: at most `readahead_blocks` blocks are fetched ahead
-//!   of what the client has consumed, plus one queued for the connection.
+//! - Memory is bounded per request and for the process: every block a response holds is
+//!   charged to the memory budget (`crate::budget`) from before its lookup until the
+//!   connection has written it. The first block of a GET waits a bounded time for room
+//!   (then the GET is refused); each next block waits; blocks beyond the next (at most
+//!   `readahead_blocks` ahead) and prefetches take only free room.
 //! - Prefetch across requests (`prefetch.rs`) fetches only whole blocks of the version
 //!   being read, through the same cache and coalescing as demand reads, within a fixed
 //!   number of fetches in flight.
@@ -17,6 +20,7 @@ mod hedge;
 mod manage;
 mod metadata;
 mod prefetch;
+mod uncached;
 mod writes;
 
 use std::sync::Arc;
@@ -24,11 +28,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::Bytes;
 use futures::StreamExt;
+use futures::stream::FuturesOrdered;
 use tokio::sync::{Semaphore, mpsc};
 use tokio_stream::wrappers::ReceiverStream;
 use tracing::Instrument;
 use tracing::field::Empty;
 
+use crate::budget::{Charge, MemoryBudget};
 use crate::cache::{BlockCache, BlockKey, LookupError, MetaClock, Missing, ObjectMeta, Tier};
 use crate::coalesce::Coalescer;
 use crate::config::MetadataTtl;
@@ -70,6 +76,8 @@ pub enum ReadError {
     Changed,
     #[error(transparent)]
     Upstream(UpstreamError),
+    #[error("too many bytes in flight: {0}")]
+    Busy(#[from] crate::budget::Exhausted),
     #[error("internal error: {0}")]
     Internal(String),
 }
@@ -87,7 +95,7 @@ impl ReadError {
         match self {
             Self::NotFound(..) | Self::InvalidRange(_) => ErrorSource::Client,
             Self::Changed | Self::Upstream(_) => ErrorSource::Upstream,
-            Self::Internal(_) => ErrorSource::Internal,
+            Self::Busy(_) | Self::Internal(_) => ErrorSource::Internal,
         }
     }
 
@@ -229,6 +237,7 @@ struct Inner {
     /// Sequential detection and the prefetch budget; `None` when prefetch is off.
     prefetch: Option<(Detector, Arc<Semaphore>)>,
     hedger: Arc<Hedger>,
+    budget: MemoryBudget,
 }
 
 /// The read path. Cheap to clone.
@@ -243,11 +252,13 @@ impl ReadPath {
         upstream: Arc<Upstream>,
         metrics: Arc<Metrics>,
         settings: ReadSettings,
+        budget: MemoryBudget,
     ) -> Self {
         Self {
             inner: Arc::new(Inner {
                 cache,
                 upstream,
+                budget,
                 hedger: Arc::new(Hedger::new(
                     settings.hedge_quantile,
                     settings.hedge_min_delay,
@@ -268,6 +279,11 @@ impl ReadPath {
         }
     }
 
+    /// The memory budget this read path charges its blocks to.
+    pub fn budget(&self) -> &MemoryBudget {
+        &self.inner.budget
+    }
+
     /// The object's metadata, for a HEAD; with `checksums`, including its stored checksums.
     pub async fn head(
         &self,
@@ -286,9 +302,12 @@ impl ReadPath {
         range: Option<RangeRequest>,
         checksums: bool,
     ) -> Result<ObjectRead, ReadError> {
-        let probe = Probe::for_range(range, self.inner.settings.block_size);
+        let block_size = self.inner.settings.block_size;
+        let probe = Probe::for_range(range, block_size);
         let mut retried = false;
         loop {
+            // Taken before the metadata: an unknown object's first block arrives with it.
+            let mut charge = self.inner.budget.reserve_within(block_size).await?;
             let meta = self.resolve_meta(object, probe, checksums).await?;
             let selection = Selection::resolve(range, meta.size)?;
             let Some(bytes) = selection.bytes(meta.size) else {
@@ -299,13 +318,14 @@ impl ReadPath {
                     tally: Arc::default(),
                 });
             };
-            let target = Target::new(object, meta.clone(), self.inner.settings.block_size);
-            let first_index = target.layout.block_of(bytes.first());
-            match self.block(&target, first_index).await {
-                Ok(first_block) => {
-                    self.prefetch_after(&target, bytes);
-                    let tally = Arc::new(Tally::default());
-                    let body = self.stream(target, bytes, first_block, tally.clone());
+            charge.shrink_to(bytes.len_bytes().min(block_size));
+            let started = if meta.etag.is_empty() {
+                self.stream_uncached(object, &meta, bytes, charge).await
+            } else {
+                self.stream_cached(object, &meta, bytes, charge).await
+            };
+            match started {
+                Ok((body, tally)) => {
                     return Ok(ObjectRead {
                         meta,
                         selection,
@@ -323,6 +343,24 @@ impl ReadPath {
         }
     }
 
+    /// Starts streaming `bytes` of the version `meta` names from its blocks, reading the
+    /// first one (charged to `charge`) before it returns.
+    async fn stream_cached(
+        &self,
+        object: &ObjectRef,
+        meta: &Arc<ObjectMeta>,
+        bytes: ByteRange,
+        charge: Charge,
+    ) -> Result<(BodyStream, Arc<Tally>), ReadError> {
+        let target = Target::new(object, meta.clone(), self.inner.settings.block_size);
+        let first_index = target.layout.block_of(bytes.first());
+        let first_block = self.block(&target, first_index, charge).await?;
+        self.prefetch_after(&target, bytes);
+        let tally = Arc::new(Tally::default());
+        let body = self.stream(target, bytes, first_block, tally.clone());
+        Ok((body, tally))
+    }
+
     /// Records the read of `bytes` for sequential detection and starts the prefetches it
     /// calls for. Prefetches go through the cache like demand reads, so a demand read of
     /// the same block joins the prefetch instead of fetching again; when the budget is
@@ -338,7 +376,11 @@ impl ReadPath {
         metrics.count_prefetch("used", observation.used);
         metrics.count_prefetch("wasted", observation.wasted);
         for index in observation.prefetch {
-            let Ok(slot) = slots.clone().try_acquire_owned() else {
+            let room = self
+                .inner
+                .budget
+                .try_reserve(target.layout.block_len(index));
+            let (Ok(slot), Some(charge)) = (slots.clone().try_acquire_owned(), room) else {
                 metrics.count_prefetch("skipped", 1);
                 continue;
             };
@@ -350,7 +392,8 @@ impl ReadPath {
                     let object = &target.object;
                     tracing::debug!(%object, index, %error, "prefetch failed");
                 }
-                drop(slot);
+                // Once cached, the block is the cache's to account for.
+                drop((slot, charge));
             });
         }
     }
@@ -379,15 +422,36 @@ impl ReadPath {
             {
                 return;
             }
-            let readahead = this.inner.settings.readahead_blocks;
-            let mut fetches = futures::stream::iter(blocks)
-                .map(|index| {
+            let readahead = this.inner.settings.readahead_blocks.max(1);
+            let budget = &this.inner.budget;
+            let mut blocks = blocks.peekable();
+            let mut fetches = FuturesOrdered::new();
+            loop {
+                // The next block waits for room; blocks further ahead take only free room.
+                while fetches.len() < readahead
+                    && let Some(&index) = blocks.peek()
+                {
+                    let length = layout.block_len(index);
+                    let charge = if fetches.is_empty() {
+                        tokio::select! {
+                            charge = budget.reserve(length) => charge,
+                            () = sender.closed() => return,
+                        }
+                    } else if let Some(charge) = budget.try_reserve(length) {
+                        charge
+                    } else {
+                        break;
+                    };
+                    blocks.next();
                     let this = this.clone();
                     let target = target.clone();
-                    async move { (index, this.block(&target, index).await) }
-                })
-                .buffered(readahead);
-            while let Some((index, result)) = fetches.next().await {
+                    fetches.push_back(
+                        async move { (index, this.block(&target, index, charge).await) },
+                    );
+                }
+                let Some((index, result)) = fetches.next().await else {
+                    return;
+                };
                 match result {
                     Ok(block) => {
                         if !this
@@ -431,8 +495,14 @@ impl ReadPath {
         sender.send(Ok(slice)).await.is_ok()
     }
 
-    /// Block `index` of `target`, from the cache or the upstream, counted as a lookup.
-    async fn block(&self, target: &Target, index: BlockIndex) -> Result<(Bytes, Tier), ReadError> {
+    /// Block `index` of `target`, from the cache or the upstream, counted as a lookup and
+    /// carrying `charge` until its last slice is dropped.
+    async fn block(
+        &self,
+        target: &Target,
+        index: BlockIndex,
+        charge: Charge,
+    ) -> Result<(Bytes, Tier), ReadError> {
         let span = tracing::info_span!(target: TRACE_TARGET, "block.lookup", block.index = index, cache.tier = Empty, cache.hit = Empty);
         let (bytes, tier) = self
             .cache_block(target, index)
@@ -446,7 +516,7 @@ impl ReadPath {
             Tier::Upstream => "miss",
             Tier::Coalesced => "coalesced",
         });
-        Ok((bytes, tier))
+        Ok((charge.attach(bytes), tier))
     }
 
     /// Block `index` of `target` through the cache (fetched and cached on a miss), its

@@ -91,6 +91,14 @@ pub struct Metrics {
     pub cache_disk_errors: Family<OperationLabel, Counter>,
     /// Connections closed as soon as they were accepted, by reason (per_client).
     pub connections_refused: Family<ReasonLabel, Counter>,
+    /// Bytes requests hold charged to the memory budget (`server.max_inflight_bytes`).
+    pub inflight_bytes: Gauge,
+    /// The memory budget, in bytes.
+    pub inflight_limit_bytes: Gauge,
+    /// Requests for budget that could not be granted at once, by outcome.
+    pub budget_waits: Family<ResultLabel, Counter>,
+    /// GETs of objects without an ETag, streamed from the upstream and not cached.
+    pub uncached_reads: Counter,
 }
 
 impl Default for Metrics {
@@ -120,6 +128,10 @@ impl Metrics {
             cache_degraded: Gauge::default(),
             cache_disk_errors: Family::default(),
             connections_refused: Family::default(),
+            inflight_bytes: Gauge::default(),
+            inflight_limit_bytes: Gauge::default(),
+            budget_waits: Family::default(),
+            uncached_reads: Counter::default(),
         };
         registry.register(
             "portico_requests",
@@ -200,6 +212,26 @@ impl Metrics {
             "portico_connections_refused",
             "Connections closed as soon as they were accepted, by reason (per_client: the client address held max_connections_per_client)",
             metrics.connections_refused.clone(),
+        );
+        registry.register(
+            "portico_memory_inflight_bytes",
+            "Bytes requests hold beside the cache (blocks on their way to clients, readahead, prefetch, warm jobs, write-through buffers), charged to server.max_inflight_bytes",
+            metrics.inflight_bytes.clone(),
+        );
+        registry.register(
+            "portico_memory_inflight_limit_bytes",
+            "The memory budget for bytes in flight (server.max_inflight_bytes)",
+            metrics.inflight_limit_bytes.clone(),
+        );
+        registry.register(
+            "portico_memory_budget_waits",
+            "Requests for memory budget not granted at once: waited (then granted), refused (a GET answered 503 SlowDown after server.inflight_wait)",
+            metrics.budget_waits.clone(),
+        );
+        registry.register(
+            "portico_uncached_reads",
+            "GETs of objects whose upstream sends no ETag: nothing names their version, so they are streamed from the upstream and never cached",
+            metrics.uncached_reads.clone(),
         );
         *metrics.registry.lock() = registry;
         metrics
@@ -282,6 +314,23 @@ impl Metrics {
         self.connections_refused
             .get_or_create(&ReasonLabel { reason })
             .inc();
+    }
+
+    pub fn count_budget_wait(&self, outcome: &'static str) {
+        self.budget_waits
+            .get_or_create(&ResultLabel { result: outcome })
+            .inc();
+    }
+
+    /// Budget requests so far with `outcome` (waited, refused).
+    pub fn budget_waits_of(&self, outcome: &'static str) -> u64 {
+        self.budget_waits
+            .get_or_create(&ResultLabel { result: outcome })
+            .get()
+    }
+
+    pub fn count_uncached_read(&self) {
+        self.uncached_reads.inc();
     }
 
     pub fn count_hedge(&self, result: &'static str) {

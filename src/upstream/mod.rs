@@ -64,6 +64,59 @@ pub struct RangeRead {
     pub body: Bytes,
 }
 
+/// A ranged GET whose head has been checked and whose body is still to be read.
+struct OpenedRange {
+    meta: ObjectMeta,
+    first: u64,
+    length: u64,
+    body: ByteStream,
+}
+
+/// A ranged GET read as its bytes arrive: exactly `length` bytes from offset `first`.
+pub struct StreamedRead {
+    pub meta: ObjectMeta,
+    pub first: u64,
+    pub length: u64,
+    body: ByteStream,
+    received: u64,
+    metrics: Arc<Metrics>,
+}
+
+impl StreamedRead {
+    /// The next part of the body; `None` once exactly `length` bytes have arrived. A body
+    /// that breaks off, ends early or runs long is an error.
+    pub async fn next_chunk(&mut self) -> Option<Result<Bytes, UpstreamError>> {
+        let Some(chunk) = self.body.next().await else {
+            return (self.received != self.length).then(|| {
+                Err(UpstreamError::Unreachable {
+                    message: format!(
+                        "response body ended after {} of {} bytes",
+                        self.received, self.length
+                    ),
+                })
+            });
+        };
+        let chunk = match chunk {
+            Ok(chunk) => chunk,
+            Err(error) => {
+                return Some(Err(UpstreamError::Unreachable {
+                    message: format!("response body interrupted: {error}"),
+                }));
+            }
+        };
+        self.received += chunk.len() as u64;
+        self.metrics
+            .upstream_received_bytes
+            .inc_by(chunk.len() as u64);
+        if self.received > self.length {
+            return Some(Err(UpstreamError::invalid_response(
+                "response body longer than its Content-Length",
+            )));
+        }
+        Some(Ok(chunk))
+    }
+}
+
 /// One object of a listing.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Listed {
@@ -273,6 +326,60 @@ impl Upstream {
         max_bytes: u64,
         head: &ResponseHead,
     ) -> Result<(RangeRead, u16), UpstreamError> {
+        let (opened, status) = self
+            .open_range(object, range, if_match, max_bytes, head)
+            .await?;
+        let body = self.read_body(opened.body, opened.length).await?;
+        Ok((
+            RangeRead {
+                meta: opened.meta,
+                first: opened.first,
+                body,
+            },
+            status,
+        ))
+    }
+
+    /// GETs `range` of `object` and returns its bytes as they arrive, for a read that is
+    /// not cached; counted like [`Upstream::get_range`] once the head arrives.
+    pub async fn stream_range(
+        &self,
+        object: &ObjectRef,
+        range: &str,
+    ) -> Result<StreamedRead, UpstreamError> {
+        let started = Instant::now();
+        let span = tracing::info_span!(target: TRACE_TARGET, "upstream.get", http.range = range, http.status_code = Empty);
+        let result = self
+            .open_range(object, range, None, u64::MAX, &ResponseHead::default())
+            .instrument(span.clone())
+            .await;
+        let status = match &result {
+            Ok((_, status)) => *status,
+            Err(error) => error.upstream_status(),
+        };
+        span.record("http.status_code", status);
+        self.metrics
+            .record_upstream("GetObject", status, started.elapsed().as_secs_f64());
+        let (opened, _) = result?;
+        Ok(StreamedRead {
+            meta: opened.meta,
+            first: opened.first,
+            length: opened.length,
+            body: opened.body,
+            received: 0,
+            metrics: self.metrics.clone(),
+        })
+    }
+
+    /// Sends a ranged GET and checks its head: the body is still to be read.
+    async fn open_range(
+        &self,
+        object: &ObjectRef,
+        range: &str,
+        if_match: Option<&str>,
+        max_bytes: u64,
+        head: &ResponseHead,
+    ) -> Result<(OpenedRange, u16), UpstreamError> {
         let mut output = self
             .client
             .get_object()
@@ -311,8 +418,13 @@ impl Upstream {
         // A ranged GET carries no checksums of the whole object.
         let meta = object_meta!(&output, size, None);
         let body = std::mem::replace(&mut output.body, ByteStream::from_static(b""));
-        let body = self.read_body(body, content_length).await?;
-        Ok((RangeRead { meta, first, body }, status))
+        let opened = OpenedRange {
+            meta,
+            first,
+            length: content_length,
+            body,
+        };
+        Ok((opened, status))
     }
 
     /// Reads exactly `expected` bytes; more or fewer is an error.

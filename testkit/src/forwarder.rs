@@ -5,11 +5,11 @@
 //! closed without a response, or a delay before forwarding. Requests the client gave up
 //! on (closed its connection before the response) are counted. For benchmarks, every
 //! request can be delayed (an object store's time to first byte) and response body bytes
-//! are counted.
+//! are counted. ETags can be removed from responses, like an origin that sends none.
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
@@ -186,6 +186,11 @@ impl Forwarder {
     }
 
     /// Delays every request by `latency` before forwarding it (0 turns it off).
+    /// From now on, responses carry no `ETag` (an origin that sends none).
+    pub fn strip_etags(&self) {
+        self.counters.strip_etags.store(true, Ordering::Relaxed);
+    }
+
     pub fn set_latency(&self, latency: std::time::Duration) {
         let nanos = u64::try_from(latency.as_nanos()).unwrap_or(u64::MAX);
         self.counters.latency_nanos.store(nanos, Ordering::SeqCst);
@@ -235,6 +240,8 @@ struct Shared {
 
 #[derive(Debug, Default)]
 struct Counters {
+    /// Remove the `ETag` header from every response.
+    strip_etags: AtomicBool,
     latency_nanos: AtomicU64,
     requests: AtomicU64,
     bytes: AtomicU64,
@@ -309,7 +316,11 @@ impl Shared {
             .unwrap_or(0);
         self.counters.requests.fetch_add(1, Ordering::Relaxed);
         self.counters.bytes.fetch_add(length, Ordering::Relaxed);
-        Ok(response.map(BodyExt::boxed))
+        let mut response = response.map(BodyExt::boxed);
+        if self.counters.strip_etags.load(Ordering::Relaxed) {
+            response.headers_mut().remove(http::header::ETAG);
+        }
+        Ok(response)
     }
 }
 

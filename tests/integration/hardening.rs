@@ -467,3 +467,87 @@ async fn one_client_cannot_hold_every_connection_and_pings_keep_none_open() {
     let (status, text, _) = exchange(&address, request.as_bytes()).await;
     assert_eq!(status, 200, "{text}");
 }
+
+/// A GET sent on a connection whose receive window is a few KiB and that then reads no
+/// more than the response's first bytes: Portico can only hand it what the kernel takes.
+async fn stalled_reader(address: &str, path: &str) -> TcpStream {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    let mut stream = socket.connect(address.parse().unwrap()).await.unwrap();
+    let request = format!("GET {path} HTTP/1.1\r\nHost: {address}\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut head = [0u8; 12];
+    stream.read_exact(&mut head).await.unwrap();
+    assert_eq!(&head, b"HTTP/1.1 200");
+    stream
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn slow_readers_hold_a_bounded_budget_and_a_get_beyond_it_gets_slow_down() {
+    let rig = Rig::start("budget", |settings| {
+        settings.without_auth();
+        settings.block_size = "1MiB";
+        settings.server_extra =
+            "max_inflight_bytes = \"8MiB\"\ninflight_wait = \"1s\"\n".to_owned();
+    })
+    .await;
+    let large = random_bytes(24 << 20, 41);
+    rig.put("large-1", &large).await;
+    rig.put("large-2", &large).await;
+    rig.put("small.txt", b"0123456789").await;
+    let portico = rig.portico();
+    let address = host_of(&portico.s3).to_owned();
+    let inflight = || portico.metric("portico_memory_inflight_bytes");
+
+    // One client reads a 24 MiB object through a budget of eight blocks: readahead takes
+    // only free room, so the bytes come through whole and right.
+    assert!(
+        rig.get("large-1", None).await == large,
+        "24 MiB through an 8 MiB budget"
+    );
+
+    // Two readers that stop reading hold what they were handed (with readahead, up to six
+    // blocks each); together they want more than the budget, so they hold all of it and
+    // no more.
+    let stalled = [
+        stalled_reader(&address, &format!("/{}/large-1", rig.bucket)).await,
+        stalled_reader(&address, &format!("/{}/large-2", rig.bucket)).await,
+    ];
+    let started = Instant::now();
+    while inflight().await < f64::from(8 << 20) && started.elapsed() < Duration::from_secs(10) {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(inflight().await, f64::from(8 << 20));
+    assert_eq!(
+        portico.metric("portico_memory_inflight_limit_bytes").await,
+        f64::from(8 << 20)
+    );
+
+    // A new GET waits for room for inflight_wait, then is told to slow down.
+    let url = format!("{}/{}/small.txt", portico.s3, rig.bucket);
+    let asked = Instant::now();
+    let (status, body) = portico_testkit::http_get(&url, &[]).await;
+    assert_eq!((status, code_of(&body)), (503, Some("SlowDown")), "{body}");
+    assert!(
+        asked.elapsed() >= Duration::from_millis(900),
+        "{:?}",
+        asked.elapsed()
+    );
+    assert_eq!(
+        portico
+            .metric("portico_memory_budget_waits_total{result=\"refused\"}")
+            .await,
+        1.0
+    );
+
+    // Gone readers return what they held: the GET is served, and nothing stays charged.
+    drop(stalled);
+    let (status, body) = portico_testkit::http_get(&url, &[]).await;
+    assert_eq!((status, body.as_str()), (200, "0123456789"));
+    let started = Instant::now();
+    while inflight().await > 0.0 && started.elapsed() < Duration::from_secs(10) {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(inflight().await, 0.0);
+}

@@ -72,28 +72,30 @@ the credentials file is mounted by the chart when configured. */}}
 {{- end }}
 {{- end -}}
 
-{{/* The memory tier in MiB, from config.cache.memory_capacity (e.g. 1GiB, 512MiB). */}}
-{{- define "portico.memoryMiB" -}}
-{{- $capacity := toString (default "1GiB" .Values.config.cache.memory_capacity) -}}
-{{- $number := regexFind "^[0-9]+" $capacity | atoi -}}
-{{- $unit := regexFind "[A-Za-z]+$" $capacity -}}
+{{/* A size from the config in MiB (e.g. 1GiB, 512MiB); (list value default key). */}}
+{{- define "portico.mebibytes" -}}
+{{- $size := toString (default (index . 1) (index . 0)) -}}
+{{- $number := regexFind "^[0-9]+" $size | atoi -}}
+{{- $unit := regexFind "[A-Za-z]+$" $size -}}
 {{- if eq $unit "MiB" -}}{{ $number }}
 {{- else if eq $unit "GiB" -}}{{ mul $number 1024 }}
 {{- else if eq $unit "TiB" -}}{{ mul $number 1048576 }}
-{{- else -}}{{ fail (printf "config.cache.memory_capacity %q: use a whole number of MiB, GiB or TiB" $capacity) }}
+{{- else -}}{{ fail (printf "config.%s %q: use a whole number of MiB, GiB or TiB" (index . 2) $size) }}
 {{- end -}}
 {{- end -}}
 
+{{/* The pod's memory: the memory tier and, in the limit, the in-flight budget. */}}
 {{- define "portico.resources" -}}
 {{- if .Values.resources -}}
 {{- toYaml .Values.resources -}}
 {{- else -}}
-{{- $memory := include "portico.memoryMiB" . | atoi -}}
+{{- $memory := include "portico.mebibytes" (list .Values.config.cache.memory_capacity "1GiB" "cache.memory_capacity") | atoi -}}
+{{- $inflight := include "portico.mebibytes" (list (.Values.config.server | default dict).max_inflight_bytes "512MiB" "server.max_inflight_bytes") | atoi -}}
 requests:
   cpu: 250m
   memory: {{ add $memory 256 }}Mi
 limits:
-  memory: {{ add $memory 512 }}Mi
+  memory: {{ add $memory $inflight 256 }}Mi
 {{- end -}}
 {{- end -}}
 

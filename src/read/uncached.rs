@@ -1,0 +1,82 @@
+//! Objects whose upstream sends no ETag. Nothing names their version: a modification
+//! time and a size do not (two writes of the same size in one second share both), so no
+//! block of theirs is cached and none is ever joined from another request. Each GET is one
+//! streamed upstream GET of exactly the bytes it answers: one response, one version.
+//!
+//! Invariant: the upstream's answer must describe the object the response headers
+//! announce (same size and modification time, still no ETag) and hold exactly the
+//! requested bytes; otherwise the GET is retried as a changed object before its headers
+//! are sent, and a body that breaks off aborts the response.
+
+use std::sync::Arc;
+
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tracing::Instrument;
+
+use super::{BodyStream, ReadError, ReadPath, Tally};
+use crate::budget::Charge;
+use crate::cache::{ObjectMeta, Tier};
+use crate::types::{ByteRange, ObjectRef};
+use crate::upstream::UpstreamError;
+
+impl ReadPath {
+    /// Starts streaming `bytes` of `object` straight from the upstream; `charge` covers
+    /// what the stream holds until it ends.
+    pub(super) async fn stream_uncached(
+        &self,
+        object: &ObjectRef,
+        meta: &ObjectMeta,
+        bytes: ByteRange,
+        charge: Charge,
+    ) -> Result<(BodyStream, Arc<Tally>), ReadError> {
+        let mut read = self
+            .inner
+            .upstream
+            .stream_range(object, &bytes.header_value())
+            .await
+            .map_err(ReadError::from_upstream)?;
+        let same_object = read.meta.etag.is_empty()
+            && read.meta.size == meta.size
+            && read.meta.last_modified_unix_secs == meta.last_modified_unix_secs;
+        if !same_object {
+            return Err(ReadError::Changed);
+        }
+        if read.first != bytes.first() || read.length != bytes.len_bytes() {
+            return Err(ReadError::Upstream(UpstreamError::invalid_response(
+                format!(
+                    "asked for {}, got {} bytes from offset {}",
+                    bytes.header_value(),
+                    read.length,
+                    read.first
+                ),
+            )));
+        }
+        let tally = Arc::new(Tally::default());
+        tally.count(Tier::Upstream);
+        self.inner.metrics.count_uncached_read();
+        let (sender, receiver) = mpsc::channel(1);
+        let metrics = self.inner.metrics.clone();
+        let object = object.clone();
+        let task = async move {
+            let _charge = charge;
+            while let Some(chunk) = read.next_chunk().await {
+                match chunk {
+                    Ok(chunk) => {
+                        metrics.count_served(Tier::Upstream.as_str(), chunk.len() as u64);
+                        if sender.send(Ok(chunk)).await.is_err() {
+                            return;
+                        }
+                    }
+                    Err(error) => {
+                        tracing::warn!(%object, %error, "aborting a response after its headers were sent");
+                        let _ = sender.send(Err(ReadError::from_upstream(error))).await;
+                        return;
+                    }
+                }
+            }
+        };
+        tokio::spawn(task.instrument(tracing::Span::current()));
+        Ok((ReceiverStream::new(receiver), tally))
+    }
+}
