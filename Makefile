@@ -50,10 +50,12 @@ release:
 
 ## bench: the suite (cold-sequential, cold-herd, random-cold, hot-random against direct,
 ## nginx and Portico behind a 20 ms origin), then hot hits vs MinIO direct with the cost of
-## SigV4, and the write-path figures (1 GiB PUT through Portico vs direct, a re-sync)
+## SigV4, 500 slow readers against the memory budget, and the write-path figures (1 GiB PUT
+## through Portico vs direct, a re-sync)
 bench: tools $(NGINX)
 	cargo bench --bench suite
 	cargo bench --bench hot_hits
+	cargo bench --bench slow_readers
 	cargo build --release --bin portico
 	scripts/bench-writes.sh
 

@@ -499,6 +499,20 @@ mod tests {
     }
 
     #[test]
+    fn header_values_are_signed_byte_for_byte() {
+        let canonical = |value: &[u8]| {
+            let mut out = Vec::new();
+            push_canonical_value(&mut out, value);
+            out
+        };
+        // Two values that differ only in bytes that are not UTF-8 must not sign alike, as
+        // they would if both became U+FFFD; whitespace is still folded as S3 folds it.
+        assert_ne!(canonical(b"caf\xe9"), canonical(b"caf\xe8"));
+        assert_eq!(canonical(b"caf\xe9"), b"caf\xe9");
+        assert_eq!(canonical(b"  a \t b  \xff "), b"a b \xff");
+    }
+
+    #[test]
     fn uris_and_queries_are_canonicalised_as_s3_signs_them() {
         assert_eq!(canonical_uri("/b/a%20b+c~d"), "/b/a%20b%2Bc~d");
         assert_eq!(canonical_uri("/b/%E2%82%AC/x"), "/b/%E2%82%AC/x");

@@ -302,12 +302,19 @@ impl Upstream {
         max_bytes: u64,
         head: &ResponseHead,
     ) -> Result<RangeRead, UpstreamError> {
+        let exchange = self.fetch_range(object, range, if_match, max_bytes, head);
+        self.counted_get(range, exchange).await
+    }
+
+    /// Runs one GetObject exchange in its `upstream.get` span and counts it with its status.
+    async fn counted_get<T>(
+        &self,
+        range: &str,
+        exchange: impl Future<Output = Result<(T, u16), UpstreamError>>,
+    ) -> Result<T, UpstreamError> {
         let started = Instant::now();
         let span = tracing::info_span!(target: TRACE_TARGET, "upstream.get", http.range = range, http.status_code = Empty);
-        let result = self
-            .fetch_range(object, range, if_match, max_bytes, head)
-            .instrument(span.clone())
-            .await;
+        let result = exchange.instrument(span.clone()).await;
         let status = match &result {
             Ok((_, status)) => *status,
             Err(error) => error.upstream_status(),
@@ -315,7 +322,7 @@ impl Upstream {
         span.record("http.status_code", status);
         self.metrics
             .record_upstream("GetObject", status, started.elapsed().as_secs_f64());
-        result.map(|(read, _)| read)
+        result.map(|(value, _)| value)
     }
 
     async fn fetch_range(
@@ -347,20 +354,9 @@ impl Upstream {
         object: &ObjectRef,
         range: &str,
     ) -> Result<StreamedRead, UpstreamError> {
-        let started = Instant::now();
-        let span = tracing::info_span!(target: TRACE_TARGET, "upstream.get", http.range = range, http.status_code = Empty);
-        let result = self
-            .open_range(object, range, None, u64::MAX, &ResponseHead::default())
-            .instrument(span.clone())
-            .await;
-        let status = match &result {
-            Ok((_, status)) => *status,
-            Err(error) => error.upstream_status(),
-        };
-        span.record("http.status_code", status);
-        self.metrics
-            .record_upstream("GetObject", status, started.elapsed().as_secs_f64());
-        let (opened, _) = result?;
+        let head = ResponseHead::default();
+        let exchange = self.open_range(object, range, None, u64::MAX, &head);
+        let opened = self.counted_get(range, exchange).await?;
         Ok(StreamedRead {
             meta: opened.meta,
             first: opened.first,
