@@ -336,11 +336,17 @@ impl Upstream {
         let (opened, status) = self
             .open_range(object, range, if_match, max_bytes, head)
             .await?;
-        let body = self.read_body(opened.body, opened.length).await?;
+        let mut read = self.streamed(opened);
+        // `length` was checked against the caller's block-sized limit.
+        let mut body = BytesMut::with_capacity(read.length as usize);
+        while let Some(chunk) = read.next_chunk().await {
+            body.extend_from_slice(&chunk?);
+        }
+        let body = body.freeze();
         Ok((
             RangeRead {
-                meta: opened.meta,
-                first: opened.first,
+                meta: read.meta,
+                first: read.first,
                 body,
             },
             status,
@@ -357,14 +363,19 @@ impl Upstream {
         let head = ResponseHead::default();
         let exchange = self.open_range(object, range, None, u64::MAX, &head);
         let opened = self.counted_get(range, exchange).await?;
-        Ok(StreamedRead {
+        Ok(self.streamed(opened))
+    }
+
+    /// The body of `opened`, to be read as it arrives and counted as received.
+    fn streamed(&self, opened: OpenedRange) -> StreamedRead {
+        StreamedRead {
             meta: opened.meta,
             first: opened.first,
             length: opened.length,
             body: opened.body,
             received: 0,
             metrics: self.metrics.clone(),
-        })
+        }
     }
 
     /// Sends a ranged GET and checks its head: the body is still to be read.
@@ -421,35 +432,6 @@ impl Upstream {
             body,
         };
         Ok((opened, status))
-    }
-
-    /// Reads exactly `expected` bytes; more or fewer is an error.
-    async fn read_body(&self, mut body: ByteStream, expected: u64) -> Result<Bytes, UpstreamError> {
-        // `expected` was checked against the caller's block-sized limit.
-        let mut buffer = BytesMut::with_capacity(expected as usize);
-        while let Some(chunk) = body.next().await {
-            let chunk = chunk.map_err(|error| UpstreamError::Unreachable {
-                message: format!("response body interrupted: {error}"),
-            })?;
-            if (buffer.len() + chunk.len()) as u64 > expected {
-                return Err(UpstreamError::invalid_response(
-                    "response body longer than its Content-Length",
-                ));
-            }
-            buffer.extend_from_slice(&chunk);
-        }
-        self.metrics
-            .upstream_received_bytes
-            .inc_by(buffer.len() as u64);
-        if buffer.len() as u64 != expected {
-            return Err(UpstreamError::Unreachable {
-                message: format!(
-                    "response body ended after {} of {expected} bytes",
-                    buffer.len()
-                ),
-            });
-        }
-        Ok(buffer.freeze())
     }
 
     /// HEADs `object`, asking for its stored checksums; with `if_none_match`, an unchanged
