@@ -65,6 +65,8 @@ async fn bind(what: &'static str, address: SocketAddr) -> Result<TcpListener, Ap
 /// both listeners accept connections.
 pub async fn run(config: Config, on_ready: impl FnOnce(Bound)) -> Result<(), AppError> {
     let metrics = Arc::new(Metrics::new());
+    let open_files = crate::cache::raise_open_file_limit();
+    tracing::debug!(?open_files, "open-file limit (ulimit -n)");
     let cache = BlockCache::open(&config.cache, metrics.clone()).await?;
     let tls = upstream::tls_config(&config.upstream)?;
     let shared = upstream::sdk_config(&config.upstream, &tls).await;

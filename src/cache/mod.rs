@@ -17,6 +17,7 @@
 //!   it failed (answered by a fetch).
 
 mod codec;
+mod disk;
 mod key;
 mod meta;
 
@@ -28,12 +29,13 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use foyer::{
-    BlockEngineConfig, DeviceBuilder, FsDeviceBuilder, HybridCache, HybridCacheBuilder,
+    BlockEngineConfig, DeviceBuilder, FileDeviceBuilder, HybridCache, HybridCacheBuilder,
     HybridCachePolicy, HybridCacheProperties, Location, PsyncIoEngineConfig, RecoverMode,
     S3FifoConfig, Source,
 };
 use parking_lot::Mutex;
 
+pub use disk::{DiskFilesError, DiskFormat, DiskLayout, raise_open_file_limit};
 pub use key::{BlockKey, CacheKey, CacheValue};
 pub use meta::{Checksums, MetaClock, MetaRecord, MetaState, Missing, ObjectMeta};
 
@@ -81,20 +83,6 @@ fn direct_io_from_probe(opened: rustix::io::Result<()>) -> std::io::Result<bool>
     }
 }
 
-/// foyer's I/O alignment.
-const PAGE_BYTES: u64 = 4096;
-/// Room for an entry's header, its key (object keys are at most 1 KiB) and alignment.
-const ENTRY_SLACK_BYTES: u64 = 8 * 1024;
-/// Cache blocks per disk-engine block (the disk tier's eviction unit).
-const ENTRIES_PER_DISK_BLOCK: u64 = 4;
-/// Disk writers. One writer with a large buffer absorbs a burst of blocks that several
-/// writers, each taking a hash-chosen share into a smaller buffer, would partly drop.
-const DISK_FLUSHERS: usize = 1;
-/// Bytes one disk write may batch. foyer drops entries that arrive while its buffer is
-/// full and a write is in flight, so the buffer must hold a few readahead bursts; it is
-/// allocated twice (filling and writing), which bounds the disk tier's write memory.
-const FLUSH_BUFFER_BYTES: u64 = 32 * 1024 * 1024;
-
 /// Where a block came from, for metrics and the access path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Tier {
@@ -121,6 +109,8 @@ impl Tier {
 pub enum CacheError {
     #[error("cannot open the disk cache in {dir}: {source}")]
     Open { dir: String, source: foyer::Error },
+    #[error(transparent)]
+    Files(#[from] DiskFilesError),
     #[error("cache lookup failed: {0}")]
     Lookup(foyer::Error),
     #[error("cache held a value of the wrong kind for a {0} key")]
@@ -132,35 +122,6 @@ pub enum CacheError {
 pub enum LookupError<E> {
     Fetch(E),
     Cache(CacheError),
-}
-
-/// Sizes of the foyer disk engine derived from the configured block size.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct DiskLayout {
-    /// Largest serialized entry: one cache block plus key and header.
-    pub max_entry_bytes: u64,
-    /// foyer's disk block: a few entries plus the blob index.
-    pub engine_block_bytes: u64,
-    /// Write buffer per flusher; it holds at least two whole entries.
-    pub flusher_buffer_bytes: u64,
-    /// Bound on bytes queued for the flusher (references to cached entries, not
-    /// copies); beyond it entries skip the disk tier.
-    pub submit_queue_bytes: u64,
-}
-
-impl DiskLayout {
-    pub fn for_block_size(block_size: u64) -> Self {
-        let max_entry_bytes = (block_size + ENTRY_SLACK_BYTES).next_multiple_of(PAGE_BYTES);
-        let engine_block_bytes = ENTRIES_PER_DISK_BLOCK * max_entry_bytes + PAGE_BYTES;
-        let entries_per_flush = (FLUSH_BUFFER_BYTES / max_entry_bytes).max(2);
-        let flusher_buffer_bytes = entries_per_flush * max_entry_bytes;
-        Self {
-            max_entry_bytes,
-            engine_block_bytes,
-            flusher_buffer_bytes,
-            submit_queue_bytes: 4 * DISK_FLUSHERS as u64 * flusher_buffer_bytes,
-        }
-    }
 }
 
 fn to_usize(bytes: u64) -> usize {
@@ -281,19 +242,26 @@ impl BlockCache {
                 dir: config.dir.display().to_string(),
                 source,
             };
-            let layout = DiskLayout::for_block_size(config.block_size.bytes());
+            let layout = DiskLayout::new(config.block_size.bytes(), config.disk_capacity.bytes());
+            let format = DiskFormat::new(config.block_size.bytes(), config.disk_capacity.bytes());
+            let prepared = disk::prepare(&config.dir, &format)?;
+            if let Some(reason) = &prepared.reset {
+                tracing::info!(dir = %config.dir.display(), %reason, "the disk tier starts empty");
+            }
             let direct = config.direct_io
                 && supports_direct_io(&config.dir)
                     .map_err(|error| open_error(foyer::Error::io_error(error)))?;
-            let device = FsDeviceBuilder::new(&config.dir)
-                .with_direct(direct)
-                .with_capacity(to_usize(config.disk_capacity.bytes()))
-                .build()
-                .map_err(open_error)?;
+            let device = disk::quiet_stdout(|| {
+                FileDeviceBuilder::new(&prepared.data_file)
+                    .with_direct(direct)
+                    .with_capacity(to_usize(config.disk_capacity.bytes()))
+                    .build()
+            })
+            .map_err(open_error)?;
             let engine = BlockEngineConfig::new(device)
                 .with_block_size(to_usize(layout.engine_block_bytes))
-                .with_flushers(DISK_FLUSHERS)
-                .with_buffer_pool_size(to_usize(layout.flusher_buffer_bytes) * DISK_FLUSHERS)
+                .with_flushers(disk::DISK_FLUSHERS)
+                .with_buffer_pool_size(to_usize(layout.flusher_buffer_bytes) * disk::DISK_FLUSHERS)
                 .with_submit_queue_size_threshold(to_usize(layout.submit_queue_bytes));
             storage = storage
                 .with_io_engine_config(PsyncIoEngineConfig::new())
@@ -549,7 +517,7 @@ fn probe_disk(path: &Path, round: u64) -> std::io::Result<()> {
         .iter()
         .copied()
         .cycle()
-        .take(PAGE_BYTES as usize)
+        .take(disk::PAGE_BYTES as usize)
         .collect();
     let mut file = std::fs::File::create(path)?;
     file.write_all(&page)?;
@@ -597,19 +565,6 @@ mod tests {
         BlockCache::open(&config(dir, disk), Arc::new(Metrics::new()))
             .await
             .unwrap()
-    }
-
-    #[test]
-    fn disk_layout_fits_the_largest_block() {
-        for block_size in [64 * 1024, 4 << 20, 64 << 20] {
-            let layout = DiskLayout::for_block_size(block_size);
-            // foyer accepts an entry up to its block size minus one 4 KiB blob index page.
-            assert!(layout.max_entry_bytes <= layout.engine_block_bytes - PAGE_BYTES);
-            assert!(layout.max_entry_bytes >= block_size + 1024 + 1024 + 64);
-            assert!(layout.flusher_buffer_bytes >= 2 * layout.max_entry_bytes);
-            assert!(layout.flusher_buffer_bytes <= (64 << 20) * 2 + 2 * ENTRY_SLACK_BYTES);
-            assert_eq!(layout.engine_block_bytes % PAGE_BYTES, 0);
-        }
     }
 
     #[tokio::test]

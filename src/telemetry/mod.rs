@@ -27,7 +27,10 @@ pub const ACCESS_TARGET: &str = "portico::access";
 
 /// The filter used when `RUST_LOG` is not set. s3s logs every error response (404s
 /// included) at error level; Portico logs failed requests itself at the right level.
-const DEFAULT_FILTER: &str = "info,s3s=off";
+/// foyer's single-file device warns that a file in a file system is "inefficient"
+/// compared with a raw block device; Portico chooses one data file on purpose
+/// (docs/architecture.md, "The disk tier's files").
+const DEFAULT_FILTER: &str = "info,s3s=off,foyer_storage::io::device::file=error";
 
 /// Keeps the trace exporter running; [`Telemetry::shutdown`] flushes it.
 pub struct Telemetry {

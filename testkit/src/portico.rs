@@ -45,6 +45,9 @@ pub struct Settings {
     /// Log at debug level, for tests; off, Portico runs with its own default filter, as
     /// deployed (benchmarks).
     pub debug_log: bool,
+    /// Starts the process with this soft and hard open-file limit (`ulimit -n`), through
+    /// util-linux's `prlimit`.
+    pub open_files_limit: Option<u64>,
 }
 
 impl Settings {
@@ -71,6 +74,7 @@ impl Settings {
             log: String::new(),
             env: Vec::new(),
             debug_log: true,
+            open_files_limit: None,
         }
     }
 
@@ -170,7 +174,17 @@ impl Portico {
         std::fs::write(&config, settings.toml()).expect("write config");
         let log = config_dir.path().join("portico.log");
         let stderr = std::fs::File::create(&log).expect("log file");
-        let mut command = Command::new(binary);
+        let mut command = match settings.open_files_limit {
+            Some(limit) => {
+                let mut command = Command::new("prlimit");
+                command
+                    .arg(format!("--nofile={limit}:{limit}"))
+                    .arg("--")
+                    .arg(binary);
+                command
+            }
+            None => Command::new(binary),
+        };
         if settings.debug_log {
             command.env("RUST_LOG", "info,portico=debug");
         } else {

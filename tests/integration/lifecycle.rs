@@ -65,6 +65,12 @@ async fn a_new_block_size_on_the_same_disk_tier_never_serves_blocks_of_the_old_o
     rig.settings.block_size = "1MiB";
     rig.restart_portico().await;
     rig.forwarder.take();
+    let logs = rig.portico().logs();
+    assert!(
+        logs.contains("the disk tier starts empty")
+            && logs.contains("cache.block_size changed from 2097152 to 1048576"),
+        "the reset is logged with its reason: {logs}"
+    );
     let second_mib = rig.get("object.bin", Some("bytes=1048576-2097151")).await;
     assert!(second_mib == data[BLOCK..2 * BLOCK], "the bytes of 1-2 MiB");
     assert!(rig.get("object.bin", None).await == data);
@@ -72,6 +78,36 @@ async fn a_new_block_size_on_the_same_disk_tier_never_serves_blocks_of_the_old_o
         rig.upstream_gets(),
         3,
         "every 1 MiB block came from the upstream once: {:#?}",
+        rig.forwarder.take()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_disk_tier_of_thousands_of_engine_blocks_starts_and_restarts_under_ulimit_n_1024() {
+    // 1 GiB in 64 KiB blocks is about 3,600 engine blocks: more than 1,024 files, had
+    // each engine block a file of its own. The hard limit is 1,024 too, so raising the
+    // soft limit cannot help: only the layout can.
+    let mut rig = Rig::start("nofile", |settings| {
+        settings.block_size = "64KiB";
+        settings.disk_capacity = "1GiB";
+        settings.open_files_limit = Some(1024);
+    })
+    .await;
+    let data = random_bytes(1024 * 1024 + 5, 21);
+    rig.put("object.bin", &data).await;
+    assert!(rig.get("object.bin", None).await == data);
+    let files = std::fs::read_dir(&rig.settings.cache_dir).unwrap().count();
+    assert!(
+        files <= 4,
+        "the disk tier keeps a few files, not one per engine block: {files}"
+    );
+    rig.restart_portico().await;
+    rig.forwarder.take();
+    assert!(rig.get("object.bin", Some("bytes=65530-")).await == data[65530..]);
+    assert_eq!(
+        rig.upstream_gets(),
+        0,
+        "served from the disk tier after the restart: {:#?}",
         rig.forwarder.take()
     );
 }

@@ -1,0 +1,444 @@
+//! The disk tier's files in `cache.dir`: one data file however large the tier is, and a
+//! format file that says how the data file is laid out.
+//!
+//! Invariants:
+//! - The number of files (and open descriptors) does not grow with `cache.disk_capacity`:
+//!   foyer's engine blocks are regions of one data file, not files of their own.
+//! - A data file is only reopened under the layout that wrote it. When the format file is
+//!   missing, unreadable or names another layout (format version, cache block size, engine
+//!   block size, capacity), the data file and any files of an older layout are removed
+//!   and the tier starts empty. The cache is disposable; a wrong byte is not.
+//! - A capacity the file system cannot hold is refused at start, naming the key, the free
+//!   space and the largest value that fits: a sparse data file larger than its file
+//!   system would fail its writes later, when the disk is full.
+
+use std::io::ErrorKind;
+use std::path::{Path, PathBuf};
+
+/// The on-disk format. 1 was foyer's `FsDevice` (one file per engine block); 2 is one data
+/// file. Bump it whenever what the data file holds changes meaning.
+pub const FORMAT_VERSION: u32 = 2;
+/// The data file: every engine block of the tier at its offset.
+pub const DATA_FILE: &str = "portico-blocks";
+/// The layout the data file was written with, as `key = value` lines.
+pub const FORMAT_FILE: &str = "portico-disk-format";
+/// Files of format 1, one per engine block.
+const FORMAT_1_PREFIX: &str = "foyer-storage-direct-fs-";
+
+/// foyer's I/O alignment.
+pub const PAGE_BYTES: u64 = 4096;
+/// Room for an entry's header, its key (object keys are at most 1 KiB) and alignment.
+const ENTRY_SLACK_BYTES: u64 = 8 * 1024;
+/// Cache blocks per disk-engine block (the disk tier's eviction unit), at least and at
+/// most. Between the two, a tier has about [`ENGINE_BLOCKS_TARGET`] engine blocks.
+const MIN_ENTRIES_PER_ENGINE_BLOCK: u64 = 4;
+const MAX_ENTRIES_PER_ENGINE_BLOCK: u64 = 256;
+/// foyer keeps a record per engine block and its device sums them on every allocation
+/// (quadratic in their number), so a 2 TiB tier in 16 MiB engine blocks (131,072) takes
+/// minutes to open. Larger engine blocks on large tiers keep the count near this.
+const ENGINE_BLOCKS_TARGET: u64 = 4096;
+/// Disk writers. One writer with a large buffer absorbs a burst of blocks that several
+/// writers, each taking a hash-chosen share into a smaller buffer, would partly drop.
+pub const DISK_FLUSHERS: usize = 1;
+/// Bytes one disk write may batch. foyer drops entries that arrive while its buffer is
+/// full and a write is in flight, so the buffer must hold a few readahead bursts; it is
+/// allocated twice (filling and writing), which bounds the disk tier's write memory.
+const FLUSH_BUFFER_BYTES: u64 = 32 * 1024 * 1024;
+
+/// Sizes of the foyer disk engine derived from the configured block size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DiskLayout {
+    /// Largest serialized entry: one cache block plus key and header.
+    pub max_entry_bytes: u64,
+    /// foyer's disk block: a few entries plus the blob index.
+    pub engine_block_bytes: u64,
+    /// Write buffer per flusher; it holds at least two whole entries.
+    pub flusher_buffer_bytes: u64,
+    /// Bound on bytes queued for the flusher (references to cached entries, not
+    /// copies); beyond it entries skip the disk tier.
+    pub submit_queue_bytes: u64,
+}
+
+impl DiskLayout {
+    pub fn new(block_size: u64, capacity: u64) -> Self {
+        let max_entry_bytes = (block_size + ENTRY_SLACK_BYTES).next_multiple_of(PAGE_BYTES);
+        let entries = (capacity / ENGINE_BLOCKS_TARGET / max_entry_bytes)
+            .clamp(MIN_ENTRIES_PER_ENGINE_BLOCK, MAX_ENTRIES_PER_ENGINE_BLOCK);
+        let engine_block_bytes = entries * max_entry_bytes + PAGE_BYTES;
+        let entries_per_flush = (FLUSH_BUFFER_BYTES / max_entry_bytes).max(2);
+        let flusher_buffer_bytes = entries_per_flush * max_entry_bytes;
+        Self {
+            max_entry_bytes,
+            engine_block_bytes,
+            flusher_buffer_bytes,
+            submit_queue_bytes: 4 * DISK_FLUSHERS as u64 * flusher_buffer_bytes,
+        }
+    }
+}
+
+/// What the format file records: everything that decides where an entry lies in the data
+/// file and what its bytes mean.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DiskFormat {
+    pub version: u32,
+    pub block_size: u64,
+    pub engine_block_bytes: u64,
+    pub capacity: u64,
+}
+
+impl DiskFormat {
+    pub fn new(block_size: u64, capacity: u64) -> Self {
+        Self {
+            version: FORMAT_VERSION,
+            block_size,
+            engine_block_bytes: DiskLayout::new(block_size, capacity).engine_block_bytes,
+            capacity,
+        }
+    }
+
+    fn render(&self) -> String {
+        format!(
+            "# Portico disk tier layout; the data file is only reused under this layout.\n\
+             format = {}\nblock_size = {}\nengine_block_bytes = {}\ncapacity = {}\n",
+            self.version, self.block_size, self.engine_block_bytes, self.capacity
+        )
+    }
+
+    fn parse(text: &str) -> Option<Self> {
+        let field = |name: &str| {
+            text.lines()
+                .filter_map(|line| line.split_once('='))
+                .find(|(key, _)| key.trim() == name)
+                .and_then(|(_, value)| value.trim().parse::<u64>().ok())
+        };
+        Some(Self {
+            version: u32::try_from(field("format")?).ok()?,
+            block_size: field("block_size")?,
+            engine_block_bytes: field("engine_block_bytes")?,
+            capacity: field("capacity")?,
+        })
+    }
+
+    /// Why a data file written under `self` cannot be reused under `wanted`.
+    fn mismatch(&self, wanted: &Self) -> Option<String> {
+        let differs = |what: &str, old: u64, new: u64| {
+            (old != new).then(|| format!("{what} changed from {old} to {new}"))
+        };
+        differs("format", self.version.into(), wanted.version.into())
+            .or_else(|| differs("cache.block_size", self.block_size, wanted.block_size))
+            .or_else(|| {
+                differs(
+                    "the engine block size",
+                    self.engine_block_bytes,
+                    wanted.engine_block_bytes,
+                )
+            })
+            .or_else(|| differs("cache.disk_capacity", self.capacity, wanted.capacity))
+    }
+}
+
+/// A start-up failure of the disk tier's files, worded for the operator.
+#[derive(Debug, thiserror::Error)]
+pub enum DiskFilesError {
+    #[error("config key cache.dir: cannot use {dir}: {source}")]
+    Dir { dir: String, source: std::io::Error },
+    #[error(
+        "config key cache.disk_capacity: {capacity} bytes do not fit in {dir}: its file system has {free} bytes free{held}; set cache.disk_capacity to at most {fits} (for example \"{example}\"), or free space"
+    )]
+    TooLarge {
+        dir: String,
+        capacity: u64,
+        free: u64,
+        held: String,
+        fits: u64,
+        example: String,
+    },
+}
+
+/// The data file to open, once `dir` is ready for `wanted`.
+#[derive(Debug)]
+pub struct PreparedDisk {
+    pub data_file: PathBuf,
+    /// Why the tier starts empty, when it had files it could not reuse.
+    pub reset: Option<String>,
+}
+
+/// Makes `dir` ready for a disk tier of `wanted`: removes files it cannot reuse, checks
+/// that the capacity fits the file system, and records the layout.
+pub fn prepare(dir: &Path, wanted: &DiskFormat) -> Result<PreparedDisk, DiskFilesError> {
+    let dir_error = |source| DiskFilesError::Dir {
+        dir: dir.display().to_string(),
+        source,
+    };
+    std::fs::create_dir_all(dir).map_err(dir_error)?;
+    let data_file = dir.join(DATA_FILE);
+    let format_file = dir.join(FORMAT_FILE);
+    let recorded = match std::fs::read_to_string(&format_file) {
+        Ok(text) => Some(DiskFormat::parse(&text)),
+        Err(error) if error.kind() == ErrorKind::NotFound => None,
+        Err(error) => return Err(dir_error(error)),
+    };
+    let format_1_files = format_1_files(dir).map_err(dir_error)?;
+    let data_exists = data_file.exists();
+    let reset = match recorded {
+        Some(Some(recorded)) => recorded.mismatch(wanted),
+        Some(None) => Some(format!("{FORMAT_FILE} is unreadable")),
+        None if data_exists => Some(format!("{FORMAT_FILE} is missing")),
+        None => None,
+    }
+    .or_else(|| {
+        (!format_1_files.is_empty()).then(|| {
+            format!(
+                "{} files of format 1 (one per engine block) are replaced by one data file",
+                format_1_files.len()
+            )
+        })
+    });
+    if reset.is_some() {
+        for file in format_1_files.iter().chain([&data_file, &format_file]) {
+            match std::fs::remove_file(file) {
+                Ok(()) => {}
+                Err(error) if error.kind() == ErrorKind::NotFound => {}
+                Err(error) => return Err(dir_error(error)),
+            }
+        }
+    }
+    check_fits(dir, &data_file, wanted.capacity)?;
+    write_format(&format_file, wanted).map_err(dir_error)?;
+    Ok(PreparedDisk { data_file, reset })
+}
+
+fn format_1_files(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        if entry
+            .file_name()
+            .to_string_lossy()
+            .starts_with(FORMAT_1_PREFIX)
+        {
+            files.push(entry.path());
+        }
+    }
+    Ok(files)
+}
+
+/// Written to a temporary name and renamed, so a crash leaves the old file or the new one.
+fn write_format(path: &Path, format: &DiskFormat) -> std::io::Result<()> {
+    let temporary = path.with_extension("tmp");
+    std::fs::write(&temporary, format.render())?;
+    std::fs::rename(&temporary, path)
+}
+
+/// Refuses a capacity larger than the free space plus what the data file already holds.
+fn check_fits(dir: &Path, data_file: &Path, capacity: u64) -> Result<(), DiskFilesError> {
+    use std::os::unix::fs::MetadataExt;
+    let stats = rustix::fs::statvfs(dir).map_err(|error| DiskFilesError::Dir {
+        dir: dir.display().to_string(),
+        source: error.into(),
+    })?;
+    let free = stats.f_bavail.saturating_mul(stats.f_frsize);
+    let held = std::fs::metadata(data_file).map_or(0, |meta| meta.blocks().saturating_mul(512));
+    let room = free.saturating_add(held);
+    if capacity <= room {
+        return Ok(());
+    }
+    // Leave a little for the file system; round down to whole GiB (MiB when small).
+    let leave = room / 100 * 95;
+    let unit = if leave >= 1 << 30 { 1 << 30 } else { 1 << 20 };
+    let fits = leave / unit * unit;
+    Err(DiskFilesError::TooLarge {
+        dir: dir.display().to_string(),
+        capacity,
+        free,
+        held: if held > 0 {
+            format!(" and the data file holds {held} bytes")
+        } else {
+            String::new()
+        },
+        fits,
+        example: crate::config::ByteSize(fits).to_string(),
+    })
+}
+
+/// Raises the soft limit on open files to the hard limit, so a busy proxy is not stopped
+/// by a default soft limit of 1024. Returns the limit now in force.
+pub fn raise_open_file_limit() -> Option<u64> {
+    use rustix::process::{Resource, getrlimit, setrlimit};
+    let limit = getrlimit(Resource::Nofile);
+    let Some(hard) = limit.maximum else {
+        return limit.current;
+    };
+    if limit.current.is_some_and(|soft| soft >= hard) {
+        return limit.current;
+    }
+    let raised = rustix::process::Rlimit {
+        current: Some(hard),
+        maximum: Some(hard),
+    };
+    match setrlimit(Resource::Nofile, raised) {
+        Ok(()) => Some(hard),
+        Err(error) => {
+            tracing::warn!(%error, soft = ?limit.current, hard, "cannot raise the open-file limit (ulimit -n) to its hard limit");
+            limit.current
+        }
+    }
+}
+
+/// Runs `build` with the process's standard output pointed at `/dev/null`.
+///
+/// foyer 0.22's `FileDeviceBuilder::build` prints the device's capacity to stdout with a
+/// leftover `println!`. Portico's stdout carries exactly one machine-readable line (the
+/// listening addresses, printed after the cache is open), and logs go to stderr, so
+/// nothing of Portico's is lost while the device is built. If stdout cannot be
+/// redirected, `build` runs anyway.
+pub fn quiet_stdout<T>(build: impl FnOnce() -> T) -> T {
+    use std::io::Write;
+    let _ = std::io::stdout().flush();
+    let saved = rustix::io::fcntl_dupfd_cloexec(rustix::stdio::stdout(), 0).ok();
+    let null = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/null")
+        .ok();
+    let redirected = match (&saved, &null) {
+        (Some(_), Some(null)) => rustix::stdio::dup2_stdout(null).is_ok(),
+        _ => false,
+    };
+    let result = build();
+    if redirected && let Some(saved) = &saved {
+        let _ = std::io::stdout().flush();
+        let _ = rustix::stdio::dup2_stdout(saved);
+    }
+    result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn disk_layout_fits_the_largest_block() {
+        for block_size in [64 * 1024, 4 << 20, 64 << 20] {
+            let layout = DiskLayout::new(block_size, 10 << 30);
+            // foyer accepts an entry up to its block size minus one 4 KiB blob index page.
+            assert!(layout.max_entry_bytes <= layout.engine_block_bytes - PAGE_BYTES);
+            assert!(layout.max_entry_bytes >= block_size + 1024 + 1024 + 64);
+            assert!(layout.flusher_buffer_bytes >= 2 * layout.max_entry_bytes);
+            assert!(layout.flusher_buffer_bytes <= (64 << 20) * 2 + 2 * ENTRY_SLACK_BYTES);
+            assert_eq!(layout.engine_block_bytes % PAGE_BYTES, 0);
+        }
+    }
+
+    #[test]
+    fn large_tiers_get_larger_engine_blocks_and_a_bounded_count() {
+        let small = DiskLayout::new(4 << 20, 10 << 30);
+        assert_eq!(
+            small.engine_block_bytes,
+            MIN_ENTRIES_PER_ENGINE_BLOCK * small.max_entry_bytes + PAGE_BYTES
+        );
+        for capacity in [500u64 << 30, 2 << 40, 16 << 40] {
+            let layout = DiskLayout::new(4 << 20, capacity);
+            let engine_blocks = capacity / layout.engine_block_bytes;
+            assert!(
+                engine_blocks <= 4 * ENGINE_BLOCKS_TARGET,
+                "{capacity}: {engine_blocks}"
+            );
+            assert!(layout.engine_block_bytes <= 1030 << 20, "{layout:?}");
+        }
+        // The write path does not depend on the tier's size.
+        assert_eq!(
+            small.flusher_buffer_bytes,
+            DiskLayout::new(4 << 20, 2 << 40).flusher_buffer_bytes
+        );
+    }
+
+    #[test]
+    fn the_format_file_round_trips_and_names_what_changed() {
+        let format = DiskFormat::new(4 << 20, 10 << 30);
+        assert_eq!(DiskFormat::parse(&format.render()), Some(format.clone()));
+        assert_eq!(format.mismatch(&format), None);
+        let smaller_blocks = DiskFormat::new(1 << 20, 10 << 30);
+        assert_eq!(
+            format.mismatch(&smaller_blocks).unwrap(),
+            "cache.block_size changed from 4194304 to 1048576"
+        );
+        let larger = DiskFormat::new(4 << 20, 20 << 30);
+        assert!(
+            format
+                .mismatch(&larger)
+                .unwrap()
+                .starts_with("cache.disk_capacity changed")
+        );
+        let older = DiskFormat {
+            version: 1,
+            ..format.clone()
+        };
+        assert_eq!(
+            older.mismatch(&format).unwrap(),
+            "format changed from 1 to 2"
+        );
+        assert_eq!(DiskFormat::parse("format = 2\nblock_size = x\n"), None);
+    }
+
+    #[test]
+    fn files_of_another_layout_are_removed_and_the_same_layout_is_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let wanted = DiskFormat::new(64 * 1024, 8 << 20);
+        // Format 1: one file per engine block, no format file.
+        for id in 0..3 {
+            std::fs::write(dir.path().join(format!("{FORMAT_1_PREFIX}{id:08}")), b"old").unwrap();
+        }
+        let prepared = prepare(dir.path(), &wanted).unwrap();
+        assert!(prepared.reset.unwrap().contains("3 files of format 1"));
+        assert_eq!(format_1_files(dir.path()).unwrap(), Vec::<PathBuf>::new());
+        std::fs::write(&prepared.data_file, b"entries").unwrap();
+        // The same layout again: the data file stays.
+        let again = prepare(dir.path(), &wanted).unwrap();
+        assert_eq!(again.reset, None);
+        assert_eq!(std::fs::read(&again.data_file).unwrap(), b"entries");
+        // Another block size: the data file goes.
+        let other = prepare(dir.path(), &DiskFormat::new(128 * 1024, 8 << 20)).unwrap();
+        assert!(other.reset.unwrap().contains("cache.block_size"));
+        assert!(!other.data_file.exists());
+        // A data file without a format file is not trusted either.
+        std::fs::write(&other.data_file, b"entries").unwrap();
+        std::fs::remove_file(dir.path().join(FORMAT_FILE)).unwrap();
+        let orphan = prepare(dir.path(), &wanted).unwrap();
+        assert_eq!(orphan.reset.unwrap(), format!("{FORMAT_FILE} is missing"));
+        assert!(!orphan.data_file.exists());
+    }
+
+    #[test]
+    fn a_capacity_the_file_system_cannot_hold_is_refused_with_the_largest_that_fits() {
+        let dir = tempfile::tempdir().unwrap();
+        let error = prepare(dir.path(), &DiskFormat::new(4 << 20, u64::MAX / 2)).unwrap_err();
+        let message = error.to_string();
+        assert!(
+            message.starts_with("config key cache.disk_capacity: "),
+            "{message}"
+        );
+        assert!(
+            message.contains("set cache.disk_capacity to at most"),
+            "{message}"
+        );
+        let DiskFilesError::TooLarge { fits, example, .. } = error else {
+            panic!("{message}");
+        };
+        assert!(fits > 0 && fits < u64::MAX / 2);
+        // The suggested value is one the configuration accepts and that fits.
+        let parsed: crate::config::ByteSize = example.parse().unwrap();
+        assert!(parsed.bytes() <= fits);
+        prepare(dir.path(), &DiskFormat::new(4 << 20, parsed.bytes())).unwrap();
+    }
+
+    #[test]
+    fn the_open_file_limit_is_raised_to_the_hard_limit() {
+        use rustix::process::{Resource, getrlimit};
+        let after = raise_open_file_limit();
+        let limit = getrlimit(Resource::Nofile);
+        assert_eq!(after, limit.current);
+        if let Some(hard) = limit.maximum {
+            assert_eq!(limit.current, Some(hard));
+        }
+    }
+}
