@@ -7,7 +7,8 @@ use std::sync::Arc;
 use bytes::Bytes;
 use tracing::Instrument;
 
-use super::{Discovery, Probe, ReadError, ReadPath, Target};
+use super::{Discovery, Probe, Probed, ReadError, ReadPath, Target};
+use crate::cache::Tier;
 use crate::cache::{MetaRecord, MetaState, ObjectMeta};
 use crate::telemetry::TRACE_TARGET;
 use crate::types::{ByteRange, ObjectRef};
@@ -25,18 +26,23 @@ impl ReadPath {
         probe: Probe,
         checksums: bool,
     ) -> Result<Arc<ObjectMeta>, ReadError> {
+        Ok(self.resolve(object, probe, checksums).await?.0)
+    }
+
+    /// [`Self::resolve_meta`], with the blocks an upstream probe read on the way.
+    pub(super) async fn resolve(
+        &self,
+        object: &ObjectRef,
+        probe: Probe,
+        checksums: bool,
+    ) -> Discovery {
         let span = tracing::info_span!(target: TRACE_TARGET, "metadata.lookup", s3.bucket = object.bucket(), s3.key = object.key());
         self.lookup_meta(object, probe, checksums)
             .instrument(span)
             .await
     }
 
-    async fn lookup_meta(
-        &self,
-        object: &ObjectRef,
-        probe: Probe,
-        checksums: bool,
-    ) -> Result<Arc<ObjectMeta>, ReadError> {
+    async fn lookup_meta(&self, object: &ObjectRef, probe: Probe, checksums: bool) -> Discovery {
         let inner = &self.inner;
         // Read before the cache: a write that lands after this makes the result unusable
         // for caching and sends later readers to a fresh discovery.
@@ -52,13 +58,13 @@ impl ReadPath {
             .as_ref()
             .and_then(|record| self.fresh(record, checksums))
         {
-            return answer;
+            return answer.map(|meta| (meta, Probed::default()));
         }
         let known = cached.as_ref().and_then(MetaRecord::meta).cloned();
         let this = self.clone();
         let key = (object.clone(), generation, checksums);
         let object = object.clone();
-        let (result, _) = inner
+        let (result, led) = inner
             .discoveries
             .run(key, move || async move {
                 // A discovery that finished while this caller read the disk tier has left
@@ -68,13 +74,17 @@ impl ReadPath {
                     .as_ref()
                     .and_then(|record| this.fresh(record, checksums))
                 {
-                    return answer;
+                    return answer.map(|meta| (meta, Probed::default()));
                 }
                 this.discover(&object, generation, known, probe, checksums)
                     .await
             })
             .await;
-        result.map_err(|error| ReadError::Internal(error.to_string()))?
+        let (meta, mut probed) = result.map_err(|error| ReadError::Internal(error.to_string()))??;
+        if !led {
+            probed.tier = Tier::Coalesced;
+        }
+        Ok((meta, probed))
     }
 
     /// The answer a cached record gives, if it is still fresh (and knows the checksums
@@ -114,17 +124,27 @@ impl ReadPath {
         probe: Probe,
         checksums: bool,
     ) -> Discovery {
+        let unprobed = |meta| (meta, Probed::default());
         let outcome = match (&known, probe) {
             (Some(known), _) if !checksums || known.checksums.is_some() => {
-                self.revalidate(object, known).await
+                self.revalidate(object, known).await.map(unprobed)
             }
             // Only a HEAD reports checksums.
-            (Some(_), _) | (None, Probe::Head) => self.head_fresh(object).await,
+            (Some(_), _) | (None, Probe::Head) => self.head_fresh(object).await.map(unprobed),
             (None, Probe::Block(_) | Probe::Tail) => {
                 // The GET comes first even when a HEAD must follow: its errors carry the
                 // S3 code a GET answers with, a HEAD's do not.
                 match self.probe_get(object, probe).await {
-                    Ok(_) if checksums => self.head_fresh(object).await,
+                    Ok((probed_meta, probed)) if checksums => {
+                        self.head_fresh(object).await.map(|meta| {
+                            // The probed bytes only serve the version the HEAD reports.
+                            if meta.same_object(&probed_meta) {
+                                (meta, probed)
+                            } else {
+                                unprobed(meta)
+                            }
+                        })
+                    }
                     outcome => outcome,
                 }
             }
@@ -137,12 +157,12 @@ impl ReadPath {
             // stale, so the next lookup asks the upstream again.
             tracing::warn!(%object, %error, "upstream failed to revalidate; serving the cached version");
             self.inner.metrics.stale_serves.inc();
-            return Ok(known.clone());
+            return Ok(unprobed(known.clone()));
         }
         match outcome {
-            Ok(meta) => {
+            Ok((meta, probed)) => {
                 self.store_meta(object, generation, MetaState::Found(meta.clone()));
-                Ok(meta)
+                Ok((meta, probed))
             }
             Err(UpstreamError::NotFound {
                 missing,
@@ -211,7 +231,7 @@ impl ReadPath {
         &self,
         object: &ObjectRef,
         probe: Probe,
-    ) -> Result<Arc<ObjectMeta>, UpstreamError> {
+    ) -> Result<(Arc<ObjectMeta>, Probed), UpstreamError> {
         let block_size = self.inner.settings.block_size;
         let range = match probe {
             Probe::Block(index) => {
@@ -228,25 +248,39 @@ impl ReadPath {
         {
             Ok(read) => read,
             // The offset is past the end (or the object is empty): learn the size from a HEAD.
-            Err(UpstreamError::InvalidRange { .. }) => return self.head_fresh(object).await,
+            Err(UpstreamError::InvalidRange { .. }) => {
+                return Ok((self.head_fresh(object).await?, Probed::default()));
+            }
             Err(error) => return Err(error),
         };
         self.inner.metrics.count_metadata("fetched");
         let target = Target::new(object, Arc::new(read.meta), block_size);
         // Without an ETag nothing names the version these bytes belong to.
-        if !target.meta.etag.is_empty() {
-            self.cache_whole_blocks(&target, read.first, read.body);
+        if target.meta.etag.is_empty() {
+            return Ok((target.meta, Probed::default()));
         }
-        Ok(target.meta)
+        let blocks = self.cache_whole_blocks(&target, read.first, read.body);
+        let probed = Probed {
+            blocks: blocks.into(),
+            tier: Tier::Upstream,
+        };
+        Ok((target.meta, probed))
     }
 
-    /// Caches every block that lies wholly inside bytes read from offset `first`.
-    fn cache_whole_blocks(&self, target: &Target, first: u64, body: Bytes) {
+    /// Caches every block that lies wholly inside bytes read from offset `first`, and
+    /// returns them.
+    fn cache_whole_blocks(
+        &self,
+        target: &Target,
+        first: u64,
+        body: Bytes,
+    ) -> Vec<(crate::types::BlockIndex, Bytes)> {
+        let mut cached = Vec::new();
         let Some(read) = (body.len() as u64)
             .checked_sub(1)
             .and_then(|last| ByteRange::new(first, first + last))
         else {
-            return;
+            return cached;
         };
         for index in target.layout.blocks_for(read) {
             let Some(block) = target.layout.block_range(index) else {
@@ -257,9 +291,10 @@ impl ReadPath {
             }
             let start = (block.first() - first) as usize;
             let end = start + block.len_bytes() as usize;
-            self.inner
-                .cache
-                .insert_block(target.key(index), body.slice(start..end));
+            let bytes = body.slice(start..end);
+            self.inner.cache.insert_block(target.key(index), bytes.clone());
+            cached.push((index, bytes));
         }
+        cached
     }
 }

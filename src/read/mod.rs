@@ -193,7 +193,35 @@ impl Probe {
     }
 }
 
-type Discovery = Result<Arc<ObjectMeta>, ReadError>;
+type Discovery = Result<(Arc<ObjectMeta>, Probed), ReadError>;
+
+/// Whole blocks the upstream GET that discovered an unknown object's metadata read on the
+/// way (they are cached too). The request that led the discovery serves them as fetched
+/// from the upstream, and one that waited for it as coalesced: neither found them in the
+/// cache, so neither counts a hit.
+#[derive(Clone)]
+struct Probed {
+    blocks: Arc<[(BlockIndex, Bytes)]>,
+    tier: Tier,
+}
+
+impl Default for Probed {
+    fn default() -> Self {
+        Self {
+            blocks: Arc::new([]),
+            tier: Tier::Upstream,
+        }
+    }
+}
+
+impl Probed {
+    fn block(&self, index: BlockIndex) -> Option<Bytes> {
+        self.blocks
+            .iter()
+            .find(|(probed, _)| *probed == index)
+            .map(|(_, bytes)| bytes.clone())
+    }
+}
 
 /// One version of one object, as a request reads it. Cheap to clone.
 #[derive(Clone)]
@@ -308,7 +336,7 @@ impl ReadPath {
         loop {
             // Taken before the metadata: an unknown object's first block arrives with it.
             let mut charge = self.inner.budget.reserve_within(block_size).await?;
-            let meta = self.resolve_meta(object, probe, checksums).await?;
+            let (meta, probed) = self.resolve(object, probe, checksums).await?;
             let selection = Selection::resolve(range, meta.size)?;
             let Some(bytes) = selection.bytes(meta.size) else {
                 return Ok(ObjectRead {
@@ -322,7 +350,8 @@ impl ReadPath {
             let started = if meta.etag.is_empty() {
                 self.stream_uncached(object, &meta, bytes, charge).await
             } else {
-                self.stream_cached(object, &meta, bytes, charge).await
+                self.stream_cached(object, &meta, bytes, charge, probed)
+                    .await
             };
             match started {
                 Ok((body, tally)) => {
@@ -343,21 +372,24 @@ impl ReadPath {
         }
     }
 
-    /// Starts streaming `bytes` of the version `meta` names from its blocks, reading the
-    /// first one (charged to `charge`) before it returns.
+    /// Starts streaming `bytes` of the version `meta` names from its blocks (or from
+    /// `probed`), reading the first one (charged to `charge`) before it returns.
     async fn stream_cached(
         &self,
         object: &ObjectRef,
         meta: &Arc<ObjectMeta>,
         bytes: ByteRange,
         charge: Charge,
+        probed: Probed,
     ) -> Result<(BodyStream, Arc<Tally>), ReadError> {
         let target = Target::new(object, meta.clone(), self.inner.settings.block_size);
         let first_index = target.layout.block_of(bytes.first());
-        let first_block = self.block(&target, first_index, charge).await?;
+        let first_block = self
+            .block_or_probed(&target, first_index, charge, &probed)
+            .await?;
         self.prefetch_after(&target, bytes);
         let tally = Arc::new(Tally::default());
-        let body = self.stream(target, bytes, first_block, tally.clone());
+        let body = self.stream(target, bytes, first_block, probed, tally.clone());
         Ok((body, tally))
     }
 
@@ -405,6 +437,7 @@ impl ReadPath {
         target: Target,
         bytes: ByteRange,
         first_block: (Bytes, Tier),
+        probed: Probed,
         tally: Arc<Tally>,
     ) -> BodyStream {
         let (sender, receiver) = mpsc::channel(1);
@@ -445,9 +478,11 @@ impl ReadPath {
                     blocks.next();
                     let this = this.clone();
                     let target = target.clone();
-                    fetches.push_back(
-                        async move { (index, this.block(&target, index, charge).await) },
-                    );
+                    let probed = probed.clone();
+                    fetches.push_back(async move {
+                        let block = this.block_or_probed(&target, index, charge, &probed);
+                        (index, block.await)
+                    });
                 }
                 let Some((index, result)) = fetches.next().await else {
                     return;
@@ -495,6 +530,24 @@ impl ReadPath {
         sender.send(Ok(slice)).await.is_ok()
     }
 
+    /// Block `index` of `target`: one the metadata discovery read, else [`Self::block`].
+    async fn block_or_probed(
+        &self,
+        target: &Target,
+        index: BlockIndex,
+        charge: Charge,
+        probed: &Probed,
+    ) -> Result<(Bytes, Tier), ReadError> {
+        match probed.block(index) {
+            Some(bytes) => {
+                let span = lookup_span(index);
+                self.counted(&span, probed.tier);
+                Ok((charge.attach(bytes), probed.tier))
+            }
+            None => self.block(target, index, charge).await,
+        }
+    }
+
     /// Block `index` of `target`, from the cache or the upstream, counted as a lookup and
     /// carrying `charge` until its last slice is dropped.
     async fn block(
@@ -503,11 +556,17 @@ impl ReadPath {
         index: BlockIndex,
         charge: Charge,
     ) -> Result<(Bytes, Tier), ReadError> {
-        let span = tracing::info_span!(target: TRACE_TARGET, "block.lookup", block.index = index, cache.tier = Empty, cache.hit = Empty);
+        let span = lookup_span(index);
         let (bytes, tier) = self
             .cache_block(target, index)
             .instrument(span.clone())
             .await?;
+        self.counted(&span, tier);
+        Ok((charge.attach(bytes), tier))
+    }
+
+    /// Records where a block came from on its lookup span and in the lookup metric.
+    fn counted(&self, span: &tracing::Span, tier: Tier) {
         span.record("cache.tier", tier.as_str());
         span.record("cache.hit", matches!(tier, Tier::Memory | Tier::Disk));
         self.inner.metrics.count_block(match tier {
@@ -516,7 +575,6 @@ impl ReadPath {
             Tier::Upstream => "miss",
             Tier::Coalesced => "coalesced",
         });
-        Ok((charge.attach(bytes), tier))
     }
 
     /// Block `index` of `target` through the cache (fetched and cached on a miss), its
@@ -574,6 +632,10 @@ impl ReadPath {
         }
         Ok((bytes, tier))
     }
+}
+
+fn lookup_span(index: BlockIndex) -> tracing::Span {
+    tracing::info_span!(target: TRACE_TARGET, "block.lookup", block.index = index, cache.tier = Empty, cache.hit = Empty)
 }
 
 /// Fetches one block of the version `meta` describes; a different version is an error.

@@ -27,10 +27,12 @@ pub const ACCESS_TARGET: &str = "portico::access";
 
 /// The filter used when `RUST_LOG` is not set. s3s logs every error response (404s
 /// included) at error level; Portico logs failed requests itself at the right level.
-/// foyer's single-file device warns that a file in a file system is "inefficient"
-/// compared with a raw block device; Portico chooses one data file on purpose
-/// (docs/architecture.md, "The disk tier's files").
-const DEFAULT_FILTER: &str = "info,s3s=off,foyer_storage::io::device::file=error";
+const DEFAULT_FILTER: &str = "info,s3s=off";
+
+/// Added to any filter: foyer's single-file device warns at every start that a file in a
+/// file system is "inefficient" compared with a raw block device. Portico keeps its disk
+/// tier in one data file on purpose (docs/architecture.md, "The disk tier's files").
+const FOYER_FILE_DEVICE: &str = "foyer_storage::io::device::file=error";
 
 /// Keeps the trace exporter running; [`Telemetry::shutdown`] flushes it.
 pub struct Telemetry {
@@ -53,6 +55,7 @@ impl Telemetry {
 pub fn init(log: &LogConfig) -> Telemetry {
     let filter = EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| EnvFilter::new(DEFAULT_FILTER))
+        .add_directive(FOYER_FILE_DEVICE.parse().expect("static directive"))
         .add_directive(
             format!("{TRACE_TARGET}=off")
                 .parse()

@@ -14,6 +14,7 @@ mod errors;
 mod forwarding;
 mod hardening;
 mod lifecycle;
+mod metrics;
 mod operations;
 mod prefetch;
 mod reads;

@@ -38,7 +38,7 @@ async fn health_readiness_and_metrics_are_served() {
         "portico_request_duration_seconds_count{operation=\"GetObject\"} 2",
         "portico_served_bytes_total{source=\"memory\"}",
         "portico_served_bytes_total{source=\"upstream\"}",
-        "portico_cache_block_lookups_total{result=\"miss\"} 2",
+        "portico_cache_block_lookups_total{result=\"miss\"} 3",
         "portico_cache_block_lookups_total{result=\"memory_hit\"}",
         "portico_upstream_requests_total{operation=\"GetObject\",status=\"206\"} 3",
         "portico_upstream_received_bytes_total 2500000",

@@ -1,0 +1,175 @@
+//! The metrics tell the truth: one workload that reads cold, from memory, from disk,
+//! coalesced, prefetched and stale, with every lookup and served-bytes counter checked
+//! after each step against what the forwarder saw reach the upstream.
+
+use std::time::Duration;
+
+use crate::support::{Rig, random_bytes};
+
+const KIB: usize = 1024;
+const MIB: usize = 1024 * KIB;
+const RESULTS: [&str; 4] = ["miss", "memory_hit", "disk_hit", "coalesced"];
+const SOURCES: [&str; 4] = ["upstream", "memory", "disk", "coalesced"];
+
+/// Every lookup result and served-bytes source, in the order of [`RESULTS`] and
+/// [`SOURCES`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Counters {
+    lookups: [f64; 4],
+    served: [f64; 4],
+}
+
+impl Counters {
+    async fn read(rig: &Rig) -> Self {
+        let portico = rig.portico();
+        let mut counters = Self {
+            lookups: [0.0; 4],
+            served: [0.0; 4],
+        };
+        for (slot, result) in counters.lookups.iter_mut().zip(RESULTS) {
+            *slot = portico
+                .metric(&format!(
+                    "portico_cache_block_lookups_total{{result=\"{result}\"}}"
+                ))
+                .await;
+        }
+        for (slot, source) in counters.served.iter_mut().zip(SOURCES) {
+            *slot = portico
+                .metric(&format!("portico_served_bytes_total{{source=\"{source}\"}}"))
+                .await;
+        }
+        counters
+    }
+
+    /// What changed since `before`.
+    fn since(self, before: Self) -> Self {
+        let mut delta = self;
+        for (now, then) in delta.lookups.iter_mut().zip(before.lookups) {
+            *now -= then;
+        }
+        for (now, then) in delta.served.iter_mut().zip(before.served) {
+            *now -= then;
+        }
+        delta
+    }
+}
+
+/// Counters with `lookups` (miss, memory, disk, coalesced) and `served` bytes by the same
+/// sources.
+fn expected(lookups: [usize; 4], served: [usize; 4]) -> Counters {
+    Counters {
+        lookups: lookups.map(|count| count as f64),
+        served: served.map(|bytes| bytes as f64),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn every_block_lookup_is_counted_where_it_happened() {
+    let mut rig = Rig::start("truth", |settings| settings.metadata_ttl = "1s").await;
+    let small = random_bytes(10 * KIB, 1);
+    for index in 0..5 {
+        rig.put(&format!("small-{index}"), &small).await;
+    }
+    let herd = random_bytes(100 * KIB, 2);
+    rig.put("herd", &herd).await;
+    let sequential = random_bytes(6 * MIB, 3);
+    rig.put("sequential", &sequential).await;
+    rig.forwarder.take();
+
+    // Cold: five first-ever GETs are five misses served from the upstream.
+    let before = Counters::read(&rig).await;
+    for index in 0..5 {
+        assert!(rig.get(&format!("small-{index}"), None).await == small);
+    }
+    assert_eq!(rig.upstream_gets(), 5);
+    assert_eq!(
+        Counters::read(&rig).await.since(before),
+        expected([5, 0, 0, 0], [5 * small.len(), 0, 0, 0]),
+        "cold reads"
+    );
+
+    // Memory: the same object again.
+    let before = Counters::read(&rig).await;
+    assert!(rig.get("small-0", None).await == small);
+    assert_eq!(
+        Counters::read(&rig).await.since(before),
+        expected([0, 1, 0, 0], [0, small.len(), 0, 0]),
+        "a memory hit"
+    );
+
+    // Coalesced: eight concurrent first reads of one object, one upstream GET.
+    rig.forwarder.take();
+    rig.forwarder.set_latency(Duration::from_millis(300));
+    let before = Counters::read(&rig).await;
+    let mut readers = Vec::new();
+    for _ in 0..8 {
+        let client = rig.client.clone();
+        let bucket = rig.bucket.clone();
+        readers.push(tokio::spawn(async move {
+            let output = client.get_object().bucket(bucket).key("herd").send().await;
+            output.unwrap().body.collect().await.unwrap().into_bytes()
+        }));
+    }
+    for reader in readers {
+        assert!(reader.await.unwrap()[..] == herd[..]);
+    }
+    rig.forwarder.set_latency(Duration::ZERO);
+    assert_eq!(rig.upstream_gets(), 1);
+    assert_eq!(
+        Counters::read(&rig).await.since(before),
+        expected([1, 0, 0, 7], [herd.len(), 0, 0, 7 * herd.len()]),
+        "a coalesced herd"
+    );
+
+    // Prefetched: a sequential reader finds the blocks prefetch fetched (in memory, or
+    // still arriving); each block reaches the upstream once, as a miss or a prefetch.
+    rig.forwarder.take();
+    let before = Counters::read(&rig).await;
+    let issued_before = prefetch(&rig, "issued").await;
+    for offset in (0..sequential.len()).step_by(MIB) {
+        let range = format!("bytes={offset}-{}", offset + MIB - 1);
+        assert!(rig.get("sequential", Some(&range)).await == sequential[offset..offset + MIB]);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(rig.upstream_gets(), 6, "every block fetched once");
+    let issued = prefetch(&rig, "issued").await - issued_before;
+    let delta = Counters::read(&rig).await.since(before);
+    let [miss, memory, disk, coalesced] = delta.lookups;
+    assert!(issued >= 3.0, "prefetches were issued: {issued}");
+    assert_eq!(miss + issued, 6.0, "demand misses and prefetches: {delta:?}");
+    assert_eq!(memory + coalesced, issued, "prefetched blocks found: {delta:?}");
+    assert_eq!(disk, 0.0);
+    assert_eq!(delta.served.iter().sum::<f64>(), sequential.len() as f64);
+    assert_eq!(delta.served[0], miss * MIB as f64);
+
+    // Disk: after a restart, the memory tier is empty and the block comes from disk.
+    rig.restart_portico().await;
+    rig.forwarder.take();
+    assert!(rig.get("small-1", None).await == small);
+    assert_eq!(rig.upstream_gets(), 0);
+    assert_eq!(
+        Counters::read(&rig).await,
+        expected([0, 0, 1, 0], [0, 0, small.len(), 0]),
+        "a disk hit after a restart"
+    );
+
+    // Stale: the upstream is down and the metadata past its TTL; the cached version is
+    // served from memory and counted as a stale serve.
+    rig.forwarder.stop().await;
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let before = Counters::read(&rig).await;
+    assert!(rig.get("small-1", None).await == small);
+    assert_eq!(
+        Counters::read(&rig).await.since(before),
+        expected([0, 1, 0, 0], [0, small.len(), 0, 0]),
+        "a stale serve"
+    );
+    assert_eq!(rig.portico().metric("portico_stale_serves_total").await, 1.0);
+    rig.forwarder.restart().await;
+}
+
+async fn prefetch(rig: &Rig, result: &str) -> f64 {
+    rig.portico()
+        .metric(&format!("portico_prefetch_blocks_total{{result=\"{result}\"}}"))
+        .await
+}
