@@ -1,11 +1,15 @@
-//! The admin listener: `/healthz` (the process answers), `/readyz` (the cache is open and
-//! the upstream answers; `degraded` while the disk tier is off) and `/metrics`
+//! The admin listener: `/healthz` (the process answers), `/readyz` (Portico can serve:
+//! the cache is open and it is not shutting down; `degraded` while the disk tier is off,
+//! and a line on the upstream's health, which does not decide readiness) and `/metrics`
 //! (Prometheus/OpenMetrics text), all open; and the admin API under `/admin/` — purge,
 //! warm jobs and cache usage, JSON in and out — which needs `Authorization: Bearer
 //! <admin.token>` (refused outright while no token is configured).
 //!
-//! Readiness probes the upstream at most once per [`PROBE_INTERVAL`], however often the
-//! orchestrator asks, so probes never become upstream load.
+//! The upstream is probed at most once per [`PROBE_INTERVAL`], however often `/readyz` and
+//! `/metrics` are asked, so probes never become upstream load. An unreachable upstream
+//! leaves Portico ready: cached objects are still served (and stale ones, with
+//! `serve_stale_on_error`), which a readiness probe taking every replica out of service
+//! would throw away exactly when it matters.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -39,6 +43,8 @@ pub struct AdminState {
     /// The bearer token `/admin/` requires; `None` disables those endpoints.
     token: Option<String>,
     maintenance: Maintenance,
+    /// True once shutdown has begun.
+    stopping: watch::Receiver<bool>,
 }
 
 impl AdminState {
@@ -48,6 +54,7 @@ impl AdminState {
         upstream: Arc<Upstream>,
         token: &str,
         maintenance: Maintenance,
+        stopping: watch::Receiver<bool>,
     ) -> Self {
         Self {
             metrics,
@@ -56,6 +63,7 @@ impl AdminState {
             last_probe: tokio::sync::Mutex::new(None),
             token: (!token.is_empty()).then(|| token.to_owned()),
             maintenance,
+            stopping,
         }
     }
 
@@ -72,6 +80,7 @@ impl AdminState {
             .probe()
             .await
             .map_err(|error| error.to_string());
+        self.metrics.upstream_up.set(i64::from(result.is_ok()));
         *last = Some((Instant::now(), result.clone()));
         result
     }
@@ -153,19 +162,25 @@ async fn readyz(State(state): State<Arc<AdminState>>) -> impl IntoResponse {
         None if state.cache.has_disk_tier() => ("ready", "memory + disk".to_owned()),
         None => ("ready", "memory only".to_owned()),
     };
-    match state.upstream_reachable().await {
-        Ok(()) => (
-            StatusCode::OK,
-            format!("{ready}\ncache: open ({cache})\nupstream: reachable\n"),
-        ),
-        Err(error) => (
+    let upstream = match state.upstream_reachable().await {
+        Ok(()) => "reachable".to_owned(),
+        Err(error) => format!("unreachable (cached objects are still served): {error}"),
+    };
+    if *state.stopping.borrow() {
+        return (
             StatusCode::SERVICE_UNAVAILABLE,
-            format!("not ready\ncache: open ({cache})\nupstream: unreachable: {error}\n"),
-        ),
+            format!("not ready: shutting down\ncache: open ({cache})\nupstream: {upstream}\n"),
+        );
     }
+    (
+        StatusCode::OK,
+        format!("{ready}\ncache: open ({cache})\nupstream: {upstream}\n"),
+    )
 }
 
 async fn metrics(State(state): State<Arc<AdminState>>) -> impl IntoResponse {
+    // A scrape refreshes portico_upstream_up (rate-limited like /readyz).
+    let _ = state.upstream_reachable().await;
     (
         [(header::CONTENT_TYPE, OPENMETRICS_CONTENT_TYPE)],
         state.metrics.render(),

@@ -147,6 +147,7 @@ pub async fn run(config: Config, on_ready: impl FnOnce(Bound)) -> Result<(), App
         upstream,
         &config.admin.token,
         maintenance,
+        stopping.clone(),
     ));
     let (admin_serves, api_task) = match api_listener {
         Some((listener, _)) => (

@@ -80,7 +80,8 @@ impl ReadPath {
                     .await
             })
             .await;
-        let (meta, mut probed) = result.map_err(|error| ReadError::Internal(error.to_string()))??;
+        let (meta, mut probed) =
+            result.map_err(|error| ReadError::Internal(error.to_string()))??;
         if !led {
             probed.tier = Tier::Coalesced;
         }
@@ -292,7 +293,9 @@ impl ReadPath {
             let start = (block.first() - first) as usize;
             let end = start + block.len_bytes() as usize;
             let bytes = body.slice(start..end);
-            self.inner.cache.insert_block(target.key(index), bytes.clone());
+            self.inner
+                .cache
+                .insert_block(target.key(index), bytes.clone());
             cached.push((index, bytes));
         }
         cached

@@ -87,6 +87,7 @@ pub struct Metrics {
     pub stale_serves: Counter,
     /// 1 while the disk tier is off after an I/O error (memory-only), else 0.
     pub cache_degraded: Gauge,
+    pub upstream_up: Gauge,
     /// Disk-tier I/O errors seen, by operation (read, write).
     pub cache_disk_errors: Family<OperationLabel, Counter>,
     /// Connections closed as soon as they were accepted, by reason (per_client).
@@ -126,6 +127,7 @@ impl Metrics {
             upstream_hedges: Family::default(),
             stale_serves: Counter::default(),
             cache_degraded: Gauge::default(),
+            upstream_up: Gauge::default(),
             cache_disk_errors: Family::default(),
             connections_refused: Family::default(),
             inflight_bytes: Gauge::default(),
@@ -202,6 +204,11 @@ impl Metrics {
             "portico_cache_degraded",
             "1 while the disk tier is off after a disk I/O error (the cache runs memory-only), else 0",
             metrics.cache_degraded.clone(),
+        );
+        registry.register(
+            "portico_upstream_up",
+            "1 when the last upstream probe (at most one per 5 s, made by /readyz and /metrics) got an answer, else 0",
+            metrics.upstream_up.clone(),
         );
         registry.register(
             "portico_cache_disk_errors",

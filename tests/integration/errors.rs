@@ -50,7 +50,7 @@ async fn missing_objects_and_unsatisfiable_ranges_get_s3_errors() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn an_unreachable_upstream_gives_503_and_portico_recovers() {
+async fn an_unreachable_upstream_gives_503_for_uncached_reads_and_portico_stays_ready() {
     let mut rig = Rig::start("down", |_| {}).await;
     let cached = random_bytes(300_000, 5);
     let uncached = random_bytes(300_000, 6);
@@ -65,21 +65,28 @@ async fn an_unreachable_upstream_gives_503_and_portico_recovers() {
     assert_eq!(failed_head(&client, &rig.bucket, "uncached.bin").await, 503);
     // Fresh metadata and cached blocks need no upstream.
     assert!(rig.get("cached.bin", None).await == cached);
+    // Still ready, so an orchestrator keeps it in service: it serves what it holds.
     let (status, body) = rig.portico().admin_get("/readyz").await;
-    assert_eq!(status, 503, "{body}");
-    assert!(body.contains("upstream: unreachable"), "{body}");
+    assert_eq!(status, 200, "{body}");
+    assert!(body.starts_with("ready\n"), "{body}");
+    assert!(body.contains("\nupstream: unreachable"), "{body}");
+    let up = "portico_upstream_up";
+    assert_eq!(rig.portico().metric(up).await, 0.0);
 
     rig.forwarder.restart().await;
     assert!(rig.get("uncached.bin", None).await == uncached);
-    let mut ready = false;
+    let mut reachable = false;
     for _ in 0..50 {
-        if rig.portico().admin_get("/readyz").await.0 == 200 {
-            ready = true;
+        let (status, body) = rig.portico().admin_get("/readyz").await;
+        assert_eq!(status, 200, "{body}");
+        if body.contains("\nupstream: reachable\n") {
+            reachable = true;
             break;
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    assert!(ready, "readiness did not recover");
+    assert!(reachable, "the upstream line did not recover");
+    assert_eq!(rig.portico().metric(up).await, 1.0);
 }
 
 #[tokio::test]

@@ -35,7 +35,9 @@ impl Counters {
         }
         for (slot, source) in counters.served.iter_mut().zip(SOURCES) {
             *slot = portico
-                .metric(&format!("portico_served_bytes_total{{source=\"{source}\"}}"))
+                .metric(&format!(
+                    "portico_served_bytes_total{{source=\"{source}\"}}"
+                ))
                 .await;
         }
         counters
@@ -136,8 +138,16 @@ async fn every_block_lookup_is_counted_where_it_happened() {
     let delta = Counters::read(&rig).await.since(before);
     let [miss, memory, disk, coalesced] = delta.lookups;
     assert!(issued >= 3.0, "prefetches were issued: {issued}");
-    assert_eq!(miss + issued, 6.0, "demand misses and prefetches: {delta:?}");
-    assert_eq!(memory + coalesced, issued, "prefetched blocks found: {delta:?}");
+    assert_eq!(
+        miss + issued,
+        6.0,
+        "demand misses and prefetches: {delta:?}"
+    );
+    assert_eq!(
+        memory + coalesced,
+        issued,
+        "prefetched blocks found: {delta:?}"
+    );
     assert_eq!(disk, 0.0);
     assert_eq!(delta.served.iter().sum::<f64>(), sequential.len() as f64);
     assert_eq!(delta.served[0], miss * MIB as f64);
@@ -164,12 +174,17 @@ async fn every_block_lookup_is_counted_where_it_happened() {
         expected([0, 1, 0, 0], [0, small.len(), 0, 0]),
         "a stale serve"
     );
-    assert_eq!(rig.portico().metric("portico_stale_serves_total").await, 1.0);
+    assert_eq!(
+        rig.portico().metric("portico_stale_serves_total").await,
+        1.0
+    );
     rig.forwarder.restart().await;
 }
 
 async fn prefetch(rig: &Rig, result: &str) -> f64 {
     rig.portico()
-        .metric(&format!("portico_prefetch_blocks_total{{result=\"{result}\"}}"))
+        .metric(&format!(
+            "portico_prefetch_blocks_total{{result=\"{result}\"}}"
+        ))
         .await
 }
