@@ -234,6 +234,7 @@ impl From<MaintenanceError> for AdminError {
         let status = match error {
             MaintenanceError::List(_) => StatusCode::BAD_GATEWAY,
             MaintenanceError::Busy => StatusCode::TOO_MANY_REQUESTS,
+            MaintenanceError::Purge(_) => StatusCode::INTERNAL_SERVER_ERROR,
         };
         Self {
             status,

@@ -68,6 +68,8 @@ pub enum MaintenanceError {
     List(#[from] UpstreamError),
     #[error("{MAX_RUNNING_JOBS} warm jobs are already running; try again when one finishes")]
     Busy,
+    #[error("the purge could not be recorded: {0}")]
+    Purge(ReadError),
 }
 
 /// What a purge removed.
@@ -184,7 +186,11 @@ impl Maintenance {
             blocks: 0,
         };
         for (object, version) in self.objects(selector).await? {
-            purged.blocks += self.read.purge(&object, version).await;
+            purged.blocks += self
+                .read
+                .purge(&object, version)
+                .await
+                .map_err(MaintenanceError::Purge)?;
             purged.objects += 1;
         }
         tracing::info!(

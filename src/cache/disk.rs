@@ -195,7 +195,11 @@ pub fn prepare(dir: &Path, wanted: &DiskFormat) -> Result<PreparedDisk, DiskFile
         })
     });
     if reset.is_some() {
-        for file in format_1_files.iter().chain([&data_file, &format_file]) {
+        let journal = dir.join(super::purges::JOURNAL_FILE);
+        for file in format_1_files
+            .iter()
+            .chain([&data_file, &format_file, &journal])
+        {
             match std::fs::remove_file(file) {
                 Ok(()) => {}
                 Err(error) if error.kind() == ErrorKind::NotFound => {}

@@ -2,7 +2,9 @@
 //!
 //! Invariants: a block key names the object version (ETag or version token) and the block
 //! size it was cut with, so neither bytes of two versions nor blocks of another layout
-//! (an earlier `cache.block_size` on the same disk tier) can be returned for a key.
+//! (an earlier `cache.block_size` on the same disk tier) can be returned for a key. Block
+//! and metadata keys also carry the object's purge generation (see `purges`): entries
+//! written before a purge are never found again, even after a restart recovers them.
 
 use std::io::{Read, Write};
 use std::sync::Arc;
@@ -28,6 +30,8 @@ pub struct BlockKey {
     /// `index * block_size_bytes`.
     pub block_size_bytes: u64,
     pub index: BlockIndex,
+    /// How often the object was purged when the block was cached; set by the cache.
+    pub generation: u64,
 }
 
 impl BlockKey {
@@ -42,7 +46,13 @@ impl BlockKey {
             version,
             block_size_bytes,
             index,
+            generation: 0,
         }
+    }
+
+    /// The object the block belongs to (never a pinned version).
+    pub fn object(&self) -> &ObjectRef {
+        &self.object
     }
 }
 
@@ -51,7 +61,8 @@ impl BlockKey {
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum CacheKey {
     Block(BlockKey),
-    Meta(ObjectRef),
+    /// An object's metadata, and the object's purge generation.
+    Meta(ObjectRef, u64),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -86,9 +97,10 @@ impl Code for CacheKey {
                 put_str(writer, block.object.key())?;
                 put_str(writer, &block.version)?;
                 put_u64(writer, block.block_size_bytes)?;
-                put_u64(writer, block.index)
+                put_u64(writer, block.index)?;
+                put_u64(writer, block.generation)
             }
-            Self::Meta(object) => {
+            Self::Meta(object, generation) => {
                 let tag = match object.version() {
                     Some(_) => TAG_META_VERSION,
                     None => TAG_META,
@@ -96,10 +108,10 @@ impl Code for CacheKey {
                 put_u8(writer, tag)?;
                 put_str(writer, object.bucket())?;
                 put_str(writer, object.key())?;
-                match object.version() {
-                    Some(version) => put_str(writer, version),
-                    None => Ok(()),
+                if let Some(version) = object.version() {
+                    put_str(writer, version)?;
                 }
+                put_u64(writer, *generation)
             }
         }
     }
@@ -111,15 +123,16 @@ impl Code for CacheKey {
                 let version = get_str(reader)?;
                 let block_size_bytes = get_u64(reader)?;
                 let index = get_u64(reader)?;
-                Ok(Self::Block(BlockKey::new(
-                    &object,
-                    version.into(),
-                    block_size_bytes,
-                    index,
-                )))
+                let generation = get_u64(reader)?;
+                Ok(Self::Block(BlockKey {
+                    generation,
+                    ..BlockKey::new(&object, version.into(), block_size_bytes, index)
+                }))
             }
-            TAG_META => Ok(Self::Meta(decode_object(reader, false)?)),
-            TAG_META_VERSION => Ok(Self::Meta(decode_object(reader, true)?)),
+            tag @ (TAG_META | TAG_META_VERSION) => {
+                let object = decode_object(reader, tag == TAG_META_VERSION)?;
+                Ok(Self::Meta(object, get_u64(reader)?))
+            }
             _ => Err(parse_error("unknown cache key tag")),
         }
     }
@@ -132,11 +145,13 @@ impl Code for CacheKey {
                     + str_size(&block.version)
                     + 8
                     + 8
+                    + 8
             }
-            Self::Meta(object) => {
+            Self::Meta(object, _) => {
                 1 + str_size(object.bucket())
                     + str_size(object.key())
                     + object.version().map_or(0, str_size)
+                    + 8
             }
         }
     }
@@ -199,11 +214,14 @@ mod tests {
     fn meta_keys_and_values_round_trip() {
         let object = ObjectRef::new("bucket", "a/b c/ü.parquet").unwrap();
         let pinned = object.clone().with_version(Some("3/L4kqtJl")).unwrap();
-        let key = CacheKey::Meta(object);
+        let key = CacheKey::Meta(object.clone(), 0);
         assert_eq!(round_trip(&key), key);
-        let pinned_key = CacheKey::Meta(pinned);
+        let pinned_key = CacheKey::Meta(pinned, 0);
         assert_eq!(round_trip(&pinned_key), pinned_key);
         assert_ne!(pinned_key, key);
+        let purged = CacheKey::Meta(object, 1);
+        assert_eq!(round_trip(&purged), purged);
+        assert_ne!(purged, key);
         let value =
             CacheValue::Meta(MetaClock::new().record(MetaState::Missing(Missing::NoSuchBucket)));
         assert_eq!(round_trip(&value), value);
@@ -255,14 +273,18 @@ mod tests {
             version in "\\PC{0,80}",
             block_size in any::<u64>(),
             index in any::<u64>(),
+            generation in any::<u64>(),
             data in proptest::collection::vec(any::<u8>(), 0..4096),
         ) {
-            let key = CacheKey::Block(BlockKey::new(
-                &ObjectRef::new(&bucket, &key).unwrap(),
-                version.into(),
-                block_size,
-                index,
-            ));
+            let key = CacheKey::Block(BlockKey {
+                generation,
+                ..BlockKey::new(
+                    &ObjectRef::new(&bucket, &key).unwrap(),
+                    version.into(),
+                    block_size,
+                    index,
+                )
+            });
             prop_assert_eq!(round_trip(&key), key);
             let value = CacheValue::Block(Bytes::from(data));
             prop_assert_eq!(round_trip(&value), value);

@@ -20,6 +20,7 @@ mod codec;
 mod disk;
 mod key;
 mod meta;
+mod purges;
 
 use std::future::Future;
 use std::path::{Path, PathBuf};
@@ -207,6 +208,7 @@ pub struct BlockCache {
     hybrid: HybridCache<CacheKey, CacheValue>,
     health: Arc<DiskHealth>,
     disk_capacity_bytes: u64,
+    purges: Arc<purges::Purges>,
 }
 
 /// How full the tiers are. The disk tier is a ring that fills up to its capacity and then
@@ -268,10 +270,16 @@ impl BlockCache {
                 .with_engine_config(engine)
                 .with_recover_mode(RecoverMode::Quiet);
             let hybrid = storage.build().await.map_err(open_error)?;
+            let purges =
+                purges::Purges::open(&config.dir).map_err(|source| DiskFilesError::Dir {
+                    dir: config.dir.display().to_string(),
+                    source,
+                })?;
             let cache = Self {
                 hybrid,
                 health,
                 disk_capacity_bytes: config.disk_capacity.bytes(),
+                purges: Arc::new(purges),
             };
             cache.spawn_disk_probe(config.dir.join(PROBE_FILE));
             return Ok(cache);
@@ -284,6 +292,7 @@ impl BlockCache {
             hybrid,
             health,
             disk_capacity_bytes: 0,
+            purges: Arc::new(purges::Purges::in_memory()),
         })
     }
 
@@ -335,9 +344,36 @@ impl BlockCache {
         });
     }
 
+    /// The cache key of a block: `key` under its object's purge generation.
+    fn block_key(&self, key: &BlockKey) -> CacheKey {
+        let mut key = key.clone();
+        key.generation = self.purges.generation(key.object());
+        CacheKey::Block(key)
+    }
+
+    /// The cache key of an object's metadata, under its purge generation.
+    fn meta_key(&self, object: &ObjectRef) -> CacheKey {
+        CacheKey::Meta(object.clone(), self.purges.generation(object))
+    }
+
+    /// Makes everything cached of `object` (every version, both tiers) unreachable for
+    /// good: its purge generation is raised and journaled before this returns.
+    pub fn purge(&self, object: &ObjectRef) -> Result<(), CacheError> {
+        self.purges.purge(object).map(drop).map_err(|source| {
+            CacheError::Files(DiskFilesError::Dir {
+                dir: self
+                    .purges
+                    .path()
+                    .map(|path| path.display().to_string())
+                    .unwrap_or_default(),
+                source,
+            })
+        })
+    }
+
     /// The block if the memory tier holds it; no disk I/O.
     pub fn block_in_memory(&self, key: &BlockKey) -> Option<Bytes> {
-        let entry = self.hybrid.memory().get(&CacheKey::Block(key.clone()))?;
+        let entry = self.hybrid.memory().get(&self.block_key(key))?;
         match entry.value() {
             CacheValue::Block(bytes) => Some(bytes.clone()),
             CacheValue::Meta(_) => None,
@@ -346,7 +382,7 @@ impl BlockCache {
 
     /// The metadata record if the memory tier holds it; no disk I/O.
     pub fn meta_in_memory(&self, object: &ObjectRef) -> Option<MetaRecord> {
-        let entry = self.hybrid.memory().get(&CacheKey::Meta(object.clone()))?;
+        let entry = self.hybrid.memory().get(&self.meta_key(object))?;
         match entry.value() {
             CacheValue::Meta(record) => Some(record.clone()),
             CacheValue::Block(_) => None,
@@ -379,7 +415,7 @@ impl BlockCache {
             flag.store(true, Ordering::Release);
             fetch.await.map(CacheValue::Block)
         };
-        let cache_key = CacheKey::Block(key.clone());
+        let cache_key = self.block_key(key);
         let mut disk = self.disk_in_use();
         if disk {
             // The disk is read on its own first: foyer's `get_or_fetch` would answer a
@@ -421,7 +457,7 @@ impl BlockCache {
 
     pub fn insert_block(&self, key: BlockKey, bytes: Bytes) {
         self.hybrid.insert_with_properties(
-            CacheKey::Block(key),
+            self.block_key(&key),
             CacheValue::Block(bytes),
             self.placement(Location::Default),
         );
@@ -439,7 +475,7 @@ impl BlockCache {
 
     /// The metadata record from memory, or from disk (after a restart or eviction).
     pub async fn meta(&self, object: &ObjectRef) -> Result<Option<MetaRecord>, CacheError> {
-        let key = CacheKey::Meta(object.clone());
+        let key = self.meta_key(object);
         let entry = match self.hybrid.memory().get(&key) {
             Some(entry) => entry,
             None if !self.disk_in_use() => return Ok(None),
@@ -465,19 +501,22 @@ impl BlockCache {
             MetaState::Missing(_) => Location::InMem,
         };
         self.hybrid.insert_with_properties(
-            CacheKey::Meta(object.clone()),
+            self.meta_key(object),
             CacheValue::Meta(record),
             self.placement(location),
         );
     }
 
-    /// Removes a block from both tiers.
-    pub fn remove_block(&self, key: BlockKey) {
-        self.hybrid.remove(&CacheKey::Block(key));
+    /// Removes a block from both tiers; whether the cache held it.
+    pub fn remove_block(&self, key: &BlockKey) -> bool {
+        let key = self.block_key(key);
+        let held = self.hybrid.contains(&key);
+        self.hybrid.remove(&key);
+        held
     }
 
     pub fn remove_meta(&self, object: &ObjectRef) {
-        self.hybrid.remove(&CacheKey::Meta(object.clone()));
+        self.hybrid.remove(&self.meta_key(object));
     }
 
     pub fn usage(&self) -> CacheUsage {

@@ -22,9 +22,15 @@ pub struct KnownVersion {
 }
 
 impl ReadPath {
-    /// Forgets `object`: its metadata, and every block of the version its cached metadata
-    /// names and of `also` (a version a listing reported). Returns the blocks removed.
-    pub async fn purge(&self, object: &ObjectRef, also: Option<KnownVersion>) -> u64 {
+    /// Forgets `object` for good, across restarts: its metadata, and every block of the
+    /// version its cached metadata names and of `also` (a version a listing reported) are
+    /// removed, and the object's purge generation is raised so nothing cached before
+    /// (on disk, of any version) is found again. Returns the blocks the cache held.
+    pub async fn purge(
+        &self,
+        object: &ObjectRef,
+        also: Option<KnownVersion>,
+    ) -> Result<u64, ReadError> {
         let cached = self
             .inner
             .cache
@@ -54,11 +60,14 @@ impl ReadPath {
         for meta in versions {
             let target = Target::new(object, meta, self.inner.settings.block_size);
             for index in 0..target.layout.block_count() {
-                self.inner.cache.remove_block(target.key(index));
-                removed += 1;
+                removed += u64::from(self.inner.cache.remove_block(&target.key(index)));
             }
         }
-        removed
+        self.inner
+            .cache
+            .purge(object)
+            .map_err(|error| ReadError::Internal(error.to_string()))?;
+        Ok(removed)
     }
 
     /// The bytes a warm of `range` of `object` will load, from its (cached) metadata.

@@ -90,6 +90,53 @@ async fn purge_of_a_key_or_prefix_sends_the_next_get_upstream() {
     assert_eq!(rig.upstream_gets(), 3, "inside the prefix is read again");
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn a_purge_holds_across_a_restart_and_counts_what_it_removed() {
+    let mut rig = admin_rig("purge-restart").await;
+    let data = random_bytes(3 * MIB + 5, 62);
+    rig.put("kept.bin", &data).await;
+    rig.put("purged.bin", &data).await;
+    assert!(rig.get("kept.bin", None).await == data);
+    // Only the first two of four blocks are cached.
+    assert!(rig.get("purged.bin", Some("bytes=0-2097151")).await == data[..2 * MIB]);
+
+    let bucket = rig.bucket.clone();
+    let (status, purged) = post(
+        &rig,
+        "/admin/purge",
+        json!({ "bucket": bucket, "key": "purged.bin" }),
+    )
+    .await;
+    assert_eq!(status, 200, "{purged}");
+    assert_eq!(
+        purged,
+        json!({ "objects": 1, "blocks": 2 }),
+        "the blocks the cache held"
+    );
+
+    // The disk tier still holds the purged entries; the restart recovers them, and they
+    // must stay unreachable.
+    rig.restart_portico().await;
+    rig.forwarder.take();
+    assert!(rig.get("purged.bin", None).await == data);
+    assert_eq!(
+        rig.upstream_gets(),
+        4,
+        "every block of the purged object came from the upstream: {:#?}",
+        rig.forwarder.take()
+    );
+    assert_eq!(
+        rig.portico()
+            .metric("portico_cache_metadata_lookups_total{result=\"revalidated\"}")
+            .await,
+        0.0,
+        "the purged metadata did not come back"
+    );
+    rig.forwarder.take();
+    assert!(rig.get("kept.bin", None).await == data);
+    assert_eq!(rig.upstream_gets(), 0, "the other object stayed cached");
+}
+
 /// Polls a job until it ends; returns its last status and every percent it reported.
 async fn finished_job(rig: &Rig, id: u64) -> (Value, Vec<f64>) {
     let mut seen = Vec::new();
