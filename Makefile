@@ -13,12 +13,19 @@ CARGO_FUZZ_VERSION := 0.13.2
 CARGO_FUZZ := $(TOOLS_DIR)/cargo-fuzz-$(CARGO_FUZZ_VERSION)/bin/cargo-fuzz
 AWS_CLI ?= /usr/bin/aws
 NGINX := /usr/sbin/nginx
+# promtool from Debian 12's prometheus package, unpacked (no service is installed).
+PROMTOOL := $(TOOLS_DIR)/bin/promtool-debian12
 
 export PORTICO_MINIO := $(MINIO)
 export PORTICO_PYTHON := $(PYTHON_TOOLS)/bin/python
 export PORTICO_S3CMD := $(PYTHON_TOOLS)/bin/s3cmd
 export PORTICO_AWS_CLI := $(AWS_CLI)
 export PORTICO_HELM := $(HELM)
+export PORTICO_PROMTOOL := $(PROMTOOL)
+
+# apt: as root, or through sudo.
+SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
+APT_UPDATE := $(SUDO) apt-get update -q
 
 .PHONY: run test ci fmt-check clippy build release bench fuzz tools clean-demo
 
@@ -27,8 +34,9 @@ run: tools build
 	scripts/run-demo.sh
 
 ## test: the whole test suite: unit and integration tests (against a real MinIO), then the
-## Helm chart and container image tests (helm lint/template, Kubernetes schemas, check-config)
-test: tools
+## Helm chart, alert rule and container image tests (helm lint/template, Kubernetes schemas,
+## promtool, check-config)
+test: tools $(PROMTOOL)
 	cargo test --workspace
 	PORTICO_BIN=$(CURDIR)/target/debug/portico $(PYTHON_TOOLS)/bin/python -m unittest discover -s tests/deploy -t tests/deploy
 
@@ -94,6 +102,14 @@ $(AWS_CLI):
 $(NGINX):
 	@echo "Installing nginx (Debian package nginx-light)"
 	@if [ "$$(id -u)" = 0 ]; then apt-get install -y -q nginx-light; else sudo apt-get install -y -q nginx-light; fi
+
+$(PROMTOOL):
+	@echo "Installing promtool (Debian package prometheus, unpacked into $(TOOLS_DIR))"
+	@mkdir -p $(TOOLS_DIR)/bin $(TOOLS_DIR)/deb
+	cd $(TOOLS_DIR)/deb && rm -f prometheus_*.deb && { apt-get download prometheus 2>/dev/null || { $(APT_UPDATE) && apt-get download prometheus; }; }
+	dpkg-deb -x $(TOOLS_DIR)/deb/prometheus_*.deb $(TOOLS_DIR)/deb/root
+	mv $(TOOLS_DIR)/deb/root/usr/bin/promtool $@
+	rm -rf $(TOOLS_DIR)/deb
 
 $(MINIO):
 	@command -v go >/dev/null || { echo "Go is needed once to build MinIO ($(MINIO_VERSION)); install Go and re-run" >&2; exit 1; }

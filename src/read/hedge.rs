@@ -297,7 +297,10 @@ mod tests {
         assert_eq!(result, Ok(0));
         assert_eq!(started.load(Ordering::SeqCst), 1);
         let text = hedger.metrics.render();
-        assert!(!text.contains("portico_upstream_hedges_total"), "{text}");
+        assert!(
+            text.contains("portico_upstream_hedges_total{result=\"sent\"} 0"),
+            "{text}"
+        );
     }
 
     #[tokio::test(start_paused = true)]
@@ -332,7 +335,10 @@ mod tests {
             text.contains("portico_upstream_hedges_total{result=\"sent\"} 1"),
             "{text}"
         );
-        assert!(!text.contains("result=\"won\""), "{text}");
+        assert!(
+            text.contains("portico_upstream_hedges_total{result=\"won\"} 0"),
+            "{text}"
+        );
     }
 
     #[tokio::test(start_paused = true)]

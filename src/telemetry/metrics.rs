@@ -241,7 +241,60 @@ impl Metrics {
             metrics.uncached_reads.clone(),
         );
         *metrics.registry.lock() = registry;
+        metrics.start_known_series_at_zero();
         metrics
+    }
+
+    /// Creates every series whose labels are known in advance, at 0: a family without a
+    /// series is not exported at all, and `rate()`, `increase()` and the alert rules need
+    /// a series from the first scrape, not from the first event.
+    fn start_known_series_at_zero(&self) {
+        let results = [
+            (
+                &self.block_lookups,
+                &["memory_hit", "disk_hit", "miss", "coalesced"][..],
+            ),
+            (
+                &self.prefetch_blocks,
+                &["issued", "used", "wasted", "skipped"],
+            ),
+            (
+                &self.metadata_lookups,
+                &[
+                    "fresh",
+                    "revalidated",
+                    "changed",
+                    "fetched",
+                    "negative",
+                    "missing",
+                ],
+            ),
+            (&self.upstream_hedges, &["sent", "won", "over_budget"]),
+            (&self.budget_waits, &["waited", "refused"]),
+        ];
+        for (family, known) in results {
+            for &result in known {
+                drop(family.get_or_create(&ResultLabel { result }));
+            }
+        }
+        for source in ["memory", "disk", "upstream", "coalesced"] {
+            drop(self.served_bytes.get_or_create(&SourceLabel { source }));
+        }
+        for operation in ["read", "write"] {
+            drop(
+                self.cache_disk_errors
+                    .get_or_create(&OperationLabel { operation }),
+            );
+        }
+        for operation in ["GetObject", "HeadObject"] {
+            drop(
+                self.upstream_retries
+                    .get_or_create(&OperationLabel { operation }),
+            );
+        }
+        drop(self.connections_refused.get_or_create(&ReasonLabel {
+            reason: "per_client",
+        }));
     }
 
     /// A registry handle for foyer's metrics, so they appear in the same exposition.

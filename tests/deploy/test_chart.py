@@ -26,7 +26,7 @@ HELM = os.environ.get("PORTICO_HELM", "helm")
 PORTICO = os.environ.get("PORTICO_BIN", str(ROOT / "target" / "debug" / "portico"))
 KUBERNETES_VERSION = "1.30.0"
 # Custom resources have no schema in the Kubernetes set; their fields are checked here.
-CUSTOM_KINDS = {"ServiceMonitor"}
+CUSTOM_KINDS = {"ServiceMonitor", "PrometheusRule"}
 
 
 def helm(*args, check=True):
@@ -82,8 +82,12 @@ class ChartTest(unittest.TestCase):
             for manifest in manifests:
                 kind = manifest["kind"]
                 with self.subTest(f"{name}: {kind} {manifest['metadata']['name']}"):
-                    if kind in CUSTOM_KINDS:
+                    if kind == "ServiceMonitor":
                         self.check_service_monitor(manifest)
+                        continue
+                    if kind in CUSTOM_KINDS:
+                        self.assertEqual(manifest["apiVersion"], "monitoring.coreos.com/v1")
+                        self.assertTrue(manifest["spec"]["groups"])
                         continue
                     kubernetes_validate.validate(manifest, KUBERNETES_VERSION, strict=True)
 

@@ -188,3 +188,75 @@ async fn prefetch(rig: &Rig, result: &str) -> f64 {
         ))
         .await
 }
+
+/// Every metric name the README, the docs, the alert rules and the dashboard use, foyer's
+/// included, is one a live `/metrics` exports (after reads that touch both tiers).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn every_metric_named_in_docs_alerts_and_dashboard_is_exported() {
+    let rig = Rig::start("names", |_| {}).await;
+    let data = random_bytes(3 * MIB, 4);
+    rig.put("object", &data).await;
+    assert!(rig.get("object", None).await == data);
+    assert!(rig.get("object", None).await == data);
+    let (status, text) = rig.portico().admin_get("/metrics").await;
+    assert_eq!(status, 200);
+    let mut exported = std::collections::BTreeSet::new();
+    for line in text.lines() {
+        if let Some(declared) = line.strip_prefix("# TYPE ") {
+            let mut words = declared.split_whitespace();
+            let (Some(name), Some(kind)) = (words.next(), words.next()) else {
+                continue;
+            };
+            // A histogram's family name names it in prose; a counter's never (its
+            // samples end in `_total`).
+            let suffixes: &[&str] = match kind {
+                "counter" => &["_total"],
+                "histogram" => &["", "_bucket", "_sum", "_count"],
+                _ => &[""],
+            };
+            exported.extend(suffixes.iter().map(|suffix| format!("{name}{suffix}")));
+        } else if !line.starts_with('#') {
+            let name = line.split(['{', ' ']).next().unwrap_or_default();
+            exported.insert(name.to_owned());
+        }
+    }
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut documents = vec![
+        root.join("README.md"),
+        root.join("charts/portico/alerts/portico.rules.yaml"),
+        root.join("charts/portico/dashboards/portico.json"),
+    ];
+    for entry in std::fs::read_dir(root.join("docs")).unwrap() {
+        documents.push(entry.unwrap().path());
+    }
+    let mut checked = 0;
+    for document in documents {
+        let text = std::fs::read_to_string(&document).unwrap();
+        for (start, _) in text.match_indices(['p', 'f']) {
+            let rest = &text[start..];
+            if !(rest.starts_with("portico_") || rest.starts_with("foyer_"))
+                || text[..start]
+                    .chars()
+                    .next_back()
+                    .is_some_and(|before| before.is_ascii_alphanumeric() || before == '_')
+            {
+                continue;
+            }
+            let name: String = rest
+                .chars()
+                .take_while(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '_')
+                .collect();
+            // `foyer_*` in prose names the family, not a metric.
+            if name.ends_with('_') {
+                continue;
+            }
+            checked += 1;
+            assert!(
+                exported.contains(&name),
+                "{} names {name}, which /metrics does not export",
+                document.display()
+            );
+        }
+    }
+    assert!(checked >= 40, "only {checked} metric names found");
+}
