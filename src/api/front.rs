@@ -28,7 +28,7 @@ use super::listener::{OpenRequest, Requests};
 use super::passthrough::{Forwarded, Passthrough};
 use super::route::{Address, Route, parse_query};
 use crate::auth::{AuthError, Authenticator, RequestHead, Verified, authorize};
-use crate::read::Tally;
+use crate::read::{CacheStatus, Tally};
 use crate::telemetry::{ACCESS_TARGET, Metrics, TRACE_TARGET};
 
 /// Query parameters of presigned URLs (SigV4 and SigV2).
@@ -61,6 +61,8 @@ struct ContextInner {
     target: OnceLock<RequestTarget>,
     /// Where a cached read's blocks came from.
     tally: OnceLock<Arc<Tally>>,
+    /// What the cache did for a GET or HEAD (RFC 9211 `Cache-Status`).
+    cache_status: OnceLock<String>,
 }
 
 /// Who asked for what, once the request is authenticated and routed.
@@ -88,6 +90,11 @@ impl RequestContext {
     /// Lets the request's trace and access log say where a cached read's bytes came from.
     pub fn set_tally(&self, tally: Arc<Tally>) {
         let _ = self.0.tally.set(tally);
+    }
+
+    /// What the cache did, for the response header, the access log and the trace.
+    pub fn set_cache_status(&self, status: &CacheStatus) {
+        let _ = self.0.cache_status.set(status.to_string());
     }
 }
 
@@ -125,6 +132,8 @@ pub struct Front {
     rate: Option<Arc<RequestRate>>,
     /// The connection's open requests, for its keep-alive deadline.
     requests: Option<Arc<Requests>>,
+    /// The header GET and HEAD responses say what the cache did in; `None` for none.
+    cache_status_header: Option<HeaderName>,
 }
 
 impl Front {
@@ -135,6 +144,7 @@ impl Front {
         metrics: Arc<Metrics>,
         auth: Option<Arc<Authenticator>>,
         limits: RequestLimits,
+        cache_status_header: Option<HeaderName>,
     ) -> Self {
         Self {
             s3,
@@ -146,6 +156,7 @@ impl Front {
             limits,
             rate: None,
             requests: None,
+            cache_status_header,
         }
     }
 
@@ -387,6 +398,7 @@ impl hyper::service::Service<Request<Incoming>> for Front {
             cache.hits = Empty,
             cache.misses = Empty,
             cache.source = Empty,
+            cache.status = Empty,
         );
         let reported =
             !span.is_disabled() || tracing::enabled!(target: ACCESS_TARGET, tracing::Level::INFO);
@@ -401,17 +413,25 @@ impl hyper::service::Service<Request<Incoming>> for Front {
                 .map(str::to_owned),
             target: OnceLock::new(),
             tally: OnceLock::new(),
+            cache_status: OnceLock::new(),
         }));
         span.record("s3.request_id", context.id());
         request.extensions_mut().insert(context.clone());
         let response = span.in_scope(|| self.admit_and_dispatch(request, &context));
         let metrics = self.metrics.clone();
         let traced = span.clone();
+        let cache_status_header = self.cache_status_header.clone();
         Box::pin(
             async move {
                 let mut response = response.await?;
                 if let Ok(value) = HeaderValue::from_str(context.id()) {
                     response.headers_mut().insert("x-amz-request-id", value);
+                }
+                if let Some(name) = cache_status_header
+                    && let Some(status) = context.0.cache_status.get()
+                    && let Ok(value) = HeaderValue::from_str(status)
+                {
+                    response.headers_mut().insert(name, value);
                 }
                 let status = response.status().as_u16();
                 let record = Record {
@@ -543,6 +563,9 @@ impl Drop for Record {
             if let Some(key) = key {
                 span.record("s3.key", key);
             }
+            if let Some(status) = context.cache_status.get() {
+                span.record("cache.status", status.as_str());
+            }
             if let Some(tally) = tally {
                 span.record("cache.blocks", tally.hits() + tally.misses());
                 span.record("cache.hits", tally.hits());
@@ -563,6 +586,7 @@ impl Drop for Record {
             bytes = self.sent_bytes,
             ms = (elapsed.as_secs_f64() * 1_000_000.0).round() / 1000.0,
             source,
+            cache_status = context.cache_status.get().map_or("-", String::as_str),
             aborted = self.aborted,
             "access"
         );

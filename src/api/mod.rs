@@ -80,5 +80,7 @@ pub fn service(
         metrics,
         auth,
         RequestLimits::of(&config.server),
+        // Validated with the configuration; an empty name sends no header.
+        http::HeaderName::from_bytes(config.server.cache_status_header.as_bytes()).ok(),
     ))
 }

@@ -270,6 +270,7 @@ impl S3 for PorticoS3 {
         };
         if let Some(context) = request.extensions.get::<RequestContext>() {
             context.set_tally(read.tally.clone());
+            context.set_cache_status(&read.status);
         }
         if let Some(error) =
             precondition_error(conditions.evaluate(&read.meta), &read.meta, &request_id)
@@ -301,11 +302,14 @@ impl S3 for PorticoS3 {
         let object = object_ref(&request, input.version_id.as_deref(), &request_id)?;
         let checksums = wants_checksums(input.checksum_mode.as_ref())
             && !request.headers.contains_key(http::header::RANGE);
-        let meta = self
+        let (meta, status) = self
             .read
-            .head(&object, checksums)
+            .head_with_status(&object, checksums)
             .await
             .map_err(|error| s3_error(&error, &request_id))?;
+        if let Some(context) = request.extensions.get::<RequestContext>() {
+            context.set_cache_status(&status);
+        }
         let conditions = preconditions(&request);
         if let Some(error) = precondition_error(conditions.evaluate(&meta), &meta, &request_id) {
             return Err(error);

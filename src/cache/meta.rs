@@ -256,6 +256,22 @@ impl MetaClock {
         Duration::from_millis(age) < ttl
     }
 
+    /// How long `record` stays fresh under `ttl`: `None` when it never expires
+    /// (`immutable`), zero once it has.
+    pub fn remaining(&self, record: &MetaRecord, ttl: MetadataTtl) -> Option<Duration> {
+        let MetadataTtl::After(ttl) = ttl else {
+            return None;
+        };
+        if record.validated.boot_id != self.boot_id {
+            return Some(Duration::ZERO);
+        }
+        let age = self
+            .now()
+            .millis_since_boot
+            .saturating_sub(record.validated.millis_since_boot);
+        Some(ttl.saturating_sub(Duration::from_millis(age)))
+    }
+
     /// Whether a negative record is still within `negative_ttl`.
     pub fn is_fresh_negative(&self, record: &MetaRecord, negative_ttl: Duration) -> bool {
         matches!(record.state, MetaState::Missing(_))

@@ -71,6 +71,9 @@ pub struct ServerConfig {
     /// How long a GET waits for room in `max_inflight_bytes` before it is answered
     /// 503 SlowDown.
     pub inflight_wait: HumanDuration,
+    /// The response header that says what the cache did for a GET or HEAD (RFC 9211);
+    /// empty sends none.
+    pub cache_status_header: String,
 }
 
 impl Default for ServerConfig {
@@ -91,6 +94,7 @@ impl Default for ServerConfig {
             keepalive_timeout: HumanDuration::secs(60),
             max_inflight_bytes: ByteSize::mib(512),
             inflight_wait: HumanDuration::secs(5),
+            cache_status_header: "Cache-Status".to_owned(),
         }
     }
 }
@@ -511,6 +515,12 @@ impl Config {
                     "config key server.{key}: {value} is not accepted (expected 1 KiB to {most})"
                 )));
             }
+        }
+        let header = &self.server.cache_status_header;
+        if !header.is_empty() && http::HeaderName::from_bytes(header.as_bytes()).is_err() {
+            return Err(ConfigError::new(format_args!(
+                "config key server.cache_status_header: {header:?} is not a header name (expected a name like \"Cache-Status\", or \"\" for none)"
+            )));
         }
         for domain in &self.server.domains {
             let valid = !domain.is_empty()

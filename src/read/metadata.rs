@@ -7,7 +7,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use tracing::Instrument;
 
-use super::{Discovery, Probe, Probed, ReadError, ReadPath, Target};
+use super::{Discovery, MetaSource, Probe, Probed, ReadError, ReadPath, Target};
 use crate::cache::Tier;
 use crate::cache::{MetaRecord, MetaState, ObjectMeta};
 use crate::telemetry::TRACE_TARGET;
@@ -54,11 +54,10 @@ impl ReadPath {
                 None
             }
         };
-        if let Some(answer) = cached
-            .as_ref()
-            .and_then(|record| self.fresh(record, checksums))
+        if let Some(record) = &cached
+            && let Some(answer) = self.fresh(record, checksums)
         {
-            return answer.map(|meta| (meta, Probed::default()));
+            return answer.map(|meta| (meta, self.fresh_probe(record)));
         }
         let known = cached.as_ref().and_then(MetaRecord::meta).cloned();
         let this = self.clone();
@@ -70,11 +69,10 @@ impl ReadPath {
                 // A discovery that finished while this caller read the disk tier has left
                 // its answer in memory: use it instead of asking the upstream again.
                 let settled = this.inner.cache.meta_in_memory(&object);
-                if let Some(answer) = settled
-                    .as_ref()
-                    .and_then(|record| this.fresh(record, checksums))
+                if let Some(record) = &settled
+                    && let Some(answer) = this.fresh(record, checksums)
                 {
-                    return answer.map(|meta| (meta, Probed::default()));
+                    return answer.map(|meta| (meta, this.fresh_probe(record)));
                 }
                 this.discover(&object, generation, known, probe, checksums)
                     .await
@@ -86,6 +84,24 @@ impl ReadPath {
             probed.tier = Tier::Coalesced;
         }
         Ok((meta, probed))
+    }
+
+    /// How a fresh cached record was found: no blocks, and what is left of its TTL.
+    fn fresh_probe(&self, record: &MetaRecord) -> Probed {
+        let inner = &self.inner;
+        Probed {
+            source: MetaSource::Fresh,
+            ttl: inner.clock.remaining(record, inner.settings.metadata_ttl),
+            ..Probed::default()
+        }
+    }
+
+    /// The TTL of metadata the upstream just confirmed.
+    fn full_ttl(&self) -> Option<std::time::Duration> {
+        match self.inner.settings.metadata_ttl {
+            crate::config::MetadataTtl::After(ttl) => Some(ttl),
+            crate::config::MetadataTtl::Immutable => None,
+        }
     }
 
     /// The answer a cached record gives, if it is still fresh (and knows the checksums
@@ -127,9 +143,23 @@ impl ReadPath {
     ) -> Discovery {
         let unprobed = |meta| (meta, Probed::default());
         let outcome = match (&known, probe) {
-            (Some(known), _) if !checksums || known.checksums.is_some() => {
-                self.revalidate(object, known).await.map(unprobed)
-            }
+            (Some(known), _) if !checksums || known.checksums.is_some() => self
+                .revalidate(object, known)
+                .await
+                .map(|(meta, unchanged)| {
+                    let source = if unchanged {
+                        MetaSource::Revalidated
+                    } else {
+                        MetaSource::Fetched
+                    };
+                    (
+                        meta,
+                        Probed {
+                            source,
+                            ..Probed::default()
+                        },
+                    )
+                }),
             // Only a HEAD reports checksums.
             (Some(_), _) | (None, Probe::Head) => self.head_fresh(object).await.map(unprobed),
             (None, Probe::Block(_) | Probe::Tail) => {
@@ -158,11 +188,16 @@ impl ReadPath {
             // stale, so the next lookup asks the upstream again.
             tracing::warn!(%object, %error, "upstream failed to revalidate; serving the cached version");
             self.inner.metrics.stale_serves.inc();
-            return Ok(unprobed(known.clone()));
+            let stale = Probed {
+                source: MetaSource::Stale,
+                ..Probed::default()
+            };
+            return Ok((known.clone(), stale));
         }
         match outcome {
-            Ok((meta, probed)) => {
+            Ok((meta, mut probed)) => {
                 self.store_meta(object, generation, MetaState::Found(meta.clone()));
+                probed.ttl = self.full_ttl();
                 Ok((meta, probed))
             }
             Err(UpstreamError::NotFound {
@@ -191,26 +226,27 @@ impl ReadPath {
         }
     }
 
-    /// One conditional HEAD: unchanged keeps the known metadata.
+    /// One conditional HEAD: unchanged keeps the known metadata. Returns the metadata and
+    /// whether it is unchanged.
     async fn revalidate(
         &self,
         object: &ObjectRef,
         known: &Arc<ObjectMeta>,
-    ) -> Result<Arc<ObjectMeta>, UpstreamError> {
+    ) -> Result<(Arc<ObjectMeta>, bool), UpstreamError> {
         let etag = (!known.etag.is_empty()).then_some(known.etag.as_str());
         match self.inner.upstream.head(object, etag).await? {
             HeadOutcome::NotModified => {
                 self.inner.metrics.count_metadata("revalidated");
-                Ok(known.clone())
+                Ok((known.clone(), true))
             }
             HeadOutcome::Found(meta) if meta.same_object(known) => {
                 self.inner.metrics.count_metadata("revalidated");
                 // The HEAD also reported the checksums.
-                Ok(Arc::new(*meta))
+                Ok((Arc::new(*meta), true))
             }
             HeadOutcome::Found(meta) => {
                 self.inner.metrics.count_metadata("changed");
-                Ok(Arc::new(*meta))
+                Ok((Arc::new(*meta), false))
             }
         }
     }
@@ -264,6 +300,7 @@ impl ReadPath {
         let probed = Probed {
             blocks: blocks.into(),
             tier: Tier::Upstream,
+            ..Probed::default()
         };
         Ok((target.meta, probed))
     }

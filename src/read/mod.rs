@@ -118,6 +118,8 @@ pub struct ObjectRead {
     pub selection: Selection,
     pub body: BodyStream,
     pub tally: Arc<Tally>,
+    /// What the cache did, for the `Cache-Status` header.
+    pub status: CacheStatus,
 }
 
 /// The blocks one response was served from, by tier, counted as they are sent.
@@ -195,14 +197,17 @@ impl Probe {
 
 type Discovery = Result<(Arc<ObjectMeta>, Probed), ReadError>;
 
-/// Whole blocks the upstream GET that discovered an unknown object's metadata read on the
-/// way (they are cached too). The request that led the discovery serves them as fetched
-/// from the upstream, and one that waited for it as coalesced: neither found them in the
-/// cache, so neither counts a hit.
+/// How a request's metadata was found, and the whole blocks the upstream GET that
+/// discovered an unknown object's metadata read on the way (they are cached too). The
+/// request that led the discovery serves those as fetched from the upstream, and one that
+/// waited for it as coalesced: neither found them in the cache, so neither counts a hit.
 #[derive(Clone)]
 struct Probed {
     blocks: Arc<[(BlockIndex, Bytes)]>,
     tier: Tier,
+    source: MetaSource,
+    /// The metadata's remaining freshness; `None` when it never expires.
+    ttl: Option<std::time::Duration>,
 }
 
 impl Default for Probed {
@@ -210,6 +215,88 @@ impl Default for Probed {
         Self {
             blocks: Arc::new([]),
             tier: Tier::Upstream,
+            source: MetaSource::Fetched,
+            ttl: None,
+        }
+    }
+}
+
+/// Where a request's object metadata came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MetaSource {
+    /// The cache, within its TTL.
+    Fresh,
+    /// The cache, past its TTL, confirmed unchanged by the upstream.
+    Revalidated,
+    /// The upstream (unknown, changed, or another request's discovery this one waited for).
+    Fetched,
+    /// The cache, past its TTL, because the upstream failed (`serve_stale_on_error`).
+    Stale,
+}
+
+/// What the cache did for one GET or HEAD, rendered as RFC 9211's `Cache-Status`:
+/// `Portico; hit; detail=memory`, `Portico; fwd=miss; stored; collapsed`,
+/// `Portico; fwd=stale; fwd-status=304`, `Portico; fwd=bypass`, with `ttl` (seconds of
+/// metadata freshness left) where it is known.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CacheStatus {
+    source: MetaSource,
+    /// Where the response's first block came from; `None` when it has no body.
+    first_block: Option<Tier>,
+    /// This request waited for another's upstream request.
+    collapsed: bool,
+    /// The object is never cached (no ETag names its version).
+    bypass: bool,
+    ttl: Option<std::time::Duration>,
+}
+
+impl CacheStatus {
+    fn new(probed: &Probed, first_block: Option<Tier>) -> Self {
+        Self {
+            source: probed.source,
+            first_block,
+            collapsed: probed.tier == Tier::Coalesced || first_block == Some(Tier::Coalesced),
+            bypass: false,
+            ttl: probed.ttl,
+        }
+    }
+
+    fn bypass(probed: &Probed) -> Self {
+        Self {
+            bypass: true,
+            ..Self::new(probed, Some(Tier::Upstream))
+        }
+    }
+}
+
+impl std::fmt::Display for CacheStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Portico")?;
+        let fetched_bytes = matches!(self.first_block, Some(Tier::Upstream | Tier::Coalesced));
+        if self.bypass {
+            return f.write_str("; fwd=bypass");
+        }
+        match self.source {
+            _ if fetched_bytes => f.write_str("; fwd=miss; stored")?,
+            MetaSource::Fetched => f.write_str("; fwd=miss; stored")?,
+            MetaSource::Fresh => f.write_str("; hit")?,
+            MetaSource::Revalidated => f.write_str("; fwd=stale; fwd-status=304")?,
+            MetaSource::Stale => f.write_str("; hit; detail=stale-upstream-failed")?,
+        }
+        if self.collapsed {
+            f.write_str("; collapsed")?;
+        }
+        if let Some(ttl) = self.ttl
+            && self.source != MetaSource::Stale
+        {
+            write!(f, "; ttl={}", ttl.as_secs())?;
+        }
+        match self.first_block {
+            Some(Tier::Memory) if self.source != MetaSource::Stale => {
+                f.write_str("; detail=memory")
+            }
+            Some(Tier::Disk) if self.source != MetaSource::Stale => f.write_str("; detail=disk"),
+            _ => Ok(()),
         }
     }
 }
@@ -321,6 +408,21 @@ impl ReadPath {
         self.resolve_meta(object, Probe::Head, checksums).await
     }
 
+    /// [`Self::head`], with what the cache did for the `Cache-Status` header.
+    pub async fn head_with_status(
+        &self,
+        object: &ObjectRef,
+        checksums: bool,
+    ) -> Result<(Arc<ObjectMeta>, CacheStatus), ReadError> {
+        let (meta, probed) = self.resolve(object, Probe::Head, checksums).await?;
+        let status = if meta.etag.is_empty() {
+            CacheStatus::bypass(&probed)
+        } else {
+            CacheStatus::new(&probed, None)
+        };
+        Ok((meta, status))
+    }
+
     /// Starts a GET of `range` of `object`; with `checksums`, the metadata includes the
     /// object's stored checksums. The first block is read before this returns, so every
     /// error that can still become a status code does.
@@ -344,22 +446,27 @@ impl ReadPath {
                     selection,
                     body: empty_body(),
                     tally: Arc::default(),
+                    status: CacheStatus::new(&probed, None),
                 });
             };
             charge.shrink_to(bytes.len_bytes().min(block_size));
             let started = if meta.etag.is_empty() {
-                self.stream_uncached(object, &meta, bytes, charge).await
+                let status = CacheStatus::bypass(&probed);
+                self.stream_uncached(object, &meta, bytes, charge)
+                    .await
+                    .map(|(body, tally)| (body, tally, status))
             } else {
                 self.stream_cached(object, &meta, bytes, charge, probed)
                     .await
             };
             match started {
-                Ok((body, tally)) => {
+                Ok((body, tally, status)) => {
                     return Ok(ObjectRead {
                         meta,
                         selection,
                         body,
                         tally,
+                        status,
                     });
                 }
                 Err(ReadError::Changed) if !retried => {
@@ -381,16 +488,17 @@ impl ReadPath {
         bytes: ByteRange,
         charge: Charge,
         probed: Probed,
-    ) -> Result<(BodyStream, Arc<Tally>), ReadError> {
+    ) -> Result<(BodyStream, Arc<Tally>, CacheStatus), ReadError> {
         let target = Target::new(object, meta.clone(), self.inner.settings.block_size);
         let first_index = target.layout.block_of(bytes.first());
         let first_block = self
             .block_or_probed(&target, first_index, charge, &probed)
             .await?;
+        let status = CacheStatus::new(&probed, Some(first_block.1));
         self.prefetch_after(&target, bytes);
         let tally = Arc::new(Tally::default());
         let body = self.stream(target, bytes, first_block, probed, tally.clone());
-        Ok((body, tally))
+        Ok((body, tally, status))
     }
 
     /// Records the read of `bytes` for sequential detection and starts the prefetches it

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use crate::support::{Rig, random_bytes};
+use crate::support::{Rig, http_request, random_bytes};
 
 const KIB: usize = 1024;
 const MIB: usize = 1024 * KIB;
@@ -259,4 +259,98 @@ async fn every_metric_named_in_docs_alerts_and_dashboard_is_exported() {
         }
     }
     assert!(checked >= 40, "only {checked} metric names found");
+}
+
+/// `Cache-Status` (RFC 9211) on GET and HEAD says what the cache did: a miss, a hit and
+/// where, a collapsed wait, a revalidation, a stale serve and a bypass; the access log
+/// says the same; and the header can be renamed or turned off.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn cache_status_says_what_the_cache_did() {
+    let mut rig = Rig::start("status", |settings| {
+        settings.without_auth();
+        settings.metadata_ttl = "1s";
+        settings.log = "access_log = true\n".to_owned();
+    })
+    .await;
+    let data = random_bytes(100 * KIB, 5);
+    for key in ["object", "herd", "bypassed"] {
+        rig.put(key, &data).await;
+    }
+
+    assert_eq!(
+        cache_status(&rig, "GET", "object").await.as_deref(),
+        Some("Portico; fwd=miss; stored; ttl=1")
+    );
+    assert_eq!(
+        cache_status(&rig, "GET", "object").await.as_deref(),
+        Some("Portico; hit; ttl=0; detail=memory")
+    );
+    assert_eq!(
+        cache_status(&rig, "HEAD", "object").await.as_deref(),
+        Some("Portico; hit; ttl=0")
+    );
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    assert_eq!(
+        cache_status(&rig, "GET", "object").await.as_deref(),
+        Some("Portico; fwd=stale; fwd-status=304; ttl=1; detail=memory")
+    );
+
+    // Concurrent first reads: one fetches, the others wait for it.
+    rig.forwarder.set_latency(Duration::from_millis(300));
+    let herd: Vec<_> = (0..4).map(|_| cache_status(&rig, "GET", "herd")).collect();
+    let mut statuses: Vec<String> = futures::future::join_all(herd)
+        .await
+        .into_iter()
+        .map(Option::unwrap)
+        .collect();
+    rig.forwarder.set_latency(Duration::ZERO);
+    statuses.sort();
+    assert_eq!(
+        statuses,
+        [
+            "Portico; fwd=miss; stored; collapsed; ttl=1",
+            "Portico; fwd=miss; stored; collapsed; ttl=1",
+            "Portico; fwd=miss; stored; collapsed; ttl=1",
+            "Portico; fwd=miss; stored; ttl=1",
+        ]
+    );
+
+    // The upstream down and the metadata past its TTL: the cached version, stale.
+    rig.forwarder.stop().await;
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    assert_eq!(
+        cache_status(&rig, "GET", "object").await.as_deref(),
+        Some("Portico; hit; detail=stale-upstream-failed")
+    );
+    rig.forwarder.restart().await;
+
+    // Without an ETag nothing is cached: every GET goes upstream.
+    rig.forwarder.strip_etags();
+    assert_eq!(
+        cache_status(&rig, "GET", "bypassed").await.as_deref(),
+        Some("Portico; fwd=bypass")
+    );
+    let logs = rig.portico().logs();
+    assert!(
+        logs.contains("cache_status=\"Portico; fwd=bypass\""),
+        "the access log says it too: {logs}"
+    );
+
+    rig.settings.server_extra = "cache_status_header = \"\"\n".to_owned();
+    rig.restart_portico().await;
+    assert_eq!(
+        cache_status(&rig, "GET", "object").await,
+        None,
+        "turned off"
+    );
+}
+
+/// The `Cache-Status` of an unsigned `method` of `key` (the rig runs without auth).
+async fn cache_status(rig: &Rig, method: &str, key: &str) -> Option<String> {
+    let url = format!("{}/{}/{key}", rig.portico().s3, rig.bucket);
+    let (code, headers, _) = http_request(method, &url, &[]).await;
+    assert_eq!(code, 200, "{method} {key}");
+    headers
+        .get("cache-status")
+        .map(|value| value.to_str().unwrap().to_owned())
 }
