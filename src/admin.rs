@@ -29,7 +29,7 @@ use tokio::sync::watch;
 
 use crate::cache::BlockCache;
 use crate::telemetry::Metrics;
-use crate::upstream::Upstream;
+use crate::upstream::{CredentialProblem, Upstream};
 use crate::warm::{JobState, JobStatus, Maintenance, MaintenanceError, Selector};
 
 const PROBE_INTERVAL: Duration = Duration::from_secs(5);
@@ -75,11 +75,21 @@ impl AdminState {
         {
             return result.clone();
         }
-        let result = self
-            .upstream
-            .probe()
-            .await
-            .map_err(|error| error.to_string());
+        let result = self.upstream.probe().await.map_err(|error| {
+            let request_id = error
+                .request_id()
+                .map(|id| format!(" (upstream request id {id})"))
+                .unwrap_or_default();
+            match error.credential_problem() {
+                Some(CredentialProblem::Missing) => format!(
+                    "no credential: set upstream.access_key_id and upstream.secret_access_key, or provide AWS credentials: {error}"
+                ),
+                Some(CredentialProblem::Rejected) => format!(
+                    "reachable, but it refuses Portico's credential: check upstream.access_key_id and upstream.secret_access_key: {error}{request_id}"
+                ),
+                None => format!("unreachable: {error}"),
+            }
+        });
         self.metrics.upstream_up.set(i64::from(result.is_ok()));
         *last = Some((Instant::now(), result.clone()));
         result
@@ -164,7 +174,7 @@ async fn readyz(State(state): State<Arc<AdminState>>) -> impl IntoResponse {
     };
     let upstream = match state.upstream_reachable().await {
         Ok(()) => "reachable".to_owned(),
-        Err(error) => format!("unreachable (cached objects are still served): {error}"),
+        Err(problem) => format!("{problem} (cached objects are still served)"),
     };
     if *state.stopping.borrow() {
         return (

@@ -123,6 +123,27 @@ pub fn error_response(mut error: S3Error, request_id: &str) -> Response<s3s::Bod
 }
 
 fn upstream_error(error: &UpstreamError) -> (S3ErrorCode, StatusCode, String) {
+    // Portico's own credential failing is not the client's: a client must not be told
+    // its signature is wrong when it was Portico's.
+    match (error, error.credential_problem()) {
+        (UpstreamError::Rejected { code, .. }, Some(_)) => {
+            return (
+                S3ErrorCode::Custom("UpstreamCredentialRejected".into()),
+                StatusCode::BAD_GATEWAY,
+                format!(
+                    "The upstream object store refused the credential Portico signs with ({code}); Portico's operator must fix upstream.access_key_id and upstream.secret_access_key. Your request was not at fault."
+                ),
+            );
+        }
+        (_, Some(_)) => {
+            return (
+                S3ErrorCode::Custom("UpstreamCredentialMissing".into()),
+                StatusCode::BAD_GATEWAY,
+                "Portico has no credential for the upstream object store; its operator must set upstream.access_key_id and upstream.secret_access_key or provide AWS credentials. Your request was not at fault.".to_owned(),
+            );
+        }
+        _ => {}
+    }
     match error {
         UpstreamError::Rejected {
             status,
@@ -149,7 +170,8 @@ fn upstream_error(error: &UpstreamError) -> (S3ErrorCode, StatusCode, String) {
         | UpstreamError::PreconditionFailed { .. }
         | UpstreamError::NotModified
         | UpstreamError::InvalidResponse { .. }
-        | UpstreamError::Request { .. } => (
+        | UpstreamError::Request { .. }
+        | UpstreamError::NoCredential { .. } => (
             S3ErrorCode::InternalError,
             StatusCode::INTERNAL_SERVER_ERROR,
             "We encountered an internal error. Please try again.".to_owned(),
@@ -207,6 +229,26 @@ mod tests {
             parts(ReadError::Upstream(unreachable)).0,
             "ServiceUnavailable"
         );
+    }
+
+    #[test]
+    fn portico_s_own_credential_failing_is_not_the_client_s_error() {
+        let refused = UpstreamError::Rejected {
+            status: 403,
+            code: "SignatureDoesNotMatch".into(),
+            message: "The request signature we calculated does not match".into(),
+            request_id: Some("UP9".into()),
+        };
+        let (code, status, _, upstream_id) = parts(ReadError::Upstream(refused));
+        assert_eq!(
+            (code.as_str(), status, upstream_id.as_deref()),
+            ("UpstreamCredentialRejected", 502, Some("UP9"))
+        );
+        let missing = UpstreamError::NoCredential {
+            message: "no credentials found in chain".into(),
+        };
+        let (code, status, ..) = parts(ReadError::Upstream(missing));
+        assert_eq!((code.as_str(), status), ("UpstreamCredentialMissing", 502));
     }
 
     #[test]

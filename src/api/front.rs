@@ -9,7 +9,7 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll};
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use http::{HeaderName, HeaderValue, Request, Response, Uri};
@@ -29,7 +29,7 @@ use super::passthrough::{Forwarded, Passthrough};
 use super::route::{Address, Route, parse_query};
 use crate::auth::{AuthError, Authenticator, RequestHead, Verified, authorize};
 use crate::read::{CacheStatus, Tally};
-use crate::telemetry::{ACCESS_TARGET, Metrics, TRACE_TARGET};
+use crate::telemetry::{ACCESS_TARGET, LogLimit, Metrics, TRACE_TARGET};
 
 /// Query parameters of presigned URLs (SigV4 and SigV2).
 const SIGNATURE_QUERY_PARAMS: [&str; 10] = [
@@ -134,6 +134,8 @@ pub struct Front {
     requests: Option<Arc<Requests>>,
     /// The header GET and HEAD responses say what the cache did in; `None` for none.
     cache_status_header: Option<HeaderName>,
+    /// Denied client requests are logged at `info` at most once a second.
+    denials: Arc<LogLimit>,
 }
 
 impl Front {
@@ -157,6 +159,7 @@ impl Front {
             rate: None,
             requests: None,
             cache_status_header,
+            denials: Arc::new(LogLimit::per(Duration::from_secs(1))),
         }
     }
 
@@ -212,7 +215,11 @@ impl Front {
                 self.dispatch(request, host.as_deref(), context)
             }
             Err(error) => {
-                tracing::debug!(request_id = context.id(), %error, "authentication failed");
+                if self.denials.allow() {
+                    tracing::info!(request_id = context.id(), %error, "client request denied: authentication failed (one such line per second at most)");
+                } else {
+                    tracing::debug!(request_id = context.id(), %error, "authentication failed");
+                }
                 context.set_operation("Unauthenticated");
                 refuse(error.to_s3(), context)
             }
@@ -286,7 +293,11 @@ impl Front {
                 request.headers(),
             )
         {
-            tracing::debug!(request_id = context.id(), access_key_id = %verified.credential.access_key_id, %error, "request refused");
+            if self.denials.allow() {
+                tracing::info!(request_id = context.id(), access_key_id = %verified.credential.access_key_id, %error, "client request denied: outside the credential's buckets or scopes (one such line per second at most)");
+            } else {
+                tracing::debug!(request_id = context.id(), access_key_id = %verified.credential.access_key_id, %error, "request refused");
+            }
             return refuse(error.to_s3(), context);
         }
         match route {

@@ -88,6 +88,8 @@ pub struct Metrics {
     /// 1 while the disk tier is off after an I/O error (memory-only), else 0.
     pub cache_degraded: Gauge,
     pub upstream_up: Gauge,
+    /// Upstream answers showing Portico's credential failing, by reason.
+    pub upstream_credential_errors: Family<ReasonLabel, Counter>,
     /// Disk-tier I/O errors seen, by operation (read, write).
     pub cache_disk_errors: Family<OperationLabel, Counter>,
     /// Connections closed as soon as they were accepted, by reason (per_client).
@@ -128,6 +130,7 @@ impl Metrics {
             stale_serves: Counter::default(),
             cache_degraded: Gauge::default(),
             upstream_up: Gauge::default(),
+            upstream_credential_errors: Family::default(),
             cache_disk_errors: Family::default(),
             connections_refused: Family::default(),
             inflight_bytes: Gauge::default(),
@@ -207,8 +210,13 @@ impl Metrics {
         );
         registry.register(
             "portico_upstream_up",
-            "1 when the last upstream probe (at most one per 5 s, made by /readyz and /metrics) got an answer, else 0",
+            "1 when the last upstream probe (at most one per 5 s, made by /readyz and /metrics) got an answer that accepted Portico's credential, else 0",
             metrics.upstream_up.clone(),
+        );
+        registry.register(
+            "portico_upstream_credential_errors",
+            "Upstream requests that failed on Portico's own credential: missing (none could be loaded) or rejected (InvalidAccessKeyId, SignatureDoesNotMatch, expired token)",
+            metrics.upstream_credential_errors.clone(),
         );
         registry.register(
             "portico_cache_disk_errors",
@@ -292,6 +300,12 @@ impl Metrics {
                     .get_or_create(&OperationLabel { operation }),
             );
         }
+        for reason in ["missing", "rejected"] {
+            drop(
+                self.upstream_credential_errors
+                    .get_or_create(&ReasonLabel { reason }),
+            );
+        }
         drop(self.connections_refused.get_or_create(&ReasonLabel {
             reason: "per_client",
         }));
@@ -367,6 +381,12 @@ impl Metrics {
     pub fn count_disk_error(&self, operation: &'static str) {
         self.cache_disk_errors
             .get_or_create(&OperationLabel { operation })
+            .inc();
+    }
+
+    pub fn count_credential_error(&self, reason: &'static str) {
+        self.upstream_credential_errors
+            .get_or_create(&ReasonLabel { reason })
             .inc();
     }
 

@@ -11,6 +11,40 @@ mod otlp;
 
 pub use metrics::Metrics;
 
+/// Lets a repeated log line through at most once per interval (the first at once), so a
+/// failure every request meets is logged, not repeated per request.
+#[derive(Debug)]
+pub struct LogLimit {
+    interval: std::time::Duration,
+    started: std::time::Instant,
+    /// Milliseconds after `started` when the next line may pass; 0 lets the first pass.
+    next: std::sync::atomic::AtomicU64,
+}
+
+impl LogLimit {
+    pub fn per(interval: std::time::Duration) -> Self {
+        Self {
+            interval,
+            started: std::time::Instant::now(),
+            next: std::sync::atomic::AtomicU64::new(0),
+        }
+    }
+
+    /// Whether a line may be logged now; if so, the next one waits an interval.
+    pub fn allow(&self) -> bool {
+        use std::sync::atomic::Ordering;
+        let now = u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        let next = self.next.load(Ordering::Acquire);
+        let later =
+            now.saturating_add(u64::try_from(self.interval.as_millis()).unwrap_or(u64::MAX));
+        now >= next
+            && self
+                .next
+                .compare_exchange(next, later.max(1), Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+    }
+}
+
 use std::io::IsTerminal;
 
 use tracing_subscriber::filter::{EnvFilter, LevelFilter, Targets};
@@ -113,4 +147,19 @@ pub fn init(log: &LogConfig) -> Telemetry {
         (None, None) => {}
     }
     Telemetry { traces: provider }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::LogLimit;
+
+    #[test]
+    fn one_line_per_interval_passes() {
+        let limit = LogLimit::per(std::time::Duration::from_millis(200));
+        assert!(limit.allow());
+        assert!(!limit.allow());
+        std::thread::sleep(std::time::Duration::from_millis(250));
+        assert!(limit.allow());
+        assert!(!limit.allow());
+    }
 }

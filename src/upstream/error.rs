@@ -41,6 +41,40 @@ pub enum UpstreamError {
     /// The request could not be built (a value the SDK refuses to send).
     #[error("cannot build the upstream request: {message}")]
     Request { message: String },
+    /// Portico has no credential to sign upstream requests with: none configured, and the
+    /// credential chain (environment, profile, web identity, container, instance) found
+    /// none.
+    #[error("no upstream credential: {message}")]
+    NoCredential { message: String },
+}
+
+/// S3 error codes that mean the upstream refused the credential a request was signed
+/// with (Portico's own, never the client's).
+const CREDENTIAL_REJECTED: [&str; 6] = [
+    "InvalidAccessKeyId",
+    "SignatureDoesNotMatch",
+    "InvalidToken",
+    "ExpiredToken",
+    "InvalidClientTokenId",
+    "TokenRefreshRequired",
+];
+
+/// What is wrong with Portico's upstream credential, for metrics and `/readyz`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CredentialProblem {
+    /// There is none.
+    Missing,
+    /// The upstream refused it.
+    Rejected,
+}
+
+impl CredentialProblem {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Missing => "missing",
+            Self::Rejected => "rejected",
+        }
+    }
 }
 
 impl UpstreamError {
@@ -53,7 +87,21 @@ impl UpstreamError {
             Self::NotModified
             | Self::Unreachable { .. }
             | Self::InvalidResponse { .. }
-            | Self::Request { .. } => None,
+            | Self::Request { .. }
+            | Self::NoCredential { .. } => None,
+        }
+    }
+
+    /// Whether this is Portico's upstream credential failing: absent, or refused.
+    pub fn credential_problem(&self) -> Option<CredentialProblem> {
+        match self {
+            Self::NoCredential { .. } => Some(CredentialProblem::Missing),
+            Self::Rejected { status, code, .. }
+                if *status == 403 && CREDENTIAL_REJECTED.contains(&code.as_str()) =>
+            {
+                Some(CredentialProblem::Rejected)
+            }
+            _ => None,
         }
     }
 
@@ -74,7 +122,10 @@ impl UpstreamError {
             Self::NotModified => 304,
             Self::InvalidRange { .. } => 416,
             Self::Rejected { status, .. } => *status,
-            Self::Unreachable { .. } | Self::InvalidResponse { .. } | Self::Request { .. } => 0,
+            Self::Unreachable { .. }
+            | Self::InvalidResponse { .. }
+            | Self::Request { .. }
+            | Self::NoCredential { .. } => 0,
         }
     }
 
@@ -123,11 +174,30 @@ impl UpstreamError {
             SdkError::ConstructionFailure(_) => Self::Request {
                 message: DisplayErrorContext(&error).to_string(),
             },
+            _ if credentials_failed(&error) => Self::NoCredential {
+                message: DisplayErrorContext(&error).to_string(),
+            },
             _ => Self::Unreachable {
                 message: DisplayErrorContext(&error).to_string(),
             },
         }
     }
+}
+
+/// Whether loading the signing credential failed (the SDK reports it as a dispatch
+/// failure, as if the network had).
+fn credentials_failed(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut source = Some(error);
+    while let Some(error) = source {
+        if error
+            .downcast_ref::<aws_credential_types::provider::error::CredentialsError>()
+            .is_some()
+        {
+            return true;
+        }
+        source = error.source();
+    }
+    false
 }
 
 /// The S3 error code for a status when the upstream sent no error body (HEAD responses).

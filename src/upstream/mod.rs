@@ -9,7 +9,7 @@ mod forward;
 mod signer;
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use aws_config::retry::RetryConfig;
 use aws_config::timeout::TimeoutConfig;
@@ -30,7 +30,7 @@ use portico_http_client::{SdkHttpClient, TrustRoots};
 use tracing::Instrument;
 use tracing::field::Empty;
 
-pub use error::UpstreamError;
+pub use error::{CredentialProblem, UpstreamError};
 pub use forward::{BoxError, EndpointError, ForwardRequest, Forwarder, Payload, UpstreamBody};
 pub use portico_http_client::TlsError;
 
@@ -269,6 +269,7 @@ impl Intercept for RetryCounter {
 pub struct Upstream {
     client: Client,
     metrics: Arc<Metrics>,
+    credential_log: crate::telemetry::LogLimit,
 }
 
 impl Upstream {
@@ -287,6 +288,7 @@ impl Upstream {
         Self {
             client: Client::from_conf(builder.build()),
             metrics,
+            credential_log: crate::telemetry::LogLimit::per(Duration::from_secs(60)),
         }
     }
 
@@ -322,6 +324,9 @@ impl Upstream {
         span.record("http.status_code", status);
         self.metrics
             .record_upstream("GetObject", status, started.elapsed().as_secs_f64());
+        if let Err(error) = &result {
+            self.note_credential(error);
+        }
         result.map(|(value, _)| value)
     }
 
@@ -489,6 +494,9 @@ impl Upstream {
         span.record("http.status_code", status);
         self.metrics
             .record_upstream("HeadObject", status, started.elapsed().as_secs_f64());
+        if let Err(error) = &outcome {
+            self.note_credential(error);
+        }
         outcome
     }
 
@@ -529,21 +537,43 @@ impl Upstream {
     }
 
     /// Succeeds when the upstream answers HTTP at all (even with an error status).
+    /// Asks the upstream one cheap question (ListBuckets, at most one bucket). Any answer
+    /// means it is reachable, unless the answer refuses Portico's credential; a credential
+    /// that cannot be loaded is an error too.
     pub async fn probe(&self) -> Result<(), UpstreamError> {
         let started = Instant::now();
         let result = self.client.list_buckets().max_buckets(1).send().await;
         let (status, outcome) = match result {
             Ok(_) => (200, Ok(())),
             Err(error) => match UpstreamError::from_sdk(error) {
-                error @ (UpstreamError::Unreachable { .. } | UpstreamError::Request { .. }) => {
-                    (0, Err(error))
+                error @ (UpstreamError::Unreachable { .. }
+                | UpstreamError::Request { .. }
+                | UpstreamError::NoCredential { .. }) => (0, Err(error)),
+                refused if refused.credential_problem().is_some() => {
+                    (refused.upstream_status(), Err(refused))
                 }
+                // A credential allowed to read objects but not to list buckets is fine.
                 answered => (answered.upstream_status(), Ok(())),
             },
         };
         self.metrics
             .record_upstream("ListBuckets", status, started.elapsed().as_secs_f64());
+        if let Err(error) = &outcome {
+            self.note_credential(error);
+        }
         outcome
+    }
+
+    /// Counts an upstream answer that shows Portico's credential failing, and logs it
+    /// (once a minute at most: every request would fail the same way).
+    fn note_credential(&self, error: &UpstreamError) {
+        let Some(problem) = error.credential_problem() else {
+            return;
+        };
+        self.metrics.count_credential_error(problem.as_str());
+        if self.credential_log.allow() {
+            tracing::error!(problem = problem.as_str(), upstream_request_id = error.request_id(), %error, "the upstream credential failed: check upstream.access_key_id and upstream.secret_access_key (or the AWS credential chain)");
+        }
     }
 }
 

@@ -23,6 +23,8 @@ pub struct Settings {
     pub domains: Vec<String>,
     /// The secret Portico signs upstream requests with.
     pub upstream_secret: &'static str,
+    /// Whether `[upstream]` names a credential at all (else the AWS credential chain).
+    pub upstream_credentials: bool,
     pub write_through: bool,
     /// `upstream.hedge_quantile`; 0 (off) unless a test enables it, so upstream request
     /// counts stay exact on a loaded machine.
@@ -62,6 +64,7 @@ impl Settings {
             negative_ttl: "5s",
             domains: Vec::new(),
             upstream_secret: SECRET_KEY,
+            upstream_credentials: true,
             write_through: false,
             hedge_quantile: 0.0,
             serve_stale_on_error: true,
@@ -112,8 +115,7 @@ listen = "127.0.0.1:0"
 [upstream]
 endpoint = "{upstream}"
 force_path_style = true
-access_key_id = "{ACCESS_KEY}"
-secret_access_key = "{upstream_secret}"
+{credentials}
 connect_timeout = "1s"
 first_byte_timeout = "10s"
 hedge_quantile = {hedge_quantile:?}
@@ -143,7 +145,14 @@ serve_stale_on_error = {serve_stale_on_error}
             disk = self.disk_capacity,
             ttl = self.metadata_ttl,
             negative_ttl = self.negative_ttl,
-            upstream_secret = self.upstream_secret,
+            credentials = if self.upstream_credentials {
+                format!(
+                    "access_key_id = \"{ACCESS_KEY}\"\nsecret_access_key = \"{}\"",
+                    self.upstream_secret
+                )
+            } else {
+                String::new()
+            },
             write_through = self.write_through,
             hedge_quantile = self.hedge_quantile,
             serve_stale_on_error = self.serve_stale_on_error,

@@ -163,6 +163,7 @@ async fn every_authentication_failure_gets_s3_s_code_and_every_valid_form_succee
             "AccessDenied",
         ),
     ];
+    let refused = failures.len();
     for (case, (status, code), expected_status, expected_code) in failures {
         assert_eq!(
             (status, code.as_str()),
@@ -175,6 +176,17 @@ async fn every_authentication_failure_gets_s3_s_code_and_every_valid_form_succee
         requests_before,
         "refused requests never reach the upstream"
     );
+    // Denials are logged at info with their reason, rate-limited, never with a secret.
+    let logs = rig.portico().logs();
+    let denials = logs
+        .lines()
+        .filter(|line| line.contains("INFO") && line.contains("client request denied"))
+        .count();
+    assert!(
+        (1..refused).contains(&denials),
+        "{denials} info lines for {refused} denials: {logs}"
+    );
+    assert!(!logs.contains("not-the-secret"), "{logs}");
 
     // A read-only credential reads, and cannot write.
     assert_eq!(signed_get(&reader, &url).await.0, 200);

@@ -90,21 +90,59 @@ async fn an_unreachable_upstream_gives_503_for_uncached_reads_and_portico_stays_
 }
 
 #[tokio::test]
-async fn upstream_rejections_pass_through_with_their_code_and_status() {
-    let rig = Rig::start("denied", |settings| {
+async fn portico_s_own_upstream_credential_failing_is_named_as_such() {
+    // A wrong upstream secret: the client's signature is fine, Portico's is refused.
+    let mut rig = Rig::start("denied", |settings| {
         settings.upstream_secret = "not-the-secret"
     })
     .await;
     rig.put("object.bin", b"payload").await;
-    let (status, code) = failed_get(&rig.client, &rig.bucket, "object.bin", None).await;
+    let client = s3_client(&rig.portico().s3, false);
+    let (status, code) = failed_get(&client, &rig.bucket, "object.bin", None).await;
     assert_eq!(
         (status, code.as_deref()),
-        (403, Some("SignatureDoesNotMatch"))
+        (502, Some("UpstreamCredentialRejected"))
     );
+    // A HEAD's 403 carries no error code: it passes through as S3 sent it.
+    assert_eq!(failed_head(&client, &rig.bucket, "object.bin").await, 403);
+    let (status, body) = rig.portico().admin_get("/readyz").await;
+    assert_eq!(status, 200, "{body}");
+    assert!(
+        body.contains("upstream: reachable, but it refuses Portico's credential"),
+        "{body}"
+    );
+    let rejected = "portico_upstream_credential_errors_total{reason=\"rejected\"}";
+    assert!(rig.portico().metric(rejected).await >= 2.0);
+    assert_eq!(rig.portico().metric("portico_upstream_up").await, 0.0);
     assert_eq!(
-        failed_head(&rig.client, &rig.bucket, "object.bin").await,
-        403
+        rig.portico()
+            .logs()
+            .matches("the upstream credential failed")
+            .count(),
+        1,
+        "logged once, not per request"
     );
+
+    // No upstream credential at all, and none in the environment.
+    rig.settings.upstream_credentials = false;
+    rig.settings.env = [
+        ("HOME", "/nonexistent"),
+        ("AWS_EC2_METADATA_DISABLED", "true"),
+        ("AWS_ACCESS_KEY_ID", ""),
+        ("AWS_SECRET_ACCESS_KEY", ""),
+    ]
+    .map(|(name, value)| (name.to_owned(), value.to_owned()))
+    .to_vec();
+    rig.restart_portico().await;
+    let client = s3_client(&rig.portico().s3, false);
+    let (status, code) = failed_get(&client, &rig.bucket, "object.bin", None).await;
+    assert_eq!(
+        (status, code.as_deref()),
+        (502, Some("UpstreamCredentialMissing"))
+    );
+    let (status, body) = rig.portico().admin_get("/readyz").await;
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("upstream: no credential"), "{body}");
 }
 
 #[tokio::test]
