@@ -26,11 +26,14 @@ export PORTICO_PROMTOOL := $(PROMTOOL)
 # apt: as root, or through sudo.
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 APT_UPDATE := $(SUDO) apt-get update -q
+# Lists are refreshed first: on a fresh machine they are empty or stale.
+APT_INSTALL := $(APT_UPDATE) && $(SUDO) apt-get install -y -q
 
 .PHONY: run test ci fmt-check clippy build release bench fuzz tools clean-demo
 
-## run: build Portico and start it in front of a local MinIO with demo data (Ctrl-C stops both)
-run: tools build
+## run: build Portico and start it in front of a local MinIO with demo data (Ctrl-C stops
+## both). Needs only MinIO (built once) and curl: nothing the tests need is installed.
+run: $(MINIO) build
 	scripts/run-demo.sh
 
 ## test: the whole test suite: unit and integration tests (against a real MinIO), then the
@@ -96,12 +99,12 @@ $(HELM):
 # The aws CLI v2 from Debian (a pip-installed v1 elsewhere on PATH is not used).
 $(AWS_CLI):
 	@echo "Installing the aws CLI (Debian package awscli)"
-	@if [ "$$(id -u)" = 0 ]; then apt-get install -y -q awscli; else sudo apt-get install -y -q awscli; fi
+	$(APT_INSTALL) awscli
 
 # nginx from Debian (with the slice module), the caching proxy the suite compares against.
 $(NGINX):
 	@echo "Installing nginx (Debian package nginx-light)"
-	@if [ "$$(id -u)" = 0 ]; then apt-get install -y -q nginx-light; else sudo apt-get install -y -q nginx-light; fi
+	$(APT_INSTALL) nginx-light
 
 $(PROMTOOL):
 	@echo "Installing promtool (Debian package prometheus, unpacked into $(TOOLS_DIR))"

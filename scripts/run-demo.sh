@@ -50,6 +50,31 @@ s3 -T "$state/random-64MiB.bin" "$origin/demo/data/random-64MiB.bin"
 endpoint="http://127.0.0.1:$s3_port"
 admin="http://127.0.0.1:$admin_port"
 admin_token=demo-admin-token
+# Portico runs in the background until it has announced its listeners; then the banner is
+# the last thing on the screen. Its logs (stderr) stay on the terminal.
+PORTICO_SERVER_LISTEN="127.0.0.1:$s3_port" \
+PORTICO_ADMIN_LISTEN="127.0.0.1:$admin_port" \
+PORTICO_UPSTREAM_ENDPOINT="$origin" \
+PORTICO_UPSTREAM_FORCE_PATH_STYLE=true \
+PORTICO_UPSTREAM_ACCESS_KEY_ID=$user \
+PORTICO_UPSTREAM_SECRET_ACCESS_KEY=$secret \
+PORTICO_AUTH_ACCESS_KEY_ID=$client_key \
+PORTICO_AUTH_SECRET_ACCESS_KEY=$client_secret \
+PORTICO_ADMIN_TOKEN=$admin_token \
+PORTICO_CACHE_DIR="$state/cache" \
+PORTICO_CACHE_MEMORY_CAPACITY=256MiB \
+PORTICO_CACHE_DISK_CAPACITY=2GiB \
+  "$portico" --config "$root/config/portico.toml" >"$state/portico.out" &
+portico_pid=$!
+trap 'kill -TERM "$portico_pid" 2>/dev/null; wait "$portico_pid" 2>/dev/null || true
+      kill "$minio_pid" 2>/dev/null; wait "$minio_pid" 2>/dev/null || true' EXIT
+trap 'exit 0' INT TERM
+for _ in $(seq 1 300); do
+  grep -q "portico listening" "$state/portico.out" && break
+  kill -0 "$portico_pid" 2>/dev/null || { echo "Portico did not start (its log is above)" >&2; exit 1; }
+  sleep 0.1
+done
+
 cat <<INFO
 
   Portico serves S3 on $endpoint (admin $admin), in front of MinIO at $origin.
@@ -79,16 +104,4 @@ cat <<INFO
 
 INFO
 
-PORTICO_SERVER_LISTEN="127.0.0.1:$s3_port" \
-PORTICO_ADMIN_LISTEN="127.0.0.1:$admin_port" \
-PORTICO_UPSTREAM_ENDPOINT="$origin" \
-PORTICO_UPSTREAM_FORCE_PATH_STYLE=true \
-PORTICO_UPSTREAM_ACCESS_KEY_ID=$user \
-PORTICO_UPSTREAM_SECRET_ACCESS_KEY=$secret \
-PORTICO_AUTH_ACCESS_KEY_ID=$client_key \
-PORTICO_AUTH_SECRET_ACCESS_KEY=$client_secret \
-PORTICO_ADMIN_TOKEN=$admin_token \
-PORTICO_CACHE_DIR="$state/cache" \
-PORTICO_CACHE_MEMORY_CAPACITY=256MiB \
-PORTICO_CACHE_DISK_CAPACITY=2GiB \
-  "$portico" --config "$root/config/portico.toml" || true
+wait "$portico_pid" || true

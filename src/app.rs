@@ -22,9 +22,11 @@ use crate::warm::Maintenance;
 pub enum AppError {
     #[error(transparent)]
     Cache(#[from] CacheError),
-    #[error("cannot listen on {address} ({what}): {source}")]
+    #[error(
+        "config key {key}: cannot listen on {address} (set {key} to a free address, like \"127.0.0.1:0\" for any port)"
+    )]
     Listen {
-        what: &'static str,
+        key: &'static str,
         address: SocketAddr,
         source: std::io::Error,
     },
@@ -51,11 +53,12 @@ pub struct Bound {
     pub admin_api: Option<SocketAddr>,
 }
 
-async fn bind(what: &'static str, address: SocketAddr) -> Result<TcpListener, AppError> {
+/// Binds the listener configured under `key`.
+async fn bind(key: &'static str, address: SocketAddr) -> Result<TcpListener, AppError> {
     TcpListener::bind(address)
         .await
         .map_err(|source| AppError::Listen {
-            what,
+            key,
             address,
             source,
         })
@@ -109,10 +112,10 @@ pub async fn run(config: Config, on_ready: impl FnOnce(Bound)) -> Result<(), App
     );
 
     let server_tls = server_tls(&config)?;
-    let s3_listener = bind("S3", config.server.listen).await?;
-    let admin_listener = bind("admin", config.admin.listen).await?;
+    let s3_listener = bind("server.listen", config.server.listen).await?;
+    let admin_listener = bind("admin.listen", config.admin.listen).await?;
     let api_listener = match config.admin.api_listen.0 {
-        Some(address) => Some((bind("admin API", address).await?, address)),
+        Some(address) => Some((bind("admin.api_listen", address).await?, address)),
         None => None,
     };
     let bound = Bound {
@@ -168,9 +171,10 @@ pub async fn run(config: Config, on_ready: impl FnOnce(Bound)) -> Result<(), App
         stopping,
     ));
     tracing::info!(s3 = %bound.s3, admin = %bound.admin, "portico is serving");
+    let terminate = on_sigterm()?;
     on_ready(bound);
 
-    wait_for_signal().await?;
+    wait_for_signal(terminate).await?;
     tracing::info!(
         ?grace,
         "shutting down: no new connections, finishing open requests"
@@ -205,9 +209,15 @@ fn server_tls(config: &Config) -> Result<Option<api::ServerTls>, AppError> {
     Ok(Some(tls))
 }
 
-async fn wait_for_signal() -> Result<(), AppError> {
-    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .map_err(AppError::Signal)?;
+/// Installs the SIGTERM handler; the returned stream is awaited by [`wait_for_signal`].
+/// Installed before the listeners are announced, so an orchestrator that stops Portico
+/// right after it announced itself gets a clean shutdown, not the default kill.
+fn on_sigterm() -> Result<tokio::signal::unix::Signal, AppError> {
+    tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .map_err(AppError::Signal)
+}
+
+async fn wait_for_signal(mut terminate: tokio::signal::unix::Signal) -> Result<(), AppError> {
     tokio::select! {
         _ = terminate.recv() => tracing::info!("received SIGTERM"),
         result = tokio::signal::ctrl_c() => {

@@ -81,7 +81,20 @@ fn main() -> ExitCode {
         let _runtime = runtime.enter();
         portico::telemetry::init(&config.log)
     };
-    tracing::info!(config = %config.to_redacted_toml(), "effective configuration");
+    // One line at start; the whole effective configuration at debug level, or from
+    // `portico check-config`.
+    tracing::info!(
+        s3 = %config.server.listen,
+        admin = %config.admin.listen,
+        upstream = if config.upstream.endpoint.is_empty() { "AWS S3" } else { config.upstream.endpoint.as_str() },
+        memory = %config.cache.memory_capacity,
+        disk = %config.cache.disk_capacity,
+        cache_dir = %config.cache.dir.display(),
+        block_size = %config.cache.block_size,
+        auth = ?config.auth.mode,
+        "configuration (portico check-config prints all of it)"
+    );
+    tracing::debug!(config = %config.to_redacted_toml(), "effective configuration");
     let announce = |bound: Bound| {
         // One machine-readable line on stdout; logs go to stderr.
         let scheme = if bound.s3_tls { "https" } else { "http" };
@@ -99,9 +112,9 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
+            // Logs go to stderr: one line says it (in the configured log format).
             let error = anyhow::Error::new(error);
             tracing::error!("{error:#}");
-            eprintln!("portico: {error:#}");
             ExitCode::FAILURE
         }
     }

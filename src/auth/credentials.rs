@@ -107,10 +107,11 @@ struct CredentialsFile {
 
 #[derive(Debug, thiserror::Error)]
 pub enum CredentialsError {
-    #[error("cannot read the credentials file {path}: {source}")]
+    /// The I/O error is part of the message, not a source a chain printer would repeat.
+    #[error("cannot read the credentials file {path} (config key auth.credentials_file): {cause}")]
     Read {
         path: PathBuf,
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     #[error("invalid credentials file {path}: {message}")]
     Invalid { path: PathBuf, message: String },
@@ -153,9 +154,9 @@ fn parse(path: &Path, text: &str) -> Result<HashMap<String, Arc<Credential>>, Cr
 }
 
 fn load(path: &Path) -> Result<HashMap<String, Arc<Credential>>, CredentialsError> {
-    let text = std::fs::read_to_string(path).map_err(|source| CredentialsError::Read {
+    let text = std::fs::read_to_string(path).map_err(|cause| CredentialsError::Read {
         path: path.to_owned(),
-        source,
+        cause,
     })?;
     parse(path, &text)
 }

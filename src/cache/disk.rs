@@ -140,7 +140,7 @@ impl DiskFormat {
 /// A start-up failure of the disk tier's files, worded for the operator.
 #[derive(Debug, thiserror::Error)]
 pub enum DiskFilesError {
-    #[error("config key cache.dir: cannot use {dir}: {source}")]
+    #[error("config key cache.dir: cannot use {dir}")]
     Dir { dir: String, source: std::io::Error },
     #[error(
         "config key cache.disk_capacity: {capacity} bytes do not fit in {dir}: its file system has {free} bytes free{held}; set cache.disk_capacity to at most {fits} (for example \"{example}\"), or free space"

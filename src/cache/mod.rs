@@ -108,8 +108,10 @@ impl Tier {
 
 #[derive(Debug, thiserror::Error)]
 pub enum CacheError {
-    #[error("cannot open the disk cache in {dir}: {source}")]
-    Open { dir: String, source: foyer::Error },
+    /// foyer's error prints its own causes, so it is not exposed as this error's source
+    /// (a chain printer would repeat them).
+    #[error("cannot open the disk cache in {dir} (config key cache.dir): {cause}")]
+    Open { dir: String, cause: foyer::Error },
     #[error(transparent)]
     Files(#[from] DiskFilesError),
     #[error("cache lookup failed: {0}")]
@@ -240,9 +242,9 @@ impl BlockCache {
             .with_weighter(key::memory_weight);
         let mut storage = memory.storage();
         if config.disk_capacity.bytes() > 0 {
-            let open_error = |source| CacheError::Open {
+            let open_error = |cause| CacheError::Open {
                 dir: config.dir.display().to_string(),
-                source,
+                cause,
             };
             let layout = DiskLayout::new(config.block_size.bytes(), config.disk_capacity.bytes());
             let format = DiskFormat::new(config.block_size.bytes(), config.disk_capacity.bytes());
@@ -284,9 +286,9 @@ impl BlockCache {
             cache.spawn_disk_probe(config.dir.join(PROBE_FILE));
             return Ok(cache);
         }
-        let hybrid = storage.build().await.map_err(|source| CacheError::Open {
+        let hybrid = storage.build().await.map_err(|cause| CacheError::Open {
             dir: "(memory only)".to_owned(),
-            source,
+            cause,
         })?;
         Ok(Self {
             hybrid,

@@ -36,6 +36,7 @@ pub struct Config {
 #[serde(default, deny_unknown_fields)]
 pub struct ServerConfig {
     /// Address of the S3 listener.
+    #[serde(deserialize_with = "units::socket_address")]
     pub listen: SocketAddr,
     /// Base domains for virtual-host style requests (`<bucket>.<domain>`).
     pub domains: Vec<String>,
@@ -103,6 +104,7 @@ impl Default for ServerConfig {
 #[serde(default, deny_unknown_fields)]
 pub struct AdminConfig {
     /// Address of the health, readiness and metrics listener.
+    #[serde(deserialize_with = "units::socket_address")]
     pub listen: SocketAddr,
     /// Bearer token for everything under `/admin/` (the endpoints that change state);
     /// empty disables them.

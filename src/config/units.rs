@@ -11,9 +11,10 @@ use std::time::Duration;
 use serde::de::{self, Deserializer, Visitor};
 use serde::{Deserialize, Serialize, Serializer};
 
-/// Serializes a value as its `Display` text and deserializes it with `FromStr`.
+/// Serializes a value as its `Display` text and deserializes it with `FromStr`; anything
+/// but a string (a bare number, most often) is refused with `$expected` as the example.
 macro_rules! string_serde {
-    ($type:ty) => {
+    ($type:ty, $expected:expr) => {
         impl Serialize for $type {
             fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
                 serializer.collect_str(self)
@@ -22,11 +23,75 @@ macro_rules! string_serde {
 
         impl<'de> Deserialize<'de> for $type {
             fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-                let text = String::deserialize(deserializer)?;
-                text.parse().map_err(de::Error::custom)
+                struct TextVisitor;
+
+                impl Visitor<'_> for TextVisitor {
+                    type Value = $type;
+
+                    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                        f.write_str($expected)
+                    }
+
+                    fn visit_str<E: de::Error>(self, value: &str) -> Result<$type, E> {
+                        value.parse().map_err(E::custom)
+                    }
+
+                    fn visit_i64<E: de::Error>(self, value: i64) -> Result<$type, E> {
+                        Err(E::custom(format!(
+                            "{value} has no unit (expected a string: {})",
+                            $expected
+                        )))
+                    }
+
+                    fn visit_u64<E: de::Error>(self, value: u64) -> Result<$type, E> {
+                        Err(E::custom(format!(
+                            "{value} has no unit (expected a string: {})",
+                            $expected
+                        )))
+                    }
+
+                    fn visit_f64<E: de::Error>(self, value: f64) -> Result<$type, E> {
+                        Err(E::custom(format!(
+                            "{value} has no unit (expected a string: {})",
+                            $expected
+                        )))
+                    }
+                }
+
+                deserializer.deserialize_any(TextVisitor)
             }
         }
     };
+}
+
+/// Resolves a listen address: `IP:port`, `[IPv6]:port`, or `host:port` (a name such as
+/// `localhost`, resolved once at start; its first IPv4 address wins).
+pub fn resolve_address(text: &str) -> Result<std::net::SocketAddr, String> {
+    use std::net::ToSocketAddrs;
+    let text = text.trim();
+    let hint = || {
+        format!(
+            "{text:?} is not a listen address (expected host:port, like \"0.0.0.0:8080\", \"127.0.0.1:8080\", \"[::]:8080\" or \"localhost:8080\")"
+        )
+    };
+    if let Ok(address) = text.parse() {
+        return Ok(address);
+    }
+    let resolved: Vec<std::net::SocketAddr> = text.to_socket_addrs().map_err(|_| hint())?.collect();
+    resolved
+        .iter()
+        .find(|address| address.is_ipv4())
+        .or_else(|| resolved.first())
+        .copied()
+        .ok_or_else(hint)
+}
+
+/// `deserialize_with` for a listen address given as text (see [`resolve_address`]).
+pub fn socket_address<'de, D: Deserializer<'de>>(
+    deserializer: D,
+) -> Result<std::net::SocketAddr, D::Error> {
+    let text = String::deserialize(deserializer)?;
+    resolve_address(&text).map_err(de::Error::custom)
 }
 
 /// A size in bytes, written as `4MiB`, `10GiB`, `65536` or `64 KiB`.
@@ -55,6 +120,20 @@ impl FromStr for ByteSize {
     type Err = String;
 
     fn from_str(text: &str) -> Result<Self, Self::Err> {
+        // Only bytes and binary units: "8GB" would be 8,000,000,000 bytes, and "8G" is
+        // ambiguous, where an operator almost always means 8 GiB.
+        let unit = text
+            .trim()
+            .trim_start_matches(|c: char| c.is_ascii_digit() || c == '.' || c == ' ')
+            .to_ascii_lowercase();
+        if !matches!(
+            unit.as_str(),
+            "" | "b" | "kib" | "mib" | "gib" | "tib" | "pib"
+        ) {
+            return Err(format!(
+                "invalid size {text:?}: use bytes or binary units (KiB, MiB, GiB, TiB), like \"512MiB\" or \"8GiB\"; decimal units (KB, MB, GB) are not accepted"
+            ));
+        }
         text.trim()
             .parse::<bytesize::ByteSize>()
             .map(|size| Self(size.as_u64()))
@@ -154,7 +233,10 @@ impl fmt::Display for HumanDuration {
     }
 }
 
-string_serde!(HumanDuration);
+string_serde!(
+    HumanDuration,
+    "a duration with a unit, like \"30s\", \"5m\" or \"250ms\""
+);
 
 /// How long object metadata is trusted before it is revalidated upstream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -187,7 +269,10 @@ impl fmt::Display for MetadataTtl {
     }
 }
 
-string_serde!(MetadataTtl);
+string_serde!(
+    MetadataTtl,
+    "a duration with a unit, like \"60s\" or \"10m\", or \"immutable\""
+);
 
 #[cfg(test)]
 mod tests {
@@ -259,13 +344,9 @@ impl FromStr for OptionalAddress {
         if text.is_empty() {
             return Ok(Self(None));
         }
-        text.parse()
+        resolve_address(text)
             .map(|address| Self(Some(address)))
-            .map_err(|_| {
-                format!(
-                    "expected an address such as \"127.0.0.1:9091\", or \"\" for none, not {text:?}"
-                )
-            })
+            .map_err(|error| format!("{error}, or \"\" for none"))
     }
 }
 
@@ -278,4 +359,7 @@ impl fmt::Display for OptionalAddress {
     }
 }
 
-string_serde!(OptionalAddress);
+string_serde!(
+    OptionalAddress,
+    "an address like \"127.0.0.1:9091\", or \"\" for none"
+);

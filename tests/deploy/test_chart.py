@@ -237,13 +237,29 @@ class ChartTest(unittest.TestCase):
 
     def test_bad_values_are_rejected_at_install(self):
         cases = sorted((HERE / "bad-values").glob("*.yaml"))
-        self.assertGreaterEqual(len(cases), 7)
+        self.assertGreaterEqual(len(cases), 10)
         for values in cases:
             expected = values.read_text().splitlines()[0].removeprefix("# expect: ")
             with self.subTest(values.stem):
                 result = helm("template", "bad", str(CHART), "-f", str(values), check=False)
                 self.assertNotEqual(result.returncode, 0, f"{values.stem} was accepted")
                 self.assertIn(expected, result.stderr)
+
+    def test_the_schema_knows_every_configuration_key_and_no_other(self):
+        with tempfile.TemporaryDirectory() as directory:
+            config = pathlib.Path(directory) / "portico.toml"
+            config.write_text('[auth]\nmode = "none"\n')
+            result = subprocess.run(
+                [PORTICO, "check-config", "--config", str(config)], capture_output=True, text=True
+            )
+        self.assertEqual(result.returncode, 0, result.stderr)
+        defaults = tomllib.loads(result.stdout[result.stdout.index("[") :])
+        sections = json.loads((CHART / "values.schema.json").read_text())["properties"]["config"]["properties"]
+        self.assertEqual(sorted(sections), sorted(defaults))
+        for name, keys in defaults.items():
+            with self.subTest(name):
+                self.assertIs(sections[name]["additionalProperties"], False)
+                self.assertEqual(sorted(sections[name]["properties"]), sorted(keys))
 
     def test_the_dashboard_only_charts_metrics_portico_exports(self):
         dashboard = json.loads((CHART / "dashboards" / "portico.json").read_text())

@@ -106,6 +106,29 @@ class ImageTest(unittest.TestCase):
         self.assertIn('endpoint = "http://minio:9000"', result.stdout)
         self.assertNotIn("demo-client-secret", result.stdout, "secrets are redacted")
 
+    def test_the_dockerfile_s_own_example_configures_a_valid_portico(self):
+        lines = [
+            line.removeprefix("#").strip()
+            for line in (ROOT / "docker" / "Dockerfile").read_text().splitlines()
+            if line.startswith("#")
+        ]
+        start = next(index for index, line in enumerate(lines) if line.startswith("docker run "))
+        example = []
+        for line in lines[start:]:
+            example.append(line.removesuffix("\\").strip())
+            if not line.endswith("\\"):
+                break
+        words = shlex.split(" ".join(example))
+        flags = {
+            name: value
+            for flag, pair in zip(words, words[1:])
+            if flag == "-e"
+            for name, _, value in [pair.partition("=")]
+        }
+        self.assertIn("PORTICO_UPSTREAM_ENDPOINT", flags)
+        result = self.check_config({**self.image_env(), **flags})
+        self.assertEqual(result.returncode, 0, result.stderr)
+
     def test_the_image_alone_refuses_to_start_without_a_client_credential(self):
         result = self.check_config(self.image_env())
         self.assertEqual(result.returncode, 2)

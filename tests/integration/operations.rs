@@ -74,7 +74,22 @@ type BadConfig = (
 
 #[test]
 fn bad_config_stops_portico_with_a_message_naming_the_key() {
-    let cases: [BadConfig; 6] = [
+    let cases: [BadConfig; 9] = [
+        (
+            "[upstream]\nconnect_timeout = 30\n",
+            &[],
+            &["upstream.connect_timeout", "has no unit", "\"30s\""],
+        ),
+        (
+            "[cache]\nmemory_capacity = \"8GB\"\n",
+            &[],
+            &["cache.memory_capacity", "decimal units", "\"8GiB\""],
+        ),
+        (
+            "[server]\nlisten = \"8080\"\n",
+            &[],
+            &["server.listen", "\"localhost:8080\""],
+        ),
         (
             "[cache]\nblock_size = \"3XB\"\n",
             &[],
@@ -113,6 +128,20 @@ fn bad_config_stops_portico_with_a_message_naming_the_key() {
             );
         }
     }
+    // A name resolves; a port in use names the key that chose it.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port();
+    let config = format!(
+        "[server]\nlisten = \"localhost:{port}\"\n[cache]\ndisk_capacity = \"0B\"\n[auth]\nmode = \"none\"\n"
+    );
+    let (code, stderr) = run_with(&config, &[]);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "config key server.listen: cannot listen on 127.0.0.1:{port}"
+        )),
+        "{stderr}"
+    );
     let output = Command::new(binary())
         .args(["--config", "/nonexistent/portico.toml"])
         .output()
