@@ -9,6 +9,7 @@ import pathlib
 import re
 import shlex
 import subprocess
+import tempfile
 import unittest
 
 import yaml
@@ -128,6 +129,25 @@ class ImageTest(unittest.TestCase):
         self.assertIn("PORTICO_UPSTREAM_ENDPOINT", flags)
         result = self.check_config({**self.image_env(), **flags})
         self.assertEqual(result.returncode, 0, result.stderr)
+
+    def test_make_run_installs_only_what_the_demo_needs(self):
+        def dry_run(target, tools):
+            result = subprocess.run(
+                ["make", "-n", target, f"TOOLS_DIR={tools}", f"AWS_CLI={tools}/aws"],
+                cwd=ROOT, capture_output=True, text=True,
+            )
+            self.assertEqual(result.returncode, 0, result.stderr)
+            return result.stdout
+
+        with tempfile.TemporaryDirectory() as tools:
+            run = dry_run("run", tools)
+            self.assertIn("go install github.com/minio/minio@", run)
+            self.assertIn("scripts/run-demo.sh", run)
+            for unneeded in ["helm", "pip install", "apt-get", "kubernetes-validate"]:
+                self.assertNotIn(unneeded, run)
+            # The test tools come from apt with fresh package lists.
+            aws = dry_run(f"{tools}/aws", tools)
+            self.assertLess(aws.index("apt-get update"), aws.index("apt-get install"))
 
     def test_the_image_alone_refuses_to_start_without_a_client_credential(self):
         result = self.check_config(self.image_env())
