@@ -169,6 +169,16 @@ async fn a_get_is_traced_over_otlp_and_logged_once_in_the_access_log() {
     assert_eq!(warm.attribute("cache.hits"), Some("2"), "{warm:?}");
     assert_eq!(warm.attribute("cache.misses"), Some("0"), "{warm:?}");
     assert_eq!(warm.attribute("cache.source"), Some("memory"));
+    // The span carries the response's Cache-Status.
+    assert_eq!(
+        cold.attribute("cache.status"),
+        Some("Portico; fwd=miss; stored; ttl=60")
+    );
+    assert!(
+        warm.attribute("cache.status")
+            .is_some_and(|status| status.starts_with("Portico; hit; ttl=")),
+        "{warm:?}"
+    );
 
     let children = |parent: &Span, name: &str| -> Vec<Span> {
         spans
