@@ -407,8 +407,12 @@ impl BlockCache {
     {
         // A memory hit must not go through `get_or_fetch`: with write-on-insertion foyer
         // would enqueue the entry for another disk write on every hit.
-        if let Some(bytes) = self.block_in_memory(key) {
-            return Ok((bytes, Tier::Memory));
+        let cache_key = self.block_key(key);
+        if let Some(entry) = self.hybrid.memory().get(&cache_key)
+            && let CacheValue::Block(bytes) = entry.value()
+        {
+            self.readmit(&cache_key, &entry);
+            return Ok((bytes.clone(), Tier::Memory));
         }
         let fetched_here = Arc::new(AtomicBool::new(false));
         let flag = fetched_here.clone();
@@ -417,7 +421,6 @@ impl BlockCache {
             flag.store(true, Ordering::Release);
             fetch.await.map(CacheValue::Block)
         };
-        let cache_key = self.block_key(key);
         let mut disk = self.disk_in_use();
         if disk {
             // The disk is read on its own first: foyer's `get_or_fetch` would answer a
@@ -455,6 +458,19 @@ impl BlockCache {
             Source::Outer => Tier::Coalesced,
         };
         block_of(&entry, tier)
+    }
+
+    /// Queues a block served from memory for the disk tier again when the tier does not
+    /// hold it: it skipped the disk while the disk's write queue was full. Without this,
+    /// memory would evict it and the next read would fetch it from the upstream again.
+    /// The write takes the same bounded queue (it may skip again, counted by foyer); a
+    /// block already on disk or in flight to it is left alone.
+    fn readmit(&self, key: &CacheKey, entry: &foyer::HybridCacheEntry<CacheKey, CacheValue>) {
+        if !self.disk_in_use() || self.hybrid.storage().may_contains(key) {
+            return;
+        }
+        self.hybrid.storage().enqueue(entry.piece(), false);
+        self.health.metrics.disk_readmissions.inc();
     }
 
     pub fn insert_block(&self, key: BlockKey, bytes: Bytes) {
@@ -679,6 +695,64 @@ mod tests {
         assert_eq!(
             (bytes, tier),
             (Bytes::from_static(b"later"), Tier::Upstream)
+        );
+    }
+
+    #[tokio::test]
+    async fn a_block_that_skipped_the_disk_is_written_on_its_next_memory_hit() {
+        let dir = tempfile::tempdir().unwrap();
+        let data = Bytes::from(vec![5u8; 64 * 1024]);
+        let metrics = Arc::new(Metrics::new());
+        {
+            let cache = BlockCache::open(&config(dir.path(), ByteSize::mib(4)), metrics.clone())
+                .await
+                .unwrap();
+            // Both blocks skipped the disk (as when its write queue is full); only block 0
+            // is read again while in memory.
+            for index in [0, 1] {
+                cache.hybrid.insert_with_properties(
+                    cache.block_key(&block_key(index)),
+                    CacheValue::Block(data.clone()),
+                    HybridCacheProperties::default().with_location(Location::InMem),
+                );
+            }
+            let (bytes, tier) = cache
+                .block(&block_key(0), || async {
+                    Err::<Bytes, _>(FetchFailed("must come from memory"))
+                })
+                .await
+                .unwrap();
+            assert_eq!((bytes, tier), (data.clone(), Tier::Memory));
+            assert_eq!(metrics.disk_readmissions.get(), 1);
+            // A second hit finds it on its way to the disk: no second write.
+            cache
+                .block(&block_key(0), || async {
+                    Err::<Bytes, _>(FetchFailed("must come from memory"))
+                })
+                .await
+                .unwrap();
+            assert_eq!(metrics.disk_readmissions.get(), 1);
+            cache.close().await.unwrap();
+        }
+        let cache = open(dir.path(), ByteSize::mib(4)).await;
+        let (bytes, tier) = cache
+            .block(&block_key(0), || async {
+                Err::<Bytes, _>(FetchFailed("must come from disk"))
+            })
+            .await
+            .unwrap();
+        assert_eq!((bytes, tier), (data.clone(), Tier::Disk));
+        let (_, tier) = cache
+            .block(&block_key(1), {
+                let data = data.clone();
+                move || async move { Ok::<_, FetchFailed>(data) }
+            })
+            .await
+            .unwrap();
+        assert_eq!(
+            tier,
+            Tier::Upstream,
+            "the block not read again stayed off the disk"
         );
     }
 

@@ -102,6 +102,8 @@ pub struct Metrics {
     pub budget_waits: Family<ResultLabel, Counter>,
     /// GETs of objects without an ETag, streamed from the upstream and not cached.
     pub uncached_reads: Counter,
+    /// Blocks served from memory that had skipped the disk tier, queued for it again.
+    pub disk_readmissions: Counter,
 }
 
 impl Default for Metrics {
@@ -136,6 +138,7 @@ impl Metrics {
             inflight_bytes: Gauge::default(),
             inflight_limit_bytes: Gauge::default(),
             budget_waits: Family::default(),
+            disk_readmissions: Counter::default(),
             uncached_reads: Counter::default(),
         };
         registry.register(
@@ -217,6 +220,11 @@ impl Metrics {
             "portico_upstream_credential_errors",
             "Upstream requests that failed on Portico's own credential: missing (none could be loaded) or rejected (InvalidAccessKeyId, SignatureDoesNotMatch, expired token)",
             metrics.upstream_credential_errors.clone(),
+        );
+        registry.register(
+            "portico_cache_disk_readmissions",
+            "Blocks served from memory that the disk tier did not hold (they skipped it while its write queue was full), queued for the disk again",
+            metrics.disk_readmissions.clone(),
         );
         registry.register(
             "portico_cache_disk_errors",

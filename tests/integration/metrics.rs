@@ -162,6 +162,18 @@ async fn every_block_lookup_is_counted_where_it_happened() {
         expected([0, 0, 1, 0], [0, 0, small.len(), 0]),
         "a disk hit after a restart"
     );
+    // A ranged disk hit reads its whole block: the read amplification the dashboard plots
+    // (foyer's disk read bytes over the bytes served from disk).
+    let disk_read = "foyer_storage_disk_io_bytes_total_total{name=\"portico\",op=\"read\"}";
+    let read_before = rig.portico().metric(disk_read).await;
+    let before = Counters::read(&rig).await;
+    assert!(rig.get("sequential", Some("bytes=0-1023")).await == sequential[..1024]);
+    let read = rig.portico().metric(disk_read).await - read_before;
+    assert_eq!(Counters::read(&rig).await.since(before).served[2], 1024.0);
+    assert!(
+        read >= MIB as f64,
+        "a 1 MiB block read for 1 KiB served: {read}"
+    );
 
     // Stale: the upstream is down and the metadata past its TTL; the cached version is
     // served from memory and counted as a stale serve.
