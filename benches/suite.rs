@@ -18,6 +18,11 @@
 //! and nginx forwards requests unchanged. Run with `make bench`; `BENCH_SCENARIOS` (a
 //! comma-separated list) runs some of the scenarios only.
 //!
+//! `hot-random-disk` runs hot-random's load over a working set four times the memory tier
+//! of a second Portico (`memory_capacity = 256MiB`), against nginx and nginx-sf, and
+//! reports the disk tier's read amplification and the origin requests of the measured
+//! rounds.
+//!
 //! `hot-random` also loads nginx with the sending settings of Debian's stock `nginx.conf`
 //! (`sendfile on`, `tcp_nopush on`; `nginx-sf`), and two loopback ceilings (see
 //! `ceiling.rs`): servers doing the least any server can do, which bound what a cache can
@@ -69,6 +74,10 @@ const PORTICO: usize = 2;
 const NGINX_SENDFILE: usize = 3;
 const CEILING_WRITE: usize = 4;
 const CEILING_SENDFILE: usize = 5;
+/// hot-random-disk: a working set four times the memory tier of its own Portico.
+const DISK_OBJECTS: usize = 16;
+const DISK_OBJECT_BYTES: u64 = 64 * MIB;
+const DISK_MEMORY_CAPACITY: &str = "256MiB";
 const HEDGES_SENT: &str = "portico_upstream_hedges_total{result=\"sent\"}";
 const IDLE_WINDOW: Duration = Duration::from_secs(30);
 
@@ -276,6 +285,34 @@ fn hot_objects() -> Vec<String> {
     (0..HOT_OBJECTS)
         .map(|index| format!("hot-{index}.bin"))
         .collect()
+}
+
+fn disk_objects() -> Vec<String> {
+    (0..DISK_OBJECTS)
+        .map(|index| format!("disk-{index:02}.bin"))
+        .collect()
+}
+
+/// Reads every object of the disk working set whole, twice.
+async fn disk_warm_up(base: String) {
+    let client = http_client();
+    for _ in 0..2 {
+        for object in disk_objects() {
+            fetch(&client, &format!("{base}/{object}"), None).await;
+        }
+    }
+}
+
+async fn hot_random_disk(base: String) -> Run {
+    random_reads(
+        base,
+        disk_objects(),
+        DISK_OBJECT_BYTES,
+        64 * KIB..=4 * MIB,
+        HOT_CLIENTS,
+        Limit::Time(HOT_ROUND),
+    )
+    .await
 }
 
 fn cold_objects() -> Vec<String> {
@@ -552,6 +589,78 @@ fn main() {
         .block_on(suite());
 }
 
+/// hot-random with a working set four times the memory tier: a Portico of its own
+/// (`memory_capacity = 256MiB`), nginx and nginx with `sendfile`, all warmed up with two
+/// whole reads of every object before the measured rounds, so that the origin requests
+/// counted are the measured phase's only.
+async fn hot_random_disk_scenario(
+    settings: &Settings,
+    work: &Path,
+    targets: &[Target],
+    origin: &Forwarder,
+    origin_address: &str,
+    bucket: &str,
+) {
+    let mut settings = settings.clone();
+    settings.memory_capacity = DISK_MEMORY_CAPACITY;
+    settings.cache_dir = work.join("portico-disk");
+    let portico = Portico::start(Path::new(env!("CARGO_BIN_EXE_portico")), &settings).await;
+    let nginx_sendfile = Nginx::start(&work.join("nginx-disk-sf"), origin_address, true);
+    let disk_targets = [
+        targets[NGINX].clone(),
+        Target {
+            name: "portico",
+            base: format!("{}/{bucket}", portico.s3),
+            pids: vec![portico.pid().expect("portico pid")],
+        },
+        Target {
+            name: "nginx-sf",
+            base: local_base(nginx_sendfile.port, bucket),
+            pids: with_children(nginx_sendfile.child.id()),
+        },
+    ];
+    for target in &disk_targets {
+        disk_warm_up(target.base.clone()).await;
+    }
+    let disk_read = "foyer_storage_disk_io_bytes_total_total{name=\"portico\",op=\"read\"}";
+    let served_disk = "portico_served_bytes_total{source=\"disk\"}";
+    let (read_before, served_before) = (
+        portico.metric(disk_read).await,
+        portico.metric(served_disk).await,
+    );
+    let runs = run_interleaved(
+        "hot-random-disk: 16 clients, random 64 KiB-4 MiB ranges of a 1 GiB working set (4x portico's 256 MiB memory tier), 5 rounds of 2 s per target, round-robin, after 2 whole reads",
+        &disk_targets,
+        origin,
+        HOT_ROUNDS,
+        |_| async {},
+        hot_random_disk,
+    )
+    .await;
+    let read = portico.metric(disk_read).await - read_before;
+    let served = portico.metric(served_disk).await - served_before;
+    let (nginx, portico_run, nginx_sf) = (&runs[0], &runs[1], &runs[2]);
+    for (name, base) in [("nginx", nginx), ("nginx-sf", nginx_sf)] {
+        let ratio = portico_run.mib_per_sec() / base.mib_per_sec();
+        let p99 = portico_run.latency_ms(0.99) / base.latency_ms(0.99);
+        println!(
+            "portico / {name}: throughput {ratio:.2}x (target >= 1.5x: {}), p99 {p99:.2}x (target <= 1x: {})",
+            verdict(ratio >= 1.5),
+            verdict(p99 <= 1.0)
+        );
+    }
+    let amplification = if served > 0.0 { read / served } else { 0.0 };
+    println!(
+        "portico disk bytes read / bytes served from disk: {amplification:.2} (target <= 1.5: {}); origin requests in the measured rounds {} (target 0: {}); {:.0} MiB served from disk",
+        verdict(served > 0.0 && amplification <= 1.5),
+        portico_run.origin_requests,
+        verdict(portico_run.origin_requests == 0),
+        served / MIB as f64
+    );
+    nginx_sendfile.stop();
+    portico.stop().await;
+}
+
 async fn suite() {
     let ttfb = Duration::from_millis(
         std::env::var("BENCH_TTFB_MS")
@@ -573,7 +682,9 @@ async fn suite() {
         .await
         .expect("anonymous read policy");
 
-    println!("uploading 1 GiB sequential, 64 MiB herd, 4 × 64 MiB hot, 128 × 8 MiB cold objects");
+    println!(
+        "uploading 1 GiB sequential, 64 MiB herd, 4 × 64 MiB hot, 128 × 8 MiB cold, 16 × 64 MiB disk objects"
+    );
     let work = tempfile::tempdir().expect("work directory");
     let large = work.path().join("sequential.bin");
     write_random_file(&large, SEQUENTIAL_BYTES, 11);
@@ -591,6 +702,10 @@ async fn suite() {
     }
     for (seed, object) in cold_objects().iter().enumerate() {
         let data = random_bytes(COLD_OBJECT_BYTES as usize, 1000 + seed as u64);
+        upload(&direct, &bucket, object, ByteStream::from(data)).await;
+    }
+    for (seed, object) in disk_objects().iter().enumerate() {
+        let data = random_bytes(DISK_OBJECT_BYTES as usize, 2000 + seed as u64);
         upload(&direct, &bucket, object, ByteStream::from(data)).await;
     }
 
@@ -771,6 +886,18 @@ async fn suite() {
             against(PORTICO, CEILING_WRITE).0 * 100.0
         );
         peak_rss.push(runs[PORTICO].peak_rss_mib.unwrap_or(0));
+    }
+
+    if wanted("hot-random-disk") {
+        hot_random_disk_scenario(
+            &settings,
+            work.path(),
+            &targets,
+            &origin,
+            &origin_address,
+            &bucket,
+        )
+        .await;
     }
 
     let worst = peak_rss.iter().copied().max().unwrap_or(0);
