@@ -293,16 +293,6 @@ fn disk_objects() -> Vec<String> {
         .collect()
 }
 
-/// Reads every object of the disk working set whole, twice.
-async fn disk_warm_up(base: String) {
-    let client = http_client();
-    for _ in 0..2 {
-        for object in disk_objects() {
-            fetch(&client, &format!("{base}/{object}"), None).await;
-        }
-    }
-}
-
 async fn hot_random_disk(base: String) -> Run {
     random_reads(
         base,
@@ -321,14 +311,18 @@ fn cold_objects() -> Vec<String> {
         .collect()
 }
 
-/// Reads the hot objects twice, so that a cache holds them.
-async fn hot_warm_up(base: String) {
+/// Reads every one of `objects` whole, twice, so that a cache holds them.
+async fn read_twice(base: String, objects: Vec<String>) {
     let client = http_client();
     for _ in 0..2 {
-        for object in hot_objects() {
+        for object in &objects {
             fetch(&client, &format!("{base}/{object}"), None).await;
         }
     }
+}
+
+async fn hot_warm_up(base: String) {
+    read_twice(base, hot_objects()).await;
 }
 
 async fn hot_random(base: String) -> Run {
@@ -620,7 +614,7 @@ async fn hot_random_disk_scenario(
         },
     ];
     for target in &disk_targets {
-        disk_warm_up(target.base.clone()).await;
+        read_twice(target.base.clone(), disk_objects()).await;
     }
     let disk_read = "foyer_storage_disk_io_bytes_total_total{name=\"portico\",op=\"read\"}";
     let served_disk = "portico_served_bytes_total{source=\"disk\"}";

@@ -125,26 +125,19 @@ pub fn error_response(mut error: S3Error, request_id: &str) -> Response<s3s::Bod
 fn upstream_error(error: &UpstreamError) -> (S3ErrorCode, StatusCode, String) {
     // Portico's own credential failing is not the client's: a client must not be told
     // its signature is wrong when it was Portico's.
-    match (error, error.credential_problem()) {
-        (UpstreamError::Rejected { code, .. }, Some(_)) => {
-            return (
-                S3ErrorCode::Custom("UpstreamCredentialRejected".into()),
-                StatusCode::BAD_GATEWAY,
-                format!(
-                    "The upstream object store refused the credential Portico signs with ({code}); Portico's operator must fix upstream.access_key_id and upstream.secret_access_key. Your request was not at fault."
-                ),
-            );
-        }
-        (_, Some(_)) => {
-            return (
-                S3ErrorCode::Custom("UpstreamCredentialMissing".into()),
-                StatusCode::BAD_GATEWAY,
-                "Portico has no credential for the upstream object store; its operator must set upstream.access_key_id and upstream.secret_access_key or provide AWS credentials. Your request was not at fault.".to_owned(),
-            );
-        }
-        _ => {}
-    }
     match error {
+        UpstreamError::Rejected { code, .. } if error.credential_problem().is_some() => (
+            S3ErrorCode::Custom("UpstreamCredentialRejected".into()),
+            StatusCode::BAD_GATEWAY,
+            format!(
+                "The upstream object store refused the credential Portico signs with ({code}); Portico's operator must fix upstream.access_key_id and upstream.secret_access_key. Your request was not at fault."
+            ),
+        ),
+        UpstreamError::NoCredential { .. } => (
+            S3ErrorCode::Custom("UpstreamCredentialMissing".into()),
+            StatusCode::BAD_GATEWAY,
+            "Portico has no credential for the upstream object store; its operator must set upstream.access_key_id and upstream.secret_access_key or provide AWS credentials. Your request was not at fault.".to_owned(),
+        ),
         UpstreamError::Rejected {
             status,
             code,
@@ -170,8 +163,7 @@ fn upstream_error(error: &UpstreamError) -> (S3ErrorCode, StatusCode, String) {
         | UpstreamError::PreconditionFailed { .. }
         | UpstreamError::NotModified
         | UpstreamError::InvalidResponse { .. }
-        | UpstreamError::Request { .. }
-        | UpstreamError::NoCredential { .. } => (
+        | UpstreamError::Request { .. } => (
             S3ErrorCode::InternalError,
             StatusCode::INTERNAL_SERVER_ERROR,
             "We encountered an internal error. Please try again.".to_owned(),

@@ -155,6 +155,16 @@ pub enum DiskFilesError {
     },
 }
 
+impl DiskFilesError {
+    /// `source` met while using `dir` (or a file in it).
+    pub fn dir(dir: &Path, source: std::io::Error) -> Self {
+        Self::Dir {
+            dir: dir.display().to_string(),
+            source,
+        }
+    }
+}
+
 /// The data file to open, once `dir` is ready for `wanted`.
 #[derive(Debug)]
 pub struct PreparedDisk {
@@ -166,10 +176,7 @@ pub struct PreparedDisk {
 /// Makes `dir` ready for a disk tier of `wanted`: removes files it cannot reuse, checks
 /// that the capacity fits the file system, and records the layout.
 pub fn prepare(dir: &Path, wanted: &DiskFormat) -> Result<PreparedDisk, DiskFilesError> {
-    let dir_error = |source| DiskFilesError::Dir {
-        dir: dir.display().to_string(),
-        source,
-    };
+    let dir_error = |source| DiskFilesError::dir(dir, source);
     std::fs::create_dir_all(dir).map_err(dir_error)?;
     let data_file = dir.join(DATA_FILE);
     let format_file = dir.join(FORMAT_FILE);
@@ -237,10 +244,7 @@ fn write_format(path: &Path, format: &DiskFormat) -> std::io::Result<()> {
 /// Refuses a capacity larger than the free space plus what the data file already holds.
 fn check_fits(dir: &Path, data_file: &Path, capacity: u64) -> Result<(), DiskFilesError> {
     use std::os::unix::fs::MetadataExt;
-    let stats = rustix::fs::statvfs(dir).map_err(|error| DiskFilesError::Dir {
-        dir: dir.display().to_string(),
-        source: error.into(),
-    })?;
+    let stats = rustix::fs::statvfs(dir).map_err(|error| DiskFilesError::dir(dir, error.into()))?;
     let free = stats.f_bavail.saturating_mul(stats.f_frsize);
     let held = std::fs::metadata(data_file).map_or(0, |meta| meta.blocks().saturating_mul(512));
     let room = free.saturating_add(held);

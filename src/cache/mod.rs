@@ -272,11 +272,8 @@ impl BlockCache {
                 .with_engine_config(engine)
                 .with_recover_mode(RecoverMode::Quiet);
             let hybrid = storage.build().await.map_err(open_error)?;
-            let purges =
-                purges::Purges::open(&config.dir).map_err(|source| DiskFilesError::Dir {
-                    dir: config.dir.display().to_string(),
-                    source,
-                })?;
+            let purges = purges::Purges::open(&config.dir)
+                .map_err(|source| DiskFilesError::dir(&config.dir, source))?;
             let cache = Self {
                 hybrid,
                 health,
@@ -361,25 +358,12 @@ impl BlockCache {
     /// Makes everything cached of `object` (every version, both tiers) unreachable for
     /// good: its purge generation is raised and journaled before this returns.
     pub fn purge(&self, object: &ObjectRef) -> Result<(), CacheError> {
-        self.purges.purge(object).map(drop).map_err(|source| {
-            CacheError::Files(DiskFilesError::Dir {
-                dir: self
-                    .purges
-                    .path()
-                    .map(|path| path.display().to_string())
-                    .unwrap_or_default(),
-                source,
-            })
-        })
-    }
-
-    /// The block if the memory tier holds it; no disk I/O.
-    pub fn block_in_memory(&self, key: &BlockKey) -> Option<Bytes> {
-        let entry = self.hybrid.memory().get(&self.block_key(key))?;
-        match entry.value() {
-            CacheValue::Block(bytes) => Some(bytes.clone()),
-            CacheValue::Meta(_) => None,
-        }
+        // Only the journal's write can fail, so there is a path.
+        let journal = self.purges.path().unwrap_or(Path::new(""));
+        self.purges
+            .purge(object)
+            .map(drop)
+            .map_err(|source| CacheError::Files(DiskFilesError::dir(journal, source)))
     }
 
     /// The metadata record if the memory tier holds it; no disk I/O.

@@ -271,18 +271,18 @@ impl CacheStatus {
 
 impl std::fmt::Display for CacheStatus {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Portico")?;
-        let fetched_bytes = matches!(self.first_block, Some(Tier::Upstream | Tier::Coalesced));
         if self.bypass {
-            return f.write_str("; fwd=bypass");
+            return f.write_str("Portico; fwd=bypass");
         }
-        match self.source {
-            _ if fetched_bytes => f.write_str("; fwd=miss; stored")?,
-            MetaSource::Fetched => f.write_str("; fwd=miss; stored")?,
-            MetaSource::Fresh => f.write_str("; hit")?,
-            MetaSource::Revalidated => f.write_str("; fwd=stale; fwd-status=304")?,
-            MetaSource::Stale => f.write_str("; hit; detail=stale-upstream-failed")?,
-        }
+        let fetched = self.source == MetaSource::Fetched
+            || matches!(self.first_block, Some(Tier::Upstream | Tier::Coalesced));
+        f.write_str(match self.source {
+            _ if fetched => "Portico; fwd=miss; stored",
+            MetaSource::Revalidated => "Portico; fwd=stale; fwd-status=304",
+            MetaSource::Stale => "Portico; hit; detail=stale-upstream-failed",
+            // `Fetched` is answered by the first arm.
+            MetaSource::Fresh | MetaSource::Fetched => "Portico; hit",
+        })?;
         if self.collapsed {
             f.write_str("; collapsed")?;
         }
