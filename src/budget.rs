@@ -151,8 +151,23 @@ impl Charge {
     pub fn attach(self, bytes: Bytes) -> Bytes {
         Bytes::from_owner(Charged {
             bytes,
-            _charge: self,
+            _charge: Arc::new(self),
         })
+    }
+
+    /// `parts`, sharing this charge: it is returned when the last slice of any of them
+    /// is dropped.
+    pub fn attach_all(self, parts: Vec<Bytes>) -> Vec<Bytes> {
+        let charge = Arc::new(self);
+        parts
+            .into_iter()
+            .map(|bytes| {
+                Bytes::from_owner(Charged {
+                    bytes,
+                    _charge: charge.clone(),
+                })
+            })
+            .collect()
     }
 }
 
@@ -165,7 +180,7 @@ impl Drop for Charge {
 /// Bytes that hold a charge as long as they live.
 struct Charged {
     bytes: Bytes,
-    _charge: Charge,
+    _charge: Arc<Charge>,
 }
 
 impl AsRef<[u8]> for Charged {

@@ -16,8 +16,18 @@ use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
 
 /// The on-disk format. 1 was foyer's `FsDevice` (one file per engine block); 2 is one data
-/// file. Bump it whenever what the data file holds changes meaning.
-pub const FORMAT_VERSION: u32 = 2;
+/// file of whole blocks; 3 is one data file of block pieces. Bump it whenever what the data
+/// file holds changes meaning.
+pub const FORMAT_VERSION: u32 = 3;
+/// The disk tier's unit: blocks are stored (and read) in pieces of this size, so a ranged
+/// read from disk reads the pieces it overlaps, not its whole block. Smaller pieces read
+/// less per range but cost a header, a page of alignment and an index entry each.
+pub const PIECE_BYTES: u64 = 256 * 1024;
+
+/// The piece size of blocks of `block_size`: [`PIECE_BYTES`], or the block when smaller.
+pub fn piece_bytes(block_size: u64) -> u64 {
+    block_size.min(PIECE_BYTES)
+}
 /// The data file: every engine block of the tier at its offset.
 pub const DATA_FILE: &str = "portico-blocks";
 /// The layout the data file was written with, as `key = value` lines.
@@ -82,6 +92,7 @@ impl DiskLayout {
 pub struct DiskFormat {
     pub version: u32,
     pub block_size: u64,
+    pub piece_bytes: u64,
     pub engine_block_bytes: u64,
     pub capacity: u64,
 }
@@ -91,6 +102,7 @@ impl DiskFormat {
         Self {
             version: FORMAT_VERSION,
             block_size,
+            piece_bytes: piece_bytes(block_size),
             engine_block_bytes: DiskLayout::new(block_size, capacity).engine_block_bytes,
             capacity,
         }
@@ -99,8 +111,9 @@ impl DiskFormat {
     fn render(&self) -> String {
         format!(
             "# Portico disk tier layout; the data file is only reused under this layout.\n\
-             format = {}\nblock_size = {}\nengine_block_bytes = {}\ncapacity = {}\n",
-            self.version, self.block_size, self.engine_block_bytes, self.capacity
+             format = {}\nblock_size = {}\npiece_bytes = {}\nengine_block_bytes = {}\n\
+             capacity = {}\n",
+            self.version, self.block_size, self.piece_bytes, self.engine_block_bytes, self.capacity
         )
     }
 
@@ -114,6 +127,8 @@ impl DiskFormat {
         Some(Self {
             version: u32::try_from(field("format")?).ok()?,
             block_size: field("block_size")?,
+            // Format 2 had no pieces: it parses, and differs in its version.
+            piece_bytes: field("piece_bytes").unwrap_or(0),
             engine_block_bytes: field("engine_block_bytes")?,
             capacity: field("capacity")?,
         })
@@ -126,6 +141,7 @@ impl DiskFormat {
         };
         differs("format", self.version.into(), wanted.version.into())
             .or_else(|| differs("cache.block_size", self.block_size, wanted.block_size))
+            .or_else(|| differs("the piece size", self.piece_bytes, wanted.piece_bytes))
             .or_else(|| {
                 differs(
                     "the engine block size",
@@ -383,8 +399,19 @@ mod tests {
         };
         assert_eq!(
             older.mismatch(&format).unwrap(),
-            "format changed from 1 to 2"
+            "format changed from 1 to 3"
         );
+        // A format 2 file (whole blocks, no piece size) is read, and replaced.
+        let format_2 = "format = 2\nblock_size = 4194304\nengine_block_bytes = 71319552\ncapacity = 10737418240\n";
+        assert_eq!(
+            DiskFormat::parse(format_2)
+                .unwrap()
+                .mismatch(&format)
+                .unwrap(),
+            "format changed from 2 to 3"
+        );
+        assert_eq!(format.piece_bytes, PIECE_BYTES);
+        assert_eq!(DiskFormat::new(64 << 10, 10 << 30).piece_bytes, 64 << 10);
         assert_eq!(DiskFormat::parse("format = 2\nblock_size = x\n"), None);
     }
 

@@ -13,7 +13,8 @@ use bytes::Bytes;
 use foyer::{Code, Result};
 
 use super::codec::{
-    get_bytes, get_str, get_u8, get_u64, parse_error, put_bytes, put_str, put_u8, put_u64, str_size,
+    get_bytes, get_str, get_u8, get_u32, get_u64, parse_error, put_bytes, put_str, put_u8, put_u32,
+    put_u64, str_size,
 };
 use super::meta::MetaRecord;
 use crate::types::{BlockIndex, ObjectRef};
@@ -56,11 +57,20 @@ impl BlockKey {
     }
 }
 
-/// Everything the hybrid cache stores is either a block or an object's metadata. Metadata
-/// of a pinned version (`versionId`) has its own key, apart from the current version's.
+/// Everything the hybrid cache stores is a whole block (memory only), a piece of a block
+/// (the disk tier's unit, and memory's for pieces read from disk twice) or an object's
+/// metadata. Metadata of a pinned version (`versionId`) has its own key, apart from the
+/// current version's.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum CacheKey {
     Block(BlockKey),
+    /// Piece `index` of a block cut into pieces of `piece_bytes`: the bytes from
+    /// `index * piece_bytes` within the block.
+    Piece {
+        block: BlockKey,
+        piece_bytes: u32,
+        index: u32,
+    },
     /// An object's metadata, and the object's purge generation.
     Meta(ObjectRef, u64),
 }
@@ -74,6 +84,33 @@ pub enum CacheValue {
 const TAG_BLOCK: u8 = 1;
 const TAG_META: u8 = 2;
 const TAG_META_VERSION: u8 = 3;
+const TAG_PIECE: u8 = 4;
+
+fn encode_block(writer: &mut impl Write, block: &BlockKey) -> Result<()> {
+    put_str(writer, block.object.bucket())?;
+    put_str(writer, block.object.key())?;
+    put_str(writer, &block.version)?;
+    put_u64(writer, block.block_size_bytes)?;
+    put_u64(writer, block.index)?;
+    put_u64(writer, block.generation)
+}
+
+fn decode_block(reader: &mut impl Read) -> Result<BlockKey> {
+    let object = decode_object(reader, false)?;
+    let version = get_str(reader)?;
+    let block_size_bytes = get_u64(reader)?;
+    let index = get_u64(reader)?;
+    let generation = get_u64(reader)?;
+    Ok(BlockKey {
+        generation,
+        ..BlockKey::new(&object, version.into(), block_size_bytes, index)
+    })
+}
+
+/// Encoded size of a block key written by [`encode_block`].
+fn encoded_block_size(block: &BlockKey) -> usize {
+    str_size(block.object.bucket()) + str_size(block.object.key()) + str_size(&block.version) + 24
+}
 
 fn decode_object(reader: &mut impl Read, versioned: bool) -> Result<ObjectRef> {
     let bucket = get_str(reader)?;
@@ -93,12 +130,17 @@ impl Code for CacheKey {
         match self {
             Self::Block(block) => {
                 put_u8(writer, TAG_BLOCK)?;
-                put_str(writer, block.object.bucket())?;
-                put_str(writer, block.object.key())?;
-                put_str(writer, &block.version)?;
-                put_u64(writer, block.block_size_bytes)?;
-                put_u64(writer, block.index)?;
-                put_u64(writer, block.generation)
+                encode_block(writer, block)
+            }
+            Self::Piece {
+                block,
+                piece_bytes,
+                index,
+            } => {
+                put_u8(writer, TAG_PIECE)?;
+                encode_block(writer, block)?;
+                put_u32(writer, *piece_bytes)?;
+                put_u32(writer, *index)
             }
             Self::Meta(object, generation) => {
                 let tag = match object.version() {
@@ -118,17 +160,12 @@ impl Code for CacheKey {
 
     fn decode(reader: &mut impl Read) -> Result<Self> {
         match get_u8(reader)? {
-            TAG_BLOCK => {
-                let object = decode_object(reader, false)?;
-                let version = get_str(reader)?;
-                let block_size_bytes = get_u64(reader)?;
-                let index = get_u64(reader)?;
-                let generation = get_u64(reader)?;
-                Ok(Self::Block(BlockKey {
-                    generation,
-                    ..BlockKey::new(&object, version.into(), block_size_bytes, index)
-                }))
-            }
+            TAG_BLOCK => Ok(Self::Block(decode_block(reader)?)),
+            TAG_PIECE => Ok(Self::Piece {
+                block: decode_block(reader)?,
+                piece_bytes: get_u32(reader)?,
+                index: get_u32(reader)?,
+            }),
             tag @ (TAG_META | TAG_META_VERSION) => {
                 let object = decode_object(reader, tag == TAG_META_VERSION)?;
                 Ok(Self::Meta(object, get_u64(reader)?))
@@ -139,14 +176,8 @@ impl Code for CacheKey {
 
     fn estimated_size(&self) -> usize {
         match self {
-            Self::Block(block) => {
-                1 + str_size(block.object.bucket())
-                    + str_size(block.object.key())
-                    + str_size(&block.version)
-                    + 8
-                    + 8
-                    + 8
-            }
+            Self::Block(block) => 1 + encoded_block_size(block),
+            Self::Piece { block, .. } => 1 + encoded_block_size(block) + 4 + 4,
             Self::Meta(object, _) => {
                 1 + str_size(object.bucket())
                     + str_size(object.key())
@@ -253,6 +284,25 @@ mod tests {
     }
 
     #[test]
+    fn pieces_of_other_sizes_or_indexes_have_other_keys() {
+        let block = BlockKey::new(
+            &ObjectRef::new("bucket", "k").unwrap(),
+            "\"e\"".into(),
+            4 << 20,
+            1,
+        );
+        let piece = |piece_bytes, index| CacheKey::Piece {
+            block: block.clone(),
+            piece_bytes,
+            index,
+        };
+        assert_ne!(piece(256 << 10, 1), piece(128 << 10, 1));
+        assert_ne!(piece(256 << 10, 1), piece(256 << 10, 2));
+        assert_ne!(piece(256 << 10, 0), CacheKey::Block(block.clone()));
+        assert_eq!(round_trip(&piece(256 << 10, 15)), piece(256 << 10, 15));
+    }
+
+    #[test]
     fn unknown_tags_are_rejected() {
         assert!(CacheKey::decode(&mut [9u8].as_slice()).is_err());
         assert!(CacheValue::decode(&mut [9u8].as_slice()).is_err());
@@ -285,7 +335,10 @@ mod tests {
                     index,
                 )
             });
-            prop_assert_eq!(round_trip(&key), key);
+            prop_assert_eq!(round_trip(&key), key.clone());
+            let CacheKey::Block(block) = key else { unreachable!() };
+            let piece = CacheKey::Piece { block, piece_bytes: 256 * 1024, index: (index % 64) as u32 };
+            prop_assert_eq!(round_trip(&piece), piece);
             let value = CacheValue::Block(Bytes::from(data));
             prop_assert_eq!(round_trip(&value), value);
         }

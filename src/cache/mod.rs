@@ -23,20 +23,22 @@ mod meta;
 mod purges;
 
 use std::future::Future;
+use std::hash::{BuildHasher, RandomState};
+use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
 use foyer::{
     BlockEngineConfig, DeviceBuilder, FileDeviceBuilder, HybridCache, HybridCacheBuilder,
-    HybridCachePolicy, HybridCacheProperties, Location, PsyncIoEngineConfig, RecoverMode,
+    HybridCachePolicy, HybridCacheProperties, Load, Location, PsyncIoEngineConfig, RecoverMode,
     S3FifoConfig, Source,
 };
 use parking_lot::Mutex;
 
-pub use disk::{DiskFilesError, DiskFormat, DiskLayout, raise_open_file_limit};
+pub use disk::{DiskFilesError, DiskFormat, DiskLayout, PIECE_BYTES, raise_open_file_limit};
 pub use key::{BlockKey, CacheKey, CacheValue};
 pub use meta::{Checksums, MetaClock, MetaRecord, MetaState, Missing, ObjectMeta};
 
@@ -118,6 +120,14 @@ pub enum CacheError {
     Lookup(foyer::Error),
     #[error("cache held a value of the wrong kind for a {0} key")]
     WrongKind(&'static str),
+    #[error("a block of {got} bytes where {expected} were expected")]
+    BlockLength { expected: usize, got: usize },
+    #[error("bytes {start}..{end} are not within a block of {block_len} bytes")]
+    OutsideBlock {
+        start: usize,
+        end: usize,
+        block_len: usize,
+    },
 }
 
 /// A failed block lookup: the fetch's own error, or the cache's.
@@ -129,6 +139,13 @@ pub enum LookupError<E> {
 
 fn to_usize(bytes: u64) -> usize {
     usize::try_from(bytes).unwrap_or(usize::MAX)
+}
+
+/// Doorkeeper slots: twice the pieces the memory tier holds, so a piece read again while
+/// memory could still hold it is usually remembered.
+fn doorkeeper_slots(config: &CacheConfig) -> usize {
+    let pieces = config.memory_capacity.bytes() / disk::piece_bytes(config.block_size.bytes());
+    to_usize(pieces.saturating_mul(2)).clamp(1024, 1 << 20)
 }
 
 /// Whether the disk tier is in use, and why not.
@@ -211,6 +228,9 @@ pub struct BlockCache {
     health: Arc<DiskHealth>,
     disk_capacity_bytes: u64,
     purges: Arc<purges::Purges>,
+    /// The disk tier's unit (see `disk::PIECE_BYTES`).
+    piece_bytes: usize,
+    doorkeeper: Arc<Doorkeeper>,
 }
 
 /// How full the tiers are. The disk tier is a ring that fills up to its capacity and then
@@ -279,6 +299,8 @@ impl BlockCache {
                 health,
                 disk_capacity_bytes: config.disk_capacity.bytes(),
                 purges: Arc::new(purges),
+                piece_bytes: to_usize(format.piece_bytes),
+                doorkeeper: Arc::new(Doorkeeper::new(doorkeeper_slots(config))),
             };
             cache.spawn_disk_probe(config.dir.join(PROBE_FILE));
             return Ok(cache);
@@ -292,6 +314,8 @@ impl BlockCache {
             health,
             disk_capacity_bytes: 0,
             purges: Arc::new(purges::Purges::in_memory()),
+            piece_bytes: to_usize(disk::piece_bytes(config.block_size.bytes())),
+            doorkeeper: Arc::new(Doorkeeper::new(1)),
         })
     }
 
@@ -343,11 +367,21 @@ impl BlockCache {
         });
     }
 
-    /// The cache key of a block: `key` under its object's purge generation.
-    fn block_key(&self, key: &BlockKey) -> CacheKey {
+    /// `key` under its object's purge generation.
+    fn generational(&self, key: &BlockKey) -> BlockKey {
         let mut key = key.clone();
         key.generation = self.purges.generation(key.object());
-        CacheKey::Block(key)
+        key
+    }
+
+    /// The cache key of piece `index` of `block` (a generational key).
+    fn piece_key(&self, block: &BlockKey, index: usize) -> CacheKey {
+        CacheKey::Piece {
+            block: block.clone(),
+            // Both are at most a block size, which the configuration bounds far below 4 GiB.
+            piece_bytes: u32::try_from(self.piece_bytes).unwrap_or(u32::MAX),
+            index: u32::try_from(index).unwrap_or(u32::MAX),
+        }
     }
 
     /// The cache key of an object's metadata, under its purge generation.
@@ -375,93 +409,220 @@ impl BlockCache {
         }
     }
 
-    /// The block from memory, disk, or `fetch` — run once however many callers miss at once.
+    /// Bytes `within` of a block of `block_len` bytes, from memory, disk, or `fetch` — run
+    /// once however many callers miss at once — as consecutive slices: one of a whole
+    /// block, or one per piece read.
+    ///
+    /// A block in memory is sliced. Otherwise the pieces `within` overlaps are read, each
+    /// from memory or disk (foyer verifies each piece's checksum), when every one of them
+    /// is cached; a piece read from disk for the second time is kept in memory. Otherwise
+    /// the whole block is fetched, kept in memory and queued for the disk in pieces.
     ///
     /// `fetch` runs in a spawned task: a caller that goes away does not cancel it for the
     /// others, and its result is cached.
     pub async fn block<F, Fut, E>(
         &self,
         key: &BlockKey,
+        block_len: usize,
+        within: Range<usize>,
         fetch: F,
-    ) -> Result<(Bytes, Tier), LookupError<E>>
+    ) -> Result<(Vec<Bytes>, Tier), LookupError<E>>
     where
         F: FnOnce() -> Fut,
         Fut: Future<Output = Result<Bytes, E>> + Send + 'static,
         E: std::error::Error + Clone + Send + Sync + 'static,
     {
-        // A memory hit must not go through `get_or_fetch`: with write-on-insertion foyer
-        // would enqueue the entry for another disk write on every hit.
-        let cache_key = self.block_key(key);
-        if let Some(entry) = self.hybrid.memory().get(&cache_key)
-            && let CacheValue::Block(bytes) = entry.value()
-        {
-            self.readmit(&cache_key, &entry);
-            return Ok((bytes.clone(), Tier::Memory));
+        if within.start >= within.end || within.end > block_len {
+            return Err(LookupError::Cache(CacheError::OutsideBlock {
+                start: within.start,
+                end: within.end,
+                block_len,
+            }));
+        }
+        let key = self.generational(key);
+        let cache_key = CacheKey::Block(key.clone());
+        // A memory hit must not go through `get_or_fetch`, which counts and coalesces.
+        if let Some(entry) = self.hybrid.memory().get(&cache_key) {
+            let bytes = block_of(&entry, block_len)?;
+            self.readmit(&key, &bytes);
+            return Ok((vec![bytes.slice(within)], Tier::Memory));
+        }
+        match self.pieces(&key, block_len, within.clone()).await {
+            Ok(Some(found)) => return Ok(found),
+            Ok(None) => {}
+            // Answered by a fetch; errors that persist turn the disk tier off.
+            Err(error) => self.health.failed("read", &error),
         }
         let fetched_here = Arc::new(AtomicBool::new(false));
         let flag = fetched_here.clone();
         let fetch = fetch();
+        let cache = self.clone();
+        let stored = key.clone();
         let fetch = move || async move {
             flag.store(true, Ordering::Release);
-            fetch.await.map(CacheValue::Block)
-        };
-        let mut disk = self.disk_in_use();
-        if disk {
-            // The disk is read on its own first: foyer's `get_or_fetch` would answer a
-            // disk read error by fetching, and the failing disk would go unnoticed.
-            match self.hybrid.get(&cache_key).await {
-                Ok(Some(entry)) => {
-                    self.health.read_succeeded();
-                    let tier = match entry.source() {
-                        Source::Memory => Tier::Memory,
-                        _ => Tier::Disk,
-                    };
-                    return block_of(&entry, tier);
-                }
-                Ok(None) => {}
-                Err(error) => {
-                    self.health.failed("read", &error);
-                    disk = false;
-                }
+            let bytes = fetch.await?;
+            if bytes.len() == block_len {
+                cache.store_pieces(&stored, &bytes);
             }
-        }
-        let result = if disk {
-            self.hybrid.get_or_fetch(&cache_key, fetch).await
-        } else {
-            // Memory-only: coalesced by the memory tier, never written to disk.
-            self.hybrid.memory().get_or_fetch(&cache_key, fetch).await
+            Ok::<_, E>(CacheValue::Block(bytes))
         };
-        let entry = result.map_err(|error| match error.downcast_ref::<E>() {
-            Some(fetch_error) => LookupError::Fetch(fetch_error.clone()),
-            None => LookupError::Cache(CacheError::Lookup(error)),
-        })?;
+        // Whole blocks live in memory only; the disk holds their pieces.
+        let entry = self
+            .hybrid
+            .memory()
+            .get_or_fetch(&cache_key, fetch)
+            .await
+            .map_err(|error| match error.downcast_ref::<E>() {
+                Some(fetch_error) => LookupError::Fetch(fetch_error.clone()),
+                None => LookupError::Cache(CacheError::Lookup(error)),
+            })?;
         let tier = match entry.source() {
-            Source::Memory => Tier::Memory,
-            Source::Disk => Tier::Disk,
             Source::Outer if fetched_here.load(Ordering::Acquire) => Tier::Upstream,
             Source::Outer => Tier::Coalesced,
+            _ => Tier::Memory,
         };
-        block_of(&entry, tier)
+        let bytes = block_of(&entry, block_len)?;
+        Ok((vec![bytes.slice(within)], tier))
     }
 
-    /// Queues a block served from memory for the disk tier again when the tier does not
-    /// hold it: it skipped the disk while the disk's write queue was full. Without this,
-    /// memory would evict it and the next read would fetch it from the upstream again.
-    /// The write takes the same bounded queue (it may skip again, counted by foyer); a
-    /// block already on disk or in flight to it is left alone.
-    fn readmit(&self, key: &CacheKey, entry: &foyer::HybridCacheEntry<CacheKey, CacheValue>) {
-        if !self.disk_in_use() || self.hybrid.storage().may_contains(key) {
-            return;
+    /// The pieces of `block` that hold `within`, sliced to it, when the cache holds every
+    /// one of them: from memory, else from disk. `None` when one is missing (nothing is
+    /// read from disk then) or the disk tier is off.
+    async fn pieces(
+        &self,
+        block: &BlockKey,
+        block_len: usize,
+        within: Range<usize>,
+    ) -> Result<Option<(Vec<Bytes>, Tier)>, foyer::Error> {
+        if !self.disk_in_use() {
+            return Ok(None);
         }
-        self.hybrid.storage().enqueue(entry.piece(), false);
-        self.health.metrics.disk_readmissions.inc();
+        let piece_bytes = self.piece_bytes;
+        let indexes = within.start / piece_bytes..=(within.end - 1) / piece_bytes;
+        let keys: Vec<CacheKey> = indexes
+            .clone()
+            .map(|index| self.piece_key(block, index))
+            .collect();
+        let held = |key: &CacheKey| {
+            self.hybrid.memory().contains(key) || self.hybrid.storage().may_contains(key)
+        };
+        if !keys.iter().all(held) {
+            return Ok(None);
+        }
+        let loads = indexes.zip(keys).map(|(index, key)| {
+            let length = piece_bytes.min(block_len - index * piece_bytes);
+            self.piece(key, length)
+        });
+        let found = futures::future::try_join_all(loads).await?;
+        let mut tier = Tier::Memory;
+        let mut parts = Vec::with_capacity(found.len());
+        for (index, piece) in (within.start / piece_bytes..).zip(found) {
+            let Some((bytes, from)) = piece else {
+                return Ok(None);
+            };
+            if from == Tier::Disk {
+                tier = Tier::Disk;
+            }
+            let first = index * piece_bytes;
+            let start = within.start.max(first) - first;
+            let end = within.end.min(first + bytes.len()) - first;
+            parts.push(bytes.slice(start..end));
+        }
+        Ok(Some((parts, tier)))
     }
 
+    /// One piece of `length` bytes from memory, else from disk (kept in memory on its
+    /// second read from disk). A piece of another length is a miss.
+    async fn piece(
+        &self,
+        key: CacheKey,
+        length: usize,
+    ) -> Result<Option<(Bytes, Tier)>, foyer::Error> {
+        if let Some(entry) = self.hybrid.memory().get(&key)
+            && let CacheValue::Block(bytes) = entry.value()
+            && bytes.len() == length
+        {
+            return Ok(Some((bytes.clone(), Tier::Memory)));
+        }
+        let value = match self.hybrid.storage().load(&key).await? {
+            Load::Entry { value, .. } => value,
+            Load::Piece { piece, .. } => piece.value().clone(),
+            Load::Miss | Load::Throttled => return Ok(None),
+        };
+        self.health.read_succeeded();
+        let CacheValue::Block(bytes) = value else {
+            return Ok(None);
+        };
+        if bytes.len() != length {
+            return Ok(None);
+        }
+        if self.doorkeeper.second_touch(&key) {
+            self.hybrid.memory().insert_with_properties(
+                key,
+                CacheValue::Block(bytes.clone()),
+                HybridCacheProperties::default().with_location(Location::InMem),
+            );
+            self.health.metrics.memory_admissions.inc();
+        }
+        Ok(Some((bytes, Tier::Disk)))
+    }
+
+    /// Whether the cache holds all of a block of `block_len` bytes (whole in memory, or
+    /// every piece), without reading it.
+    pub fn holds(&self, key: &BlockKey, block_len: usize) -> bool {
+        let key = self.generational(key);
+        if self.hybrid.memory().contains(&CacheKey::Block(key.clone())) {
+            return true;
+        }
+        self.disk_in_use()
+            && (0..block_len.div_ceil(self.piece_bytes)).all(|index| {
+                let piece = self.piece_key(&key, index);
+                self.hybrid.memory().contains(&piece) || self.hybrid.storage().may_contains(&piece)
+            })
+    }
+
+    /// Queues the pieces of `block` (its `bytes`) the disk tier does not hold for it;
+    /// how many. The writes take foyer's bounded queue and may skip the disk (counted by
+    /// foyer) when it falls behind.
+    fn store_pieces(&self, block: &BlockKey, bytes: &Bytes) -> usize {
+        if !self.disk_in_use() {
+            return 0;
+        }
+        let mut queued = 0;
+        for (index, first) in (0..bytes.len()).step_by(self.piece_bytes).enumerate() {
+            let key = self.piece_key(block, index);
+            if self.hybrid.storage().may_contains(&key) {
+                continue;
+            }
+            let end = (first + self.piece_bytes).min(bytes.len());
+            self.hybrid.insert_with_properties(
+                key,
+                CacheValue::Block(bytes.slice(first..end)),
+                HybridCacheProperties::default().with_location(Location::OnDisk),
+            );
+            queued += 1;
+        }
+        queued
+    }
+
+    /// Queues the pieces of a block served from memory for the disk tier again when the
+    /// tier does not hold them: they skipped the disk while its write queue was full.
+    /// Without this, memory would evict the block and the next read would fetch it from
+    /// the upstream again. Pieces on disk or in flight to it are left alone.
+    fn readmit(&self, block: &BlockKey, bytes: &Bytes) {
+        if self.store_pieces(block, bytes) > 0 {
+            self.health.metrics.disk_readmissions.inc();
+        }
+    }
+
+    /// Caches a whole block: in memory, and its pieces on disk.
     pub fn insert_block(&self, key: BlockKey, bytes: Bytes) {
-        self.hybrid.insert_with_properties(
-            self.block_key(&key),
+        let key = self.generational(&key);
+        self.store_pieces(&key, &bytes);
+        self.hybrid.memory().insert_with_properties(
+            CacheKey::Block(key),
             CacheValue::Block(bytes),
-            self.placement(Location::Default),
+            HybridCacheProperties::default().with_location(Location::InMem),
         );
     }
 
@@ -509,11 +670,16 @@ impl BlockCache {
         );
     }
 
-    /// Removes a block from both tiers; whether the cache held it.
+    /// Removes a block and its pieces from both tiers; whether the cache held any of it.
     pub fn remove_block(&self, key: &BlockKey) -> bool {
-        let key = self.block_key(key);
-        let held = self.hybrid.contains(&key);
-        self.hybrid.remove(&key);
+        let key = self.generational(key);
+        let pieces = key.block_size_bytes.div_ceil(self.piece_bytes as u64);
+        let pieces = (0..to_usize(pieces)).map(|index| self.piece_key(&key, index));
+        let mut held = false;
+        for key in std::iter::once(CacheKey::Block(key.clone())).chain(pieces) {
+            held |= self.hybrid.contains(&key) || self.hybrid.storage().may_contains(&key);
+            self.hybrid.remove(&key);
+        }
         held
     }
 
@@ -539,14 +705,49 @@ impl BlockCache {
     }
 }
 
-/// The bytes of a block entry.
+/// The bytes of a whole-block entry, which must be `block_len` long.
 fn block_of<E>(
     entry: &foyer::HybridCacheEntry<CacheKey, CacheValue>,
-    tier: Tier,
-) -> Result<(Bytes, Tier), LookupError<E>> {
+    block_len: usize,
+) -> Result<Bytes, LookupError<E>> {
     match entry.value() {
-        CacheValue::Block(bytes) => Ok((bytes.clone(), tier)),
+        CacheValue::Block(bytes) if bytes.len() == block_len => Ok(bytes.clone()),
+        CacheValue::Block(bytes) => Err(LookupError::Cache(CacheError::BlockLength {
+            expected: block_len,
+            got: bytes.len(),
+        })),
         CacheValue::Meta(_) => Err(LookupError::Cache(CacheError::WrongKind("block"))),
+    }
+}
+
+/// Remembers pieces read from disk once, so that their second read keeps them in memory:
+/// a piece read once (a scan, a one-off range) does not displace memory's hot set. One
+/// hash per slot, overwritten by collisions, so it is bounded and forgets old reads.
+struct Doorkeeper {
+    slots: Box<[AtomicU64]>,
+    hasher: RandomState,
+}
+
+impl Doorkeeper {
+    fn new(slots: usize) -> Self {
+        Self {
+            slots: (0..slots.max(1)).map(|_| AtomicU64::new(0)).collect(),
+            hasher: RandomState::new(),
+        }
+    }
+
+    /// Whether `key` was seen since its slot last changed; records it otherwise.
+    fn second_touch(&self, key: &CacheKey) -> bool {
+        // Never 0, the empty slot's value.
+        let hash = self.hasher.hash_one(key) | 1;
+        let slot = &self.slots[(hash % self.slots.len() as u64) as usize];
+        if slot.load(Ordering::Relaxed) == hash {
+            slot.store(0, Ordering::Relaxed);
+            true
+        } else {
+            slot.store(hash, Ordering::Relaxed);
+            false
+        }
     }
 }
 
@@ -602,6 +803,23 @@ mod tests {
         )
     }
 
+    impl BlockCache {
+        /// All `len` bytes of block `index` of the test object, their parts joined.
+        async fn whole<F, Fut>(
+            &self,
+            index: u64,
+            len: usize,
+            fetch: F,
+        ) -> Result<(Bytes, Tier), LookupError<FetchFailed>>
+        where
+            F: FnOnce() -> Fut,
+            Fut: Future<Output = Result<Bytes, FetchFailed>> + Send + 'static,
+        {
+            let (parts, tier) = self.block(&block_key(index), len, 0..len, fetch).await?;
+            Ok((parts.concat().into(), tier))
+        }
+    }
+
     async fn open(dir: &std::path::Path, disk: ByteSize) -> BlockCache {
         BlockCache::open(&config(dir, disk), Arc::new(Metrics::new()))
             .await
@@ -621,7 +839,7 @@ mod tests {
             let gate = gate.clone();
             waiters.push(tokio::spawn(async move {
                 cache
-                    .block(&block_key(0), move || async move {
+                    .whole(0, 10, move || async move {
                         fetches.fetch_add(1, Ordering::SeqCst);
                         gate.notified().await;
                         Ok::<_, FetchFailed>(Bytes::from_static(b"block zero"))
@@ -648,7 +866,7 @@ mod tests {
                 .all(|tier| matches!(tier, Tier::Upstream | Tier::Coalesced | Tier::Memory))
         );
         let (_, tier) = cache
-            .block(&block_key(0), || async {
+            .whole(0, 10, || async {
                 Err::<Bytes, _>(FetchFailed("must not run"))
             })
             .await
@@ -661,7 +879,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let cache = open(dir.path(), ByteSize(0)).await;
         let error = cache
-            .block(&block_key(1), || async {
+            .whole(1, 5, || async {
                 Err::<Bytes, _>(FetchFailed("upstream down"))
             })
             .await
@@ -671,7 +889,7 @@ mod tests {
             LookupError::Fetch(FetchFailed("upstream down"))
         ));
         let (bytes, tier) = cache
-            .block(&block_key(1), || async {
+            .whole(1, 5, || async {
                 Ok::<_, FetchFailed>(Bytes::from_static(b"later"))
             })
             .await
@@ -694,14 +912,13 @@ mod tests {
             // Both blocks skipped the disk (as when its write queue is full); only block 0
             // is read again while in memory.
             for index in [0, 1] {
-                cache.hybrid.insert_with_properties(
-                    cache.block_key(&block_key(index)),
+                cache.hybrid.memory().insert(
+                    CacheKey::Block(cache.generational(&block_key(index))),
                     CacheValue::Block(data.clone()),
-                    HybridCacheProperties::default().with_location(Location::InMem),
                 );
             }
             let (bytes, tier) = cache
-                .block(&block_key(0), || async {
+                .whole(0, 64 * 1024, || async {
                     Err::<Bytes, _>(FetchFailed("must come from memory"))
                 })
                 .await
@@ -710,7 +927,7 @@ mod tests {
             assert_eq!(metrics.disk_readmissions.get(), 1);
             // A second hit finds it on its way to the disk: no second write.
             cache
-                .block(&block_key(0), || async {
+                .whole(0, 64 * 1024, || async {
                     Err::<Bytes, _>(FetchFailed("must come from memory"))
                 })
                 .await
@@ -720,14 +937,14 @@ mod tests {
         }
         let cache = open(dir.path(), ByteSize::mib(4)).await;
         let (bytes, tier) = cache
-            .block(&block_key(0), || async {
+            .whole(0, 64 * 1024, || async {
                 Err::<Bytes, _>(FetchFailed("must come from disk"))
             })
             .await
             .unwrap();
         assert_eq!((bytes, tier), (data.clone(), Tier::Disk));
         let (_, tier) = cache
-            .block(&block_key(1), {
+            .whole(1, 64 * 1024, {
                 let data = data.clone();
                 move || async move { Ok::<_, FetchFailed>(data) }
             })
@@ -738,6 +955,219 @@ mod tests {
             Tier::Upstream,
             "the block not read again stayed off the disk"
         );
+    }
+
+    /// A cache of 1 MiB blocks (four pieces each) with a disk tier.
+    fn piece_config(dir: &std::path::Path) -> CacheConfig {
+        CacheConfig {
+            block_size: ByteSize::mib(1),
+            memory_capacity: ByteSize::mib(4),
+            disk_capacity: ByteSize::mib(32),
+            ..config(dir, ByteSize(0))
+        }
+    }
+
+    fn mib_block(index: u64) -> BlockKey {
+        BlockKey::new(
+            &ObjectRef::new("bucket", "pieces").unwrap(),
+            "\"etag\"".into(),
+            1 << 20,
+            index,
+        )
+    }
+
+    /// Bytes no two offsets of which repeat within a block.
+    fn patterned(len: usize, seed: u32) -> Bytes {
+        (0..len as u32)
+            .flat_map(|word| (word.wrapping_mul(2_654_435_761) ^ seed).to_le_bytes())
+            .take(len)
+            .collect::<Vec<u8>>()
+            .into()
+    }
+
+    async fn part(
+        cache: &BlockCache,
+        index: u64,
+        len: usize,
+        within: Range<usize>,
+    ) -> (Bytes, Tier, usize) {
+        let (parts, tier) = cache
+            .block(&mib_block(index), len, within, || async {
+                Err::<Bytes, _>(FetchFailed("must come from the cache"))
+            })
+            .await
+            .unwrap();
+        let count = parts.len();
+        (parts.concat().into(), tier, count)
+    }
+
+    #[tokio::test]
+    async fn a_range_is_read_from_the_pieces_it_overlaps_byte_exact_after_a_restart() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = piece_config(dir.path());
+        let piece = PIECE_BYTES as usize;
+        // A whole block and a short last block (two and a half pieces).
+        let full = patterned(1 << 20, 1);
+        let short_len = 2 * piece + piece / 2;
+        let short = patterned(short_len, 2);
+        {
+            let cache = BlockCache::open(&config, Arc::new(Metrics::new()))
+                .await
+                .unwrap();
+            cache.insert_block(mib_block(0), full.clone());
+            cache.insert_block(mib_block(1), short.clone());
+            cache.close().await.unwrap();
+        }
+        let metrics = Arc::new(Metrics::new());
+        let cache = BlockCache::open(&config, metrics.clone()).await.unwrap();
+        assert!(cache.holds(&mib_block(0), 1 << 20));
+        assert!(cache.holds(&mib_block(1), short_len));
+        let edges = [
+            0..1,
+            0..piece,
+            piece - 1..piece + 1,
+            piece..2 * piece,
+            1..(1 << 20) - 1,
+            3 * piece + 17..4 * piece,
+            (1 << 20) - 1..1 << 20,
+            0..1 << 20,
+        ];
+        for within in edges {
+            let read_before = cache.usage().disk_read_bytes;
+            let (bytes, tier, parts) = part(&cache, 0, 1 << 20, within.clone()).await;
+            assert_eq!(bytes, full.slice(within.clone()), "bytes {within:?}");
+            let pieces = (within.end - 1) / piece - within.start / piece + 1;
+            assert_eq!(parts, pieces, "one slice per piece for {within:?}");
+            if tier == Tier::Disk {
+                // Only the overlapped pieces are read (each with its header and alignment).
+                let read = cache.usage().disk_read_bytes - read_before;
+                assert!(
+                    read as usize <= pieces * (piece + 8192),
+                    "{read} bytes read from disk for {within:?}"
+                );
+            }
+        }
+        for within in [0..short_len, piece + 5..short_len, short_len - 1..short_len] {
+            let (bytes, _, _) = part(&cache, 1, short_len, within.clone()).await;
+            assert_eq!(bytes, short.slice(within.clone()), "short block {within:?}");
+        }
+        // A range outside the block is an error, never a panic.
+        let error = cache
+            .block(&mib_block(0), 1 << 20, 10..(1 << 20) + 1, || async {
+                Err::<Bytes, _>(FetchFailed("must not run"))
+            })
+            .await
+            .unwrap_err();
+        assert!(matches!(
+            error,
+            LookupError::Cache(CacheError::OutsideBlock { .. })
+        ));
+    }
+
+    #[tokio::test]
+    async fn a_piece_read_from_disk_twice_is_kept_in_memory_and_once_is_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = piece_config(dir.path());
+        let piece = PIECE_BYTES as usize;
+        let data = patterned(1 << 20, 3);
+        {
+            let cache = BlockCache::open(&config, Arc::new(Metrics::new()))
+                .await
+                .unwrap();
+            cache.insert_block(mib_block(0), data.clone());
+            cache.close().await.unwrap();
+        }
+        let metrics = Arc::new(Metrics::new());
+        let cache = BlockCache::open(&config, metrics.clone()).await.unwrap();
+        let first = part(&cache, 0, 1 << 20, 10..20).await;
+        assert_eq!((first.0, first.1), (data.slice(10..20), Tier::Disk));
+        assert_eq!(
+            metrics.memory_admissions.get(),
+            0,
+            "read once: not admitted"
+        );
+        let second = part(&cache, 0, 1 << 20, 30..40).await;
+        assert_eq!((second.0, second.1), (data.slice(30..40), Tier::Disk));
+        assert_eq!(metrics.memory_admissions.get(), 1, "read twice: admitted");
+        let read_before = cache.usage().disk_read_bytes;
+        let third = part(&cache, 0, 1 << 20, 50..piece).await;
+        assert_eq!((third.0, third.1), (data.slice(50..piece), Tier::Memory));
+        assert_eq!(cache.usage().disk_read_bytes, read_before);
+        // A range over a piece in memory and one on disk is a disk read of the latter.
+        let mixed = part(&cache, 0, 1 << 20, piece - 3..piece + 3).await;
+        assert_eq!(
+            (mixed.0, mixed.1),
+            (data.slice(piece - 3..piece + 3), Tier::Disk)
+        );
+    }
+
+    #[tokio::test]
+    async fn a_block_missing_a_piece_is_fetched_whole_and_its_pieces_rewritten() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = piece_config(dir.path());
+        let piece = PIECE_BYTES as usize;
+        let data = patterned(1 << 20, 4);
+        let cache = BlockCache::open(&config, Arc::new(Metrics::new()))
+            .await
+            .unwrap();
+        cache.insert_block(mib_block(0), data.clone());
+        cache.hybrid.storage().wait().await;
+        cache
+            .hybrid
+            .memory()
+            .remove(&CacheKey::Block(cache.generational(&mib_block(0))));
+        cache
+            .hybrid
+            .remove(&cache.piece_key(&cache.generational(&mib_block(0)), 2));
+        assert!(!cache.holds(&mib_block(0), 1 << 20));
+        // The pieces still held answer a range within them.
+        assert_eq!(part(&cache, 0, 1 << 20, 0..piece).await.1, Tier::Disk);
+        // A range over the missing piece fetches the whole block, once.
+        let fetches = Arc::new(AtomicUsize::new(0));
+        let counted = fetches.clone();
+        let source = data.clone();
+        let (parts, tier) = cache
+            .block(
+                &mib_block(0),
+                1 << 20,
+                piece..3 * piece,
+                move || async move {
+                    counted.fetch_add(1, Ordering::SeqCst);
+                    Ok::<_, FetchFailed>(source)
+                },
+            )
+            .await
+            .unwrap();
+        assert_eq!(tier, Tier::Upstream);
+        assert_eq!(Bytes::from(parts.concat()), data.slice(piece..3 * piece));
+        assert_eq!(fetches.load(Ordering::SeqCst), 1);
+        assert!(cache.holds(&mib_block(0), 1 << 20));
+        // Its pieces are on disk again: with the block gone from memory, they answer.
+        cache.close().await.unwrap();
+        let cache = BlockCache::open(&config, Arc::new(Metrics::new()))
+            .await
+            .unwrap();
+        let (bytes, tier, _) = part(&cache, 0, 1 << 20, 2 * piece - 1..2 * piece + 1).await;
+        assert_eq!(
+            (bytes, tier),
+            (data.slice(2 * piece - 1..2 * piece + 1), Tier::Disk)
+        );
+        // Removing the block removes its pieces.
+        assert!(cache.remove_block(&mib_block(0)));
+        assert!(!cache.holds(&mib_block(0), 1 << 20));
+    }
+
+    #[test]
+    fn the_doorkeeper_admits_on_the_second_touch_and_forgets_on_collision() {
+        let doorkeeper = Doorkeeper::new(1);
+        let key = |index| CacheKey::Block(block_key(index));
+        assert!(!doorkeeper.second_touch(&key(0)));
+        assert!(doorkeeper.second_touch(&key(0)));
+        // Admitted: the slot is cleared, so a third touch starts over.
+        assert!(!doorkeeper.second_touch(&key(0)));
+        // One slot: another key takes it, and the first is forgotten.
+        assert!(!doorkeeper.second_touch(&key(1)));
+        assert!(!doorkeeper.second_touch(&key(0)));
     }
 
     #[tokio::test]
@@ -804,7 +1234,7 @@ mod tests {
         }
         let cache = open().await;
         let (bytes, tier) = cache
-            .block(&block_key(0), || async {
+            .whole(0, 64 * 1024, || async {
                 Err::<Bytes, _>(FetchFailed("must come from disk"))
             })
             .await
@@ -840,7 +1270,7 @@ mod tests {
             );
             // Each failed disk read is answered by a fetch.
             let (bytes, tier) = cache
-                .block(&block_key(index), {
+                .whole(index, 64 * 1024, {
                     let data = data.clone();
                     move || async move { Ok::<_, FetchFailed>(data) }
                 })
@@ -862,7 +1292,7 @@ mod tests {
         );
         // Memory-only from now on: blocks are cached in memory, not written to disk.
         let (_, tier) = cache
-            .block(&block_key(0), || async {
+            .whole(0, 64 * 1024, || async {
                 Err::<Bytes, _>(FetchFailed("must come from memory"))
             })
             .await

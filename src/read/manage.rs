@@ -106,8 +106,9 @@ impl ReadPath {
             .map(|index| {
                 let target = target.clone();
                 async move {
-                    let charge = self.inner.budget.reserve(layout.block_len(index)).await;
-                    self.block(&target, index, charge).await?;
+                    // Held while the block is fetched; once cached it is the cache's.
+                    let _charge = self.inner.budget.reserve(layout.block_len(index)).await;
+                    self.ensure_block(&target, index).await?;
                     Ok::<_, ReadError>(layout.slice_within(index, bytes).len() as u64)
                 }
             })

@@ -492,7 +492,7 @@ impl ReadPath {
         let target = Target::new(object, meta.clone(), self.inner.settings.block_size);
         let first_index = target.layout.block_of(bytes.first());
         let first_block = self
-            .block_or_probed(&target, first_index, charge, &probed)
+            .block_or_probed(&target, first_index, bytes, charge, &probed)
             .await?;
         let status = CacheStatus::new(&probed, Some(first_block.1));
         self.prefetch_after(&target, bytes);
@@ -528,7 +528,7 @@ impl ReadPath {
             let this = self.clone();
             let target = target.clone();
             tokio::spawn(async move {
-                if let Err(error) = this.cache_block(&target, index).await {
+                if let Err(error) = this.ensure_block(&target, index).await {
                     let object = &target.object;
                     tracing::debug!(%object, index, %error, "prefetch failed");
                 }
@@ -544,7 +544,7 @@ impl ReadPath {
         &self,
         target: Target,
         bytes: ByteRange,
-        first_block: (Bytes, Tier),
+        first_block: (Vec<Bytes>, Tier),
         probed: Probed,
         tally: Arc<Tally>,
     ) -> BodyStream {
@@ -554,13 +554,7 @@ impl ReadPath {
         let task = async move {
             let layout = target.layout;
             let mut blocks = layout.blocks_for(bytes);
-            let Some(first_index) = blocks.next() else {
-                return;
-            };
-            if !this
-                .send_slice(&sender, &tally, layout, bytes, first_index, first_block)
-                .await
-            {
+            if blocks.next().is_none() || !this.send_part(&sender, &tally, first_block).await {
                 return;
             }
             let readahead = this.inner.settings.readahead_blocks.max(1);
@@ -588,7 +582,7 @@ impl ReadPath {
                     let target = target.clone();
                     let probed = probed.clone();
                     fetches.push_back(async move {
-                        let block = this.block_or_probed(&target, index, charge, &probed);
+                        let block = this.block_or_probed(&target, index, bytes, charge, &probed);
                         (index, block.await)
                     });
                 }
@@ -596,11 +590,8 @@ impl ReadPath {
                     return;
                 };
                 match result {
-                    Ok(block) => {
-                        if !this
-                            .send_slice(&sender, &tally, layout, bytes, index, block)
-                            .await
-                        {
+                    Ok(part) => {
+                        if !this.send_part(&sender, &tally, part).await {
                             return;
                         }
                     }
@@ -621,56 +612,79 @@ impl ReadPath {
     }
 
     /// Sends the requested part of one block; false when the client has gone.
-    async fn send_slice(
+    async fn send_part(
         &self,
         sender: &mpsc::Sender<Result<Bytes, ReadError>>,
         tally: &Tally,
-        layout: BlockLayout,
-        bytes: ByteRange,
-        index: BlockIndex,
-        (block, tier): (Bytes, Tier),
+        (parts, tier): (Vec<Bytes>, Tier),
     ) -> bool {
         tally.count(tier);
-        let slice = block.slice(layout.slice_within(index, bytes));
-        self.inner
-            .metrics
-            .count_served(tier.as_str(), slice.len() as u64);
-        sender.send(Ok(slice)).await.is_ok()
+        for part in parts {
+            self.inner
+                .metrics
+                .count_served(tier.as_str(), part.len() as u64);
+            if sender.send(Ok(part)).await.is_err() {
+                return false;
+            }
+        }
+        true
     }
 
-    /// Block `index` of `target`: one the metadata discovery read, else [`Self::block`].
+    /// The part of block `index` of `target` inside `bytes`: from a block the metadata
+    /// discovery read, else [`Self::block`].
     async fn block_or_probed(
         &self,
         target: &Target,
         index: BlockIndex,
+        bytes: ByteRange,
         charge: Charge,
         probed: &Probed,
-    ) -> Result<(Bytes, Tier), ReadError> {
+    ) -> Result<(Vec<Bytes>, Tier), ReadError> {
+        let within = target.layout.slice_within(index, bytes);
         match probed.block(index) {
-            Some(bytes) => {
+            Some(block) => {
                 let span = lookup_span(index);
                 self.counted(&span, probed.tier);
-                Ok((charge.attach(bytes), probed.tier))
+                let part = block
+                    .get(within)
+                    .map(|part| block.slice_ref(part))
+                    .ok_or_else(|| {
+                        ReadError::Internal(format!(
+                            "the probed block {index} is shorter than asked"
+                        ))
+                    })?;
+                Ok((charge.attach_all(vec![part]), probed.tier))
             }
-            None => self.block(target, index, charge).await,
+            None => self.block(target, index, within, charge).await,
         }
     }
 
-    /// Block `index` of `target`, from the cache or the upstream, counted as a lookup and
-    /// carrying `charge` until its last slice is dropped.
+    /// Bytes `within` block `index` of `target`, from the cache or the upstream, counted
+    /// as a lookup and carrying `charge` until their last slice is dropped.
     async fn block(
         &self,
         target: &Target,
         index: BlockIndex,
+        within: std::ops::Range<usize>,
         charge: Charge,
-    ) -> Result<(Bytes, Tier), ReadError> {
+    ) -> Result<(Vec<Bytes>, Tier), ReadError> {
         let span = lookup_span(index);
-        let (bytes, tier) = self
-            .cache_block(target, index)
+        let (parts, tier) = self
+            .cache_block(target, index, within)
             .instrument(span.clone())
             .await?;
         self.counted(&span, tier);
-        Ok((charge.attach(bytes), tier))
+        Ok((charge.attach_all(parts), tier))
+    }
+
+    /// Caches block `index` of `target` unless the cache holds it already (a prefetch or
+    /// warm: nothing is read from disk for it).
+    async fn ensure_block(&self, target: &Target, index: BlockIndex) -> Result<(), ReadError> {
+        let length = usize::try_from(target.layout.block_len(index)).unwrap_or(usize::MAX);
+        if self.inner.cache.holds(&target.key(index), length) {
+            return Ok(());
+        }
+        self.cache_block(target, index, 0..length).await.map(drop)
     }
 
     /// Records where a block came from on its lookup span and in the lookup metric.
@@ -685,13 +699,14 @@ impl ReadPath {
         });
     }
 
-    /// Block `index` of `target` through the cache (fetched and cached on a miss), its
-    /// length checked.
+    /// Bytes `within` block `index` of `target` through the cache (the block is fetched
+    /// and cached on a miss), their length checked.
     async fn cache_block(
         &self,
         target: &Target,
         index: BlockIndex,
-    ) -> Result<(Bytes, Tier), ReadError> {
+        within: std::ops::Range<usize>,
+    ) -> Result<(Vec<Bytes>, Tier), ReadError> {
         let object = &target.object;
         let range = target
             .layout
@@ -717,28 +732,32 @@ impl ReadPath {
                 .instrument(span)
             }
         };
-        let inner = &self.inner;
-        let result = match inner.cache.block(&key, fetch.clone()).await {
+        let block_len = usize::try_from(range.len_bytes()).unwrap_or(usize::MAX);
+        let wanted = within.len();
+        let result = match self
+            .inner
+            .cache
+            .block(&key, block_len, within.clone(), fetch.clone())
+            .await
+        {
             Ok(found) => Ok(found),
             Err(LookupError::Fetch(error)) => Err(ReadError::from_upstream(error)),
             Err(LookupError::Cache(error)) => {
                 // The cache failed, not the object: serve this block straight from upstream.
                 tracing::warn!(%object, index, %error, "cache lookup failed; reading the block from upstream");
-                fetch()
-                    .await
-                    .map(|bytes| (bytes, Tier::Upstream))
-                    .map_err(ReadError::from_upstream)
+                let block = fetch().await.map_err(ReadError::from_upstream)?;
+                let part = block.get(within).map(|part| block.slice_ref(part));
+                Ok((part.into_iter().collect(), Tier::Upstream))
             }
         };
-        let (bytes, tier) = result?;
-        if bytes.len() as u64 != range.len_bytes() {
+        let (parts, tier) = result?;
+        let got: usize = parts.iter().map(Bytes::len).sum();
+        if got != wanted {
             return Err(ReadError::Internal(format!(
-                "block {index} of {object} holds {} bytes, expected {}",
-                bytes.len(),
-                range.len_bytes()
+                "block {index} of {object} gave {got} bytes for a part of {wanted}"
             )));
         }
-        Ok((bytes, tier))
+        Ok((parts, tier))
     }
 }
 

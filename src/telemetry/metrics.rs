@@ -104,6 +104,8 @@ pub struct Metrics {
     pub uncached_reads: Counter,
     /// Blocks served from memory that had skipped the disk tier, queued for it again.
     pub disk_readmissions: Counter,
+    /// Block pieces read from disk for the second time, kept in memory.
+    pub memory_admissions: Counter,
 }
 
 impl Default for Metrics {
@@ -139,6 +141,7 @@ impl Metrics {
             inflight_limit_bytes: Gauge::default(),
             budget_waits: Family::default(),
             disk_readmissions: Counter::default(),
+            memory_admissions: Counter::default(),
             uncached_reads: Counter::default(),
         };
         registry.register(
@@ -225,6 +228,11 @@ impl Metrics {
             "portico_cache_disk_readmissions",
             "Blocks served from memory that the disk tier did not hold (they skipped it while its write queue was full), queued for the disk again",
             metrics.disk_readmissions.clone(),
+        );
+        registry.register(
+            "portico_cache_memory_admissions",
+            "Block pieces read from disk a second time (within the doorkeeper's memory), kept in the memory tier; a piece read once is not",
+            metrics.memory_admissions.clone(),
         );
         registry.register(
             "portico_cache_disk_errors",

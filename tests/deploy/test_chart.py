@@ -104,10 +104,10 @@ class ChartTest(unittest.TestCase):
         container = portico_container(pod_spec(statefulset))
         self.assertEqual(container["livenessProbe"]["httpGet"]["path"], "/healthz")
         self.assertEqual(container["readinessProbe"]["httpGet"]["path"], "/readyz")
-        # memory_capacity 1GiB: requests 1 GiB + 256 MiB; the limit adds the in-flight
-        # budget (max_inflight_bytes 512MiB) to both.
-        self.assertEqual(container["resources"]["requests"]["memory"], "1280Mi")
-        self.assertEqual(container["resources"]["limits"]["memory"], "1792Mi")
+        # memory_capacity 1GiB: requests 1 GiB + 256 MiB + the index of the 10 GiB disk
+        # tier (2 MiB); the limit adds the in-flight budget (max_inflight_bytes 512MiB).
+        self.assertEqual(container["resources"]["requests"]["memory"], "1282Mi")
+        self.assertEqual(container["resources"]["limits"]["memory"], "1794Mi")
         self.assertEqual(
             {port["name"]: port["port"] for port in service["spec"]["ports"]},
             {"s3": 8080, "admin": 9090},

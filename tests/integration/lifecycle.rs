@@ -53,6 +53,71 @@ async fn a_restarted_portico_serves_cached_blocks_from_disk() {
     );
 }
 
+/// Every range form, across piece (256 KiB) and block (1 MiB) edges, is served from the
+/// disk tier's pieces byte for byte after a restart, without the upstream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn ranges_across_piece_and_block_edges_are_byte_exact_from_disk_after_a_restart() {
+    const PIECE: usize = 256 * 1024;
+    let mut rig = Rig::start("pieces", |_| {}).await;
+    let data = random_bytes(3 * BLOCK + 100 * 1024 + 3, 21);
+    let len = data.len();
+    rig.put("pieces.bin", &data).await;
+    assert!(rig.get("pieces.bin", None).await == data);
+    rig.restart_portico().await;
+    rig.forwarder.take();
+
+    let mut ranges: Vec<(String, std::ops::Range<usize>)> = Vec::new();
+    let mut closed = |first: usize, last: usize| {
+        ranges.push((format!("bytes={first}-{last}"), first..last + 1));
+    };
+    for edge in (PIECE..len).step_by(PIECE) {
+        closed(edge - 1, edge);
+        closed(edge, edge);
+        closed(edge - 1, edge - 1);
+        closed(edge - 3, (edge + PIECE + 5).min(len - 1));
+    }
+    closed(0, 0);
+    closed(1, BLOCK);
+    closed(BLOCK - 1, 2 * BLOCK);
+    closed(7, len - 8);
+    closed(len - 1, len - 1);
+    for from in [0, 1, PIECE, BLOCK + 1, len - PIECE - 1, len - 1] {
+        ranges.push((format!("bytes={from}-"), from..len));
+    }
+    for suffix in [1, PIECE - 1, PIECE + 1, BLOCK, BLOCK + 1, len, len + 10] {
+        ranges.push((format!("bytes=-{suffix}"), len - suffix.min(len)..len));
+    }
+    ranges.push((format!("bytes=100-{}", len + 1000), 100..len));
+    for (header, expected) in &ranges {
+        let got = rig.get("pieces.bin", Some(header)).await;
+        assert!(
+            got == data[expected.clone()],
+            "{header}: {} bytes, expected {}",
+            got.len(),
+            expected.len()
+        );
+    }
+    assert!(rig.get("pieces.bin", None).await == data);
+    assert_eq!(
+        rig.upstream_gets(),
+        0,
+        "every range came from the disk tier: {:#?}",
+        rig.forwarder.take()
+    );
+    let portico = rig.portico();
+    let served = portico
+        .metric("portico_served_bytes_total{source=\"disk\"}")
+        .await;
+    assert!(served > 0.0, "bytes were served from disk");
+    // Pieces read from disk twice are kept in memory.
+    assert!(
+        portico
+            .metric("portico_cache_memory_admissions_total")
+            .await
+            > 0.0
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_new_block_size_on_the_same_disk_tier_never_serves_blocks_of_the_old_one() {
     let mut rig = Rig::start("relayout", |settings| settings.block_size = "2MiB").await;

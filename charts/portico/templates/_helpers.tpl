@@ -80,22 +80,26 @@ the credentials file is mounted by the chart when configured. */}}
 {{- if eq $unit "MiB" -}}{{ $number }}
 {{- else if eq $unit "GiB" -}}{{ mul $number 1024 }}
 {{- else if eq $unit "TiB" -}}{{ mul $number 1048576 }}
+{{- else if and (eq $unit "B") (eq $number 0) -}}0
 {{- else -}}{{ fail (printf "config.%s %q: use a whole number of MiB, GiB or TiB" (index . 2) $size) }}
 {{- end -}}
 {{- end -}}
 
-{{/* The pod's memory: the memory tier and, in the limit, the in-flight budget. */}}
+{{/* The pod's memory: the memory tier, the disk tier's index (about 256 KiB per GiB: one
+entry per 256 KiB piece) and, in the limit, the in-flight budget. */}}
 {{- define "portico.resources" -}}
 {{- if .Values.resources -}}
 {{- toYaml .Values.resources -}}
 {{- else -}}
 {{- $memory := include "portico.mebibytes" (list .Values.config.cache.memory_capacity "1GiB" "cache.memory_capacity") | atoi -}}
 {{- $inflight := include "portico.mebibytes" (list (.Values.config.server | default dict).max_inflight_bytes "512MiB" "server.max_inflight_bytes") | atoi -}}
+{{- $disk := include "portico.mebibytes" (list .Values.config.cache.disk_capacity "10GiB" "cache.disk_capacity") | atoi -}}
+{{- $index := div $disk 4096 -}}
 requests:
   cpu: 250m
-  memory: {{ add $memory 256 }}Mi
+  memory: {{ add $memory $index 256 }}Mi
 limits:
-  memory: {{ add $memory $inflight 256 }}Mi
+  memory: {{ add $memory $index $inflight 256 }}Mi
 {{- end -}}
 {{- end -}}
 
