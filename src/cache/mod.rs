@@ -130,6 +130,32 @@ pub enum CacheError {
     },
 }
 
+/// The bytes a lookup found for part of a block: consecutive slices (one of a whole
+/// block, or one per piece read), the tier they came from — [`Tier::Disk`] when any piece
+/// was read from disk — and how many of them came from pieces held in memory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Part {
+    pub slices: Vec<Bytes>,
+    pub tier: Tier,
+    /// Bytes of a disk part that memory held (pieces read from disk twice before).
+    pub memory_bytes: usize,
+}
+
+impl Part {
+    fn whole(slice: Bytes, tier: Tier) -> Self {
+        let memory_bytes = if tier == Tier::Memory { slice.len() } else { 0 };
+        Self {
+            slices: vec![slice],
+            tier,
+            memory_bytes,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.slices.iter().map(Bytes::len).sum()
+    }
+}
+
 /// A failed block lookup: the fetch's own error, or the cache's.
 #[derive(Debug)]
 pub enum LookupError<E> {
@@ -426,7 +452,7 @@ impl BlockCache {
         block_len: usize,
         within: Range<usize>,
         fetch: F,
-    ) -> Result<(Vec<Bytes>, Tier), LookupError<E>>
+    ) -> Result<Part, LookupError<E>>
     where
         F: FnOnce() -> Fut,
         Fut: Future<Output = Result<Bytes, E>> + Send + 'static,
@@ -445,7 +471,7 @@ impl BlockCache {
         if let Some(entry) = self.hybrid.memory().get(&cache_key) {
             let bytes = block_of(&entry, block_len)?;
             self.readmit(&key, &bytes);
-            return Ok((vec![bytes.slice(within)], Tier::Memory));
+            return Ok(Part::whole(bytes.slice(within), Tier::Memory));
         }
         match self.pieces(&key, block_len, within.clone()).await {
             Ok(Some(found)) => return Ok(found),
@@ -482,7 +508,7 @@ impl BlockCache {
             _ => Tier::Memory,
         };
         let bytes = block_of(&entry, block_len)?;
-        Ok((vec![bytes.slice(within)], tier))
+        Ok(Part::whole(bytes.slice(within), tier))
     }
 
     /// The pieces of `block` that hold `within`, sliced to it, when the cache holds every
@@ -493,7 +519,7 @@ impl BlockCache {
         block: &BlockKey,
         block_len: usize,
         within: Range<usize>,
-    ) -> Result<Option<(Vec<Bytes>, Tier)>, foyer::Error> {
+    ) -> Result<Option<Part>, foyer::Error> {
         if !self.disk_in_use() {
             return Ok(None);
         }
@@ -514,21 +540,25 @@ impl BlockCache {
             self.piece(key, length)
         });
         let found = futures::future::try_join_all(loads).await?;
-        let mut tier = Tier::Memory;
-        let mut parts = Vec::with_capacity(found.len());
+        let mut part = Part {
+            slices: Vec::with_capacity(found.len()),
+            tier: Tier::Memory,
+            memory_bytes: 0,
+        };
         for (index, piece) in (within.start / piece_bytes..).zip(found) {
             let Some((bytes, from)) = piece else {
                 return Ok(None);
             };
-            if from == Tier::Disk {
-                tier = Tier::Disk;
-            }
             let first = index * piece_bytes;
             let start = within.start.max(first) - first;
             let end = within.end.min(first + bytes.len()) - first;
-            parts.push(bytes.slice(start..end));
+            match from {
+                Tier::Memory => part.memory_bytes += end - start,
+                _ => part.tier = Tier::Disk,
+            }
+            part.slices.push(bytes.slice(start..end));
         }
-        Ok(Some((parts, tier)))
+        Ok(Some(part))
     }
 
     /// One piece of `length` bytes from memory, else from disk (kept in memory on its
@@ -815,8 +845,8 @@ mod tests {
             F: FnOnce() -> Fut,
             Fut: Future<Output = Result<Bytes, FetchFailed>> + Send + 'static,
         {
-            let (parts, tier) = self.block(&block_key(index), len, 0..len, fetch).await?;
-            Ok((parts.concat().into(), tier))
+            let part = self.block(&block_key(index), len, 0..len, fetch).await?;
+            Ok((part.slices.concat().into(), part.tier))
         }
     }
 
@@ -991,14 +1021,14 @@ mod tests {
         len: usize,
         within: Range<usize>,
     ) -> (Bytes, Tier, usize) {
-        let (parts, tier) = cache
+        let found = cache
             .block(&mib_block(index), len, within, || async {
                 Err::<Bytes, _>(FetchFailed("must come from the cache"))
             })
             .await
             .unwrap();
-        let count = parts.len();
-        (parts.concat().into(), tier, count)
+        let count = found.slices.len();
+        (found.slices.concat().into(), found.tier, count)
     }
 
     #[tokio::test]
@@ -1093,11 +1123,22 @@ mod tests {
         let third = part(&cache, 0, 1 << 20, 50..piece).await;
         assert_eq!((third.0, third.1), (data.slice(50..piece), Tier::Memory));
         assert_eq!(cache.usage().disk_read_bytes, read_before);
-        // A range over a piece in memory and one on disk is a disk read of the latter.
+        // A range over a piece in memory and one on disk is a disk read of the latter,
+        // with the bytes memory held counted apart.
         let mixed = part(&cache, 0, 1 << 20, piece - 3..piece + 3).await;
         assert_eq!(
             (mixed.0, mixed.1),
             (data.slice(piece - 3..piece + 3), Tier::Disk)
+        );
+        let found = cache
+            .block(&mib_block(0), 1 << 20, piece - 3..piece + 5, || async {
+                Err::<Bytes, _>(FetchFailed("must come from the cache"))
+            })
+            .await
+            .unwrap();
+        assert_eq!(
+            (found.tier, found.memory_bytes, found.len()),
+            (Tier::Disk, 3, 8)
         );
     }
 
@@ -1126,7 +1167,7 @@ mod tests {
         let fetches = Arc::new(AtomicUsize::new(0));
         let counted = fetches.clone();
         let source = data.clone();
-        let (parts, tier) = cache
+        let found = cache
             .block(
                 &mib_block(0),
                 1 << 20,
@@ -1138,8 +1179,11 @@ mod tests {
             )
             .await
             .unwrap();
-        assert_eq!(tier, Tier::Upstream);
-        assert_eq!(Bytes::from(parts.concat()), data.slice(piece..3 * piece));
+        assert_eq!(found.tier, Tier::Upstream);
+        assert_eq!(
+            Bytes::from(found.slices.concat()),
+            data.slice(piece..3 * piece)
+        );
         assert_eq!(fetches.load(Ordering::SeqCst), 1);
         assert!(cache.holds(&mib_block(0), 1 << 20));
         // Its pieces are on disk again: with the block gone from memory, they answer.

@@ -35,7 +35,7 @@ use tracing::Instrument;
 use tracing::field::Empty;
 
 use crate::budget::{Charge, MemoryBudget};
-use crate::cache::{BlockCache, BlockKey, LookupError, MetaClock, Missing, ObjectMeta, Tier};
+use crate::cache::{BlockCache, BlockKey, LookupError, MetaClock, Missing, ObjectMeta, Part, Tier};
 use crate::coalesce::Coalescer;
 use crate::config::MetadataTtl;
 use crate::telemetry::{Metrics, TRACE_TARGET};
@@ -494,7 +494,7 @@ impl ReadPath {
         let first_block = self
             .block_or_probed(&target, first_index, bytes, charge, &probed)
             .await?;
-        let status = CacheStatus::new(&probed, Some(first_block.1));
+        let status = CacheStatus::new(&probed, Some(first_block.tier));
         self.prefetch_after(&target, bytes);
         let tally = Arc::new(Tally::default());
         let body = self.stream(target, bytes, first_block, probed, tally.clone());
@@ -544,7 +544,7 @@ impl ReadPath {
         &self,
         target: Target,
         bytes: ByteRange,
-        first_block: (Vec<Bytes>, Tier),
+        first_block: Part,
         probed: Probed,
         tally: Arc<Tally>,
     ) -> BodyStream {
@@ -616,14 +616,17 @@ impl ReadPath {
         &self,
         sender: &mpsc::Sender<Result<Bytes, ReadError>>,
         tally: &Tally,
-        (parts, tier): (Vec<Bytes>, Tier),
+        part: Part,
     ) -> bool {
-        tally.count(tier);
-        for part in parts {
-            self.inner
-                .metrics
-                .count_served(tier.as_str(), part.len() as u64);
-            if sender.send(Ok(part)).await.is_err() {
+        tally.count(part.tier);
+        let metrics = &self.inner.metrics;
+        let memory = part.memory_bytes as u64;
+        metrics.count_served(part.tier.as_str(), part.len() as u64 - memory);
+        if part.tier != Tier::Memory && memory > 0 {
+            metrics.count_served(Tier::Memory.as_str(), memory);
+        }
+        for slice in part.slices {
+            if sender.send(Ok(slice)).await.is_err() {
                 return false;
             }
         }
@@ -639,7 +642,7 @@ impl ReadPath {
         bytes: ByteRange,
         charge: Charge,
         probed: &Probed,
-    ) -> Result<(Vec<Bytes>, Tier), ReadError> {
+    ) -> Result<Part, ReadError> {
         let within = target.layout.slice_within(index, bytes);
         match probed.block(index) {
             Some(block) => {
@@ -653,7 +656,11 @@ impl ReadPath {
                             "the probed block {index} is shorter than asked"
                         ))
                     })?;
-                Ok((charge.attach_all(vec![part]), probed.tier))
+                Ok(Part {
+                    slices: charge.attach_all(vec![part]),
+                    tier: probed.tier,
+                    memory_bytes: 0,
+                })
             }
             None => self.block(target, index, within, charge).await,
         }
@@ -667,14 +674,17 @@ impl ReadPath {
         index: BlockIndex,
         within: std::ops::Range<usize>,
         charge: Charge,
-    ) -> Result<(Vec<Bytes>, Tier), ReadError> {
+    ) -> Result<Part, ReadError> {
         let span = lookup_span(index);
-        let (parts, tier) = self
+        let part = self
             .cache_block(target, index, within)
             .instrument(span.clone())
             .await?;
-        self.counted(&span, tier);
-        Ok((charge.attach_all(parts), tier))
+        self.counted(&span, part.tier);
+        Ok(Part {
+            slices: charge.attach_all(part.slices),
+            ..part
+        })
     }
 
     /// Caches block `index` of `target` unless the cache holds it already (a prefetch or
@@ -706,7 +716,7 @@ impl ReadPath {
         target: &Target,
         index: BlockIndex,
         within: std::ops::Range<usize>,
-    ) -> Result<(Vec<Bytes>, Tier), ReadError> {
+    ) -> Result<Part, ReadError> {
         let object = &target.object;
         let range = target
             .layout
@@ -746,18 +756,22 @@ impl ReadPath {
                 // The cache failed, not the object: serve this block straight from upstream.
                 tracing::warn!(%object, index, %error, "cache lookup failed; reading the block from upstream");
                 let block = fetch().await.map_err(ReadError::from_upstream)?;
-                let part = block.get(within).map(|part| block.slice_ref(part));
-                Ok((part.into_iter().collect(), Tier::Upstream))
+                let slice = block.get(within).map(|part| block.slice_ref(part));
+                Ok(Part {
+                    slices: slice.into_iter().collect(),
+                    tier: Tier::Upstream,
+                    memory_bytes: 0,
+                })
             }
         };
-        let (parts, tier) = result?;
-        let got: usize = parts.iter().map(Bytes::len).sum();
+        let part = result?;
+        let got = part.len();
         if got != wanted {
             return Err(ReadError::Internal(format!(
                 "block {index} of {object} gave {got} bytes for a part of {wanted}"
             )));
         }
-        Ok((parts, tier))
+        Ok(part)
     }
 }
 

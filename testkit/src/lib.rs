@@ -87,15 +87,27 @@ pub fn truncate_files(dir: &std::path::Path) -> usize {
 }
 
 /// Creates a bucket named `prefix` plus a unique suffix; returns its name.
+///
+/// MinIO can answer its readiness probe and still refuse requests for a moment with 503
+/// `XMinioServerNotInitialized`; that is retried for up to 30 s.
 pub async fn create_bucket(client: &Client, prefix: &str) -> String {
     let bucket = unique_bucket(prefix);
-    client
-        .create_bucket()
-        .bucket(&bucket)
-        .send()
-        .await
-        .unwrap_or_else(|error| panic!("create bucket {bucket}: {error:?}"));
-    bucket
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        match client.create_bucket().bucket(&bucket).send().await {
+            Ok(_) => return bucket,
+            Err(error)
+                if error
+                    .as_service_error()
+                    .and_then(|service| service.meta().code())
+                    == Some("XMinioServerNotInitialized")
+                    && std::time::Instant::now() < deadline =>
+            {
+                tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+            }
+            Err(error) => panic!("create bucket {bucket}: {error:?}"),
+        }
+    }
 }
 
 /// A bucket name no other test uses.
