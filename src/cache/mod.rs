@@ -151,7 +151,8 @@ impl Part {
         }
     }
 
-    pub fn len(&self) -> usize {
+    /// Bytes in all the slices.
+    pub fn total_bytes(&self) -> usize {
         self.slices.iter().map(Bytes::len).sum()
     }
 }
@@ -1137,7 +1138,7 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(
-            (found.tier, found.memory_bytes, found.len()),
+            (found.tier, found.memory_bytes, found.total_bytes()),
             (Tier::Disk, 3, 8)
         );
     }

@@ -621,7 +621,7 @@ impl ReadPath {
         tally.count(part.tier);
         let metrics = &self.inner.metrics;
         let memory = part.memory_bytes as u64;
-        metrics.count_served(part.tier.as_str(), part.len() as u64 - memory);
+        metrics.count_served(part.tier.as_str(), part.total_bytes() as u64 - memory);
         if part.tier != Tier::Memory && memory > 0 {
             metrics.count_served(Tier::Memory.as_str(), memory);
         }
@@ -765,7 +765,7 @@ impl ReadPath {
             }
         };
         let part = result?;
-        let got = part.len();
+        let got = part.total_bytes();
         if got != wanted {
             return Err(ReadError::Internal(format!(
                 "block {index} of {object} gave {got} bytes for a part of {wanted}"
