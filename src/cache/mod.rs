@@ -137,17 +137,17 @@ pub enum CacheError {
 pub struct Part {
     pub slices: Vec<Bytes>,
     pub tier: Tier,
-    /// Bytes of a disk part that memory held (pieces read from disk twice before).
+    /// Bytes from pieces memory held (read from disk twice before); what matters is the
+    /// share of a [`Tier::Disk`] part. 0 for a slice of a whole block.
     pub memory_bytes: usize,
 }
 
 impl Part {
     fn whole(slice: Bytes, tier: Tier) -> Self {
-        let memory_bytes = if tier == Tier::Memory { slice.len() } else { 0 };
         Self {
             slices: vec![slice],
             tier,
-            memory_bytes,
+            memory_bytes: 0,
         }
     }
 

@@ -620,10 +620,14 @@ impl ReadPath {
     ) -> bool {
         tally.count(part.tier);
         let metrics = &self.inner.metrics;
-        let memory = part.memory_bytes as u64;
-        metrics.count_served(part.tier.as_str(), part.total_bytes() as u64 - memory);
-        if part.tier != Tier::Memory && memory > 0 {
+        let total = part.total_bytes() as u64;
+        if part.tier == Tier::Disk {
+            // A disk hit may include pieces memory held: the disk served the rest.
+            let memory = (part.memory_bytes as u64).min(total);
+            metrics.count_served(Tier::Disk.as_str(), total - memory);
             metrics.count_served(Tier::Memory.as_str(), memory);
+        } else {
+            metrics.count_served(part.tier.as_str(), total);
         }
         for slice in part.slices {
             if sender.send(Ok(slice)).await.is_err() {
