@@ -58,11 +58,12 @@ const FLUSH_BUFFER_BYTES: u64 = 32 * 1024 * 1024;
 /// Sizes of the foyer disk engine derived from the configured block size.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DiskLayout {
-    /// Largest serialized entry: one cache block plus key and header.
+    /// One cache block plus key and header: the unit engine blocks and write buffers are
+    /// sized in (the entries themselves are pieces of a block, or metadata, and smaller).
     pub max_entry_bytes: u64,
     /// foyer's disk block: a few entries plus the blob index.
     pub engine_block_bytes: u64,
-    /// Write buffer per flusher; it holds at least two whole entries.
+    /// Write buffer per flusher; it holds at least two blocks of pieces.
     pub flusher_buffer_bytes: u64,
     /// Bound on bytes queued for the flusher (references to cached entries, not
     /// copies); beyond it entries skip the disk tier.

@@ -3,8 +3,10 @@
 //!
 //! Invariants:
 //! - Concurrent misses for one block run one fetch; every waiter gets its bytes or its error.
-//! - Every block fits one foyer disk entry: the disk engine's block size is derived from
-//!   `cache.block_size` (foyer silently skips entries larger than its block).
+//! - Whole blocks live in memory only; the disk tier holds them as pieces of
+//!   [`PIECE_BYTES`] (at most a block), so a disk hit reads only the pieces its range
+//!   overlaps. The disk engine's block size is derived from `cache.block_size`, so every
+//!   piece fits it (foyer silently skips entries larger than its block).
 //! - Entries are written to disk on insertion, through foyer's bounded submit queue: when
 //!   the disk falls behind, entries skip the disk tier (counted by foyer's
 //!   `storage_queue_channel_overflow` metric) instead of piling up in memory.
@@ -143,7 +145,8 @@ pub struct Part {
 }
 
 impl Part {
-    fn whole(slice: Bytes, tier: Tier) -> Self {
+    /// One slice of a whole block.
+    pub fn whole(slice: Bytes, tier: Tier) -> Self {
         Self {
             slices: vec![slice],
             tier,
@@ -524,35 +527,33 @@ impl BlockCache {
         if !self.disk_in_use() {
             return Ok(None);
         }
-        let piece_bytes = self.piece_bytes;
-        let indexes = within.start / piece_bytes..=(within.end - 1) / piece_bytes;
+        let indexes = within.start / self.piece_bytes..=(within.end - 1) / self.piece_bytes;
         let keys: Vec<CacheKey> = indexes
             .clone()
             .map(|index| self.piece_key(block, index))
             .collect();
-        let held = |key: &CacheKey| {
-            self.hybrid.memory().contains(key) || self.hybrid.storage().may_contains(key)
-        };
-        if !keys.iter().all(held) {
+        if !keys.iter().all(|key| self.piece_held(key)) {
             return Ok(None);
         }
-        let loads = indexes.zip(keys).map(|(index, key)| {
-            let length = piece_bytes.min(block_len - index * piece_bytes);
-            self.piece(key, length)
-        });
+        let spans: Vec<Range<usize>> = indexes
+            .map(|index| self.piece_span(index, block_len))
+            .collect();
+        let loads = keys
+            .into_iter()
+            .zip(&spans)
+            .map(|(key, span)| self.piece(key, span.len()));
         let found = futures::future::try_join_all(loads).await?;
         let mut part = Part {
             slices: Vec::with_capacity(found.len()),
             tier: Tier::Memory,
             memory_bytes: 0,
         };
-        for (index, piece) in (within.start / piece_bytes..).zip(found) {
+        for (span, piece) in spans.into_iter().zip(found) {
             let Some((bytes, from)) = piece else {
                 return Ok(None);
             };
-            let first = index * piece_bytes;
-            let start = within.start.max(first) - first;
-            let end = within.end.min(first + bytes.len()) - first;
+            let start = within.start.max(span.start) - span.start;
+            let end = within.end.min(span.end) - span.start;
             match from {
                 Tier::Memory => part.memory_bytes += end - start,
                 _ => part.tier = Tier::Disk,
@@ -591,7 +592,7 @@ impl BlockCache {
             self.hybrid.memory().insert_with_properties(
                 key,
                 CacheValue::Block(bytes.clone()),
-                HybridCacheProperties::default().with_location(Location::InMem),
+                self.placement(Location::InMem),
             );
             self.health.metrics.memory_admissions.inc();
         }
@@ -606,10 +607,21 @@ impl BlockCache {
             return true;
         }
         self.disk_in_use()
-            && (0..block_len.div_ceil(self.piece_bytes)).all(|index| {
-                let piece = self.piece_key(&key, index);
-                self.hybrid.memory().contains(&piece) || self.hybrid.storage().may_contains(&piece)
-            })
+            && (0..block_len.div_ceil(self.piece_bytes))
+                .all(|index| self.piece_held(&self.piece_key(&key, index)))
+    }
+
+    /// Whether memory or the disk tier holds a piece (the disk's answer comes from foyer's
+    /// in-memory index; rarely, a hash collision makes it a false yes, which the read
+    /// then finds out).
+    fn piece_held(&self, key: &CacheKey) -> bool {
+        self.hybrid.memory().contains(key) || self.hybrid.storage().may_contains(key)
+    }
+
+    /// The bytes piece `index` covers in a block of `block_len` bytes.
+    fn piece_span(&self, index: usize, block_len: usize) -> Range<usize> {
+        let start = index * self.piece_bytes;
+        start..(start + self.piece_bytes).min(block_len)
     }
 
     /// Queues the pieces of `block` (its `bytes`) the disk tier does not hold for it;
@@ -620,16 +632,15 @@ impl BlockCache {
             return 0;
         }
         let mut queued = 0;
-        for (index, first) in (0..bytes.len()).step_by(self.piece_bytes).enumerate() {
+        for index in 0..bytes.len().div_ceil(self.piece_bytes) {
             let key = self.piece_key(block, index);
             if self.hybrid.storage().may_contains(&key) {
                 continue;
             }
-            let end = (first + self.piece_bytes).min(bytes.len());
             self.hybrid.insert_with_properties(
                 key,
-                CacheValue::Block(bytes.slice(first..end)),
-                HybridCacheProperties::default().with_location(Location::OnDisk),
+                CacheValue::Block(bytes.slice(self.piece_span(index, bytes.len()))),
+                self.placement(Location::OnDisk),
             );
             queued += 1;
         }
@@ -653,7 +664,7 @@ impl BlockCache {
         self.hybrid.memory().insert_with_properties(
             CacheKey::Block(key),
             CacheValue::Block(bytes),
-            HybridCacheProperties::default().with_location(Location::InMem),
+            self.placement(Location::InMem),
         );
     }
 
@@ -1032,6 +1043,26 @@ mod tests {
         (found.slices.concat().into(), found.tier, count)
     }
 
+    /// A cache opened with `config` after `blocks` were inserted and it was closed, with
+    /// fresh metrics.
+    async fn reopened_with(
+        config: &CacheConfig,
+        blocks: &[(u64, Bytes)],
+    ) -> (BlockCache, Arc<Metrics>) {
+        {
+            let cache = BlockCache::open(config, Arc::new(Metrics::new()))
+                .await
+                .unwrap();
+            for (index, data) in blocks {
+                cache.insert_block(mib_block(*index), data.clone());
+            }
+            cache.close().await.unwrap();
+        }
+        let metrics = Arc::new(Metrics::new());
+        let cache = BlockCache::open(config, metrics.clone()).await.unwrap();
+        (cache, metrics)
+    }
+
     #[tokio::test]
     async fn a_range_is_read_from_the_pieces_it_overlaps_byte_exact_after_a_restart() {
         let dir = tempfile::tempdir().unwrap();
@@ -1041,16 +1072,7 @@ mod tests {
         let full = patterned(1 << 20, 1);
         let short_len = 2 * piece + piece / 2;
         let short = patterned(short_len, 2);
-        {
-            let cache = BlockCache::open(&config, Arc::new(Metrics::new()))
-                .await
-                .unwrap();
-            cache.insert_block(mib_block(0), full.clone());
-            cache.insert_block(mib_block(1), short.clone());
-            cache.close().await.unwrap();
-        }
-        let metrics = Arc::new(Metrics::new());
-        let cache = BlockCache::open(&config, metrics.clone()).await.unwrap();
+        let (cache, _) = reopened_with(&config, &[(0, full.clone()), (1, short.clone())]).await;
         assert!(cache.holds(&mib_block(0), 1 << 20));
         assert!(cache.holds(&mib_block(1), short_len));
         let edges = [
@@ -1101,15 +1123,7 @@ mod tests {
         let config = piece_config(dir.path());
         let piece = PIECE_BYTES as usize;
         let data = patterned(1 << 20, 3);
-        {
-            let cache = BlockCache::open(&config, Arc::new(Metrics::new()))
-                .await
-                .unwrap();
-            cache.insert_block(mib_block(0), data.clone());
-            cache.close().await.unwrap();
-        }
-        let metrics = Arc::new(Metrics::new());
-        let cache = BlockCache::open(&config, metrics.clone()).await.unwrap();
+        let (cache, metrics) = reopened_with(&config, &[(0, data.clone())]).await;
         let first = part(&cache, 0, 1 << 20, 10..20).await;
         assert_eq!((first.0, first.1), (data.slice(10..20), Tier::Disk));
         assert_eq!(

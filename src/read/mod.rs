@@ -652,19 +652,10 @@ impl ReadPath {
             Some(block) => {
                 let span = lookup_span(index);
                 self.counted(&span, probed.tier);
-                let part = block
-                    .get(within)
-                    .map(|part| block.slice_ref(part))
-                    .ok_or_else(|| {
-                        ReadError::Internal(format!(
-                            "the probed block {index} is shorter than asked"
-                        ))
-                    })?;
-                Ok(Part {
-                    slices: charge.attach_all(vec![part]),
-                    tier: probed.tier,
-                    memory_bytes: 0,
-                })
+                let slice = slice_of(&block, within).ok_or_else(|| {
+                    ReadError::Internal(format!("the probed block {index} is shorter than asked"))
+                })?;
+                Ok(Part::whole(charge.attach(slice), probed.tier))
             }
             None => self.block(target, index, within, charge).await,
         }
@@ -760,12 +751,9 @@ impl ReadPath {
                 // The cache failed, not the object: serve this block straight from upstream.
                 tracing::warn!(%object, index, %error, "cache lookup failed; reading the block from upstream");
                 let block = fetch().await.map_err(ReadError::from_upstream)?;
-                let slice = block.get(within).map(|part| block.slice_ref(part));
-                Ok(Part {
-                    slices: slice.into_iter().collect(),
-                    tier: Tier::Upstream,
-                    memory_bytes: 0,
-                })
+                // A short block gives an empty part, refused below.
+                let slice = slice_of(&block, within).unwrap_or_default();
+                Ok(Part::whole(slice, Tier::Upstream))
             }
         };
         let part = result?;
@@ -777,6 +765,11 @@ impl ReadPath {
         }
         Ok(part)
     }
+}
+
+/// Bytes `within` of `block`; `None` when the block is shorter.
+fn slice_of(block: &Bytes, within: std::ops::Range<usize>) -> Option<Bytes> {
+    (within.start <= within.end && within.end <= block.len()).then(|| block.slice(within))
 }
 
 fn lookup_span(index: BlockIndex) -> tracing::Span {
