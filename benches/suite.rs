@@ -23,6 +23,12 @@
 //! reports the disk tier's read amplification and the origin requests of the measured
 //! rounds.
 //!
+//! cold-sequential also reads its object straight from the origin in 4 MiB ranges, 8 at a
+//! time (`direct-parallel`): the most a prefetcher can pull through the origin here.
+//!
+//! `mixed` runs hot-random's load on Portico alone and while one client reads another
+//! cold object in order, in alternating rounds, and compares the hot clients' p99.
+//!
 //! `hot-random` also loads nginx with the sending settings of Debian's stock `nginx.conf`
 //! (`sendfile on`, `tcp_nopush on`; `nginx-sf`), and two loopback ceilings (see
 //! `ceiling.rs`): servers doing the least any server can do, which bound what a cache can
@@ -30,6 +36,8 @@
 
 #[path = "suite/ceiling.rs"]
 mod ceiling;
+#[path = "suite/device.rs"]
+mod device;
 
 use std::path::Path;
 use std::process::{Child, Command};
@@ -78,6 +86,15 @@ const CEILING_SENDFILE: usize = 5;
 const DISK_OBJECTS: usize = 16;
 const DISK_OBJECT_BYTES: u64 = 64 * MIB;
 const DISK_MEMORY_CAPACITY: &str = "256MiB";
+/// direct-parallel: the cold-sequential object read straight from the origin, in
+/// `BLOCK_BYTES` ranges, this many at a time: the most a prefetcher can pull through the
+/// origin on this machine.
+const PARALLEL_GETS: usize = 8;
+/// mixed: one client reads this cold object in order while hot-random's clients run.
+const MIXED_BYTES: u64 = 2048 * MIB;
+/// What Portico's disk tier reads for one 256 KiB piece: the piece, its entry header and
+/// key, rounded up to pages.
+const PIECE_READ_BYTES: u64 = 260 * KIB;
 const HEDGES_SENT: &str = "portico_upstream_hedges_total{result=\"sent\"}";
 const IDLE_WINDOW: Duration = Duration::from_secs(30);
 
@@ -205,6 +222,35 @@ async fn cold_sequential(base: String) -> Run {
     let mut exchanges = Vec::new();
     for first in (0..SEQUENTIAL_BYTES).step_by(MIB as usize) {
         exchanges.push(fetch(&client, &url, Some((first, first + MIB - 1))).await);
+    }
+    Run::new(exchanges, started.elapsed())
+}
+
+/// The cold-sequential object read straight from `base` in `BLOCK_BYTES` ranges,
+/// `PARALLEL_GETS` at a time, in order.
+async fn direct_parallel(base: String) -> Run {
+    let client = http_client();
+    let url = format!("{base}/sequential.bin");
+    let next = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let started = Instant::now();
+    let mut workers = Vec::new();
+    for _ in 0..PARALLEL_GETS {
+        let (client, url, next) = (client.clone(), url.clone(), next.clone());
+        workers.push(tokio::spawn(async move {
+            let mut exchanges = Vec::new();
+            loop {
+                let first = next.fetch_add(BLOCK_BYTES, std::sync::atomic::Ordering::Relaxed);
+                if first >= SEQUENTIAL_BYTES {
+                    return exchanges;
+                }
+                let last = (first + BLOCK_BYTES).min(SEQUENTIAL_BYTES) - 1;
+                exchanges.push(fetch(&client, &url, Some((first, last))).await);
+            }
+        }));
+    }
+    let mut exchanges = Vec::new();
+    for worker in workers {
+        exchanges.extend(worker.await.expect("parallel reader"));
     }
     Run::new(exchanges, started.elapsed())
 }
@@ -354,7 +400,7 @@ fn print_header(title: &str, first_byte: bool) {
     println!("{title}");
     let latency = if first_byte { "TTFB" } else { "" };
     println!(
-        "{:<8} {:>9} {:>9} {:>10} {:>10} {:>11} {:>11} {:>9}",
+        "{:<11} {:>9} {:>9} {:>10} {:>10} {:>11} {:>11} {:>9}",
         "target",
         "MiB/s",
         "time s",
@@ -376,7 +422,7 @@ fn print_run(name: &str, run: &Run, first_byte: bool) {
         .peak_rss_mib
         .map_or("-".to_owned(), |mib| format!("{mib} MiB"));
     println!(
-        "{name:<8} {:>9.1} {:>9.2} {p50:>10.1} {p99:>10.1} {:>11} {:>11.1} {rss:>9}",
+        "{name:<11} {:>9.1} {:>9.2} {p50:>10.1} {p99:>10.1} {:>11} {:>11.1} {rss:>9}",
         run.mib_per_sec(),
         run.elapsed.as_secs_f64(),
         run.origin_requests,
@@ -576,6 +622,23 @@ async fn upload(client: &aws_sdk_s3::Client, bucket: &str, key: &str, body: Byte
         .unwrap_or_else(|error| panic!("upload {key}: {error:?}"));
 }
 
+/// Uploads `bytes` random bytes (from `seed`) as `key`, through a file in `work` rather
+/// than memory.
+async fn upload_large(
+    client: &aws_sdk_s3::Client,
+    bucket: &str,
+    work: &Path,
+    key: &str,
+    bytes: u64,
+    seed: u64,
+) {
+    let path = work.join(key);
+    write_random_file(&path, bytes, seed);
+    let body = ByteStream::from_path(&path).await.expect("large file");
+    upload(client, bucket, key, body).await;
+    std::fs::remove_file(&path).ok();
+}
+
 fn main() {
     ceiling::serve_if_asked();
     tokio::runtime::Runtime::new()
@@ -583,10 +646,12 @@ fn main() {
         .block_on(suite());
 }
 
-/// hot-random with a working set four times the memory tier: a Portico of its own
-/// (`memory_capacity = 256MiB`), nginx and nginx with `sendfile`, all warmed up with two
-/// whole reads of every object before the measured rounds, so that the origin requests
-/// counted are the measured phase's only.
+/// hot-random with a working set four times the memory tier: two Porticos of their own
+/// (`memory_capacity = 256MiB`; the disk tier with `O_DIRECT`, as by default, and with
+/// buffered I/O), nginx and nginx with `sendfile`, all warmed up with two whole reads of
+/// every object before the measured rounds, so that the origin requests counted are the
+/// measured phase's only. Then the device ceiling: what the disk gives random `O_DIRECT`
+/// reads of a piece.
 async fn hot_random_disk_scenario(
     settings: &Settings,
     work: &Path,
@@ -595,35 +660,49 @@ async fn hot_random_disk_scenario(
     origin_address: &str,
     bucket: &str,
 ) {
-    let mut settings = settings.clone();
-    settings.memory_capacity = DISK_MEMORY_CAPACITY;
-    settings.cache_dir = work.join("portico-disk");
-    let portico = Portico::start(Path::new(env!("CARGO_BIN_EXE_portico")), &settings).await;
+    let start = |dir: &str, direct_io: bool| {
+        let mut settings = settings.clone();
+        settings.memory_capacity = DISK_MEMORY_CAPACITY;
+        settings.cache_dir = work.join(dir);
+        settings
+            .env
+            .push(("PORTICO_CACHE_DIRECT_IO".to_owned(), direct_io.to_string()));
+        async move { Portico::start(Path::new(env!("CARGO_BIN_EXE_portico")), &settings).await }
+    };
+    let porticos = [
+        start("portico-disk", true).await,
+        start("portico-disk-buffered", false).await,
+    ];
     let nginx_sendfile = Nginx::start(&work.join("nginx-disk-sf"), origin_address, true);
+    let portico_target = |name, portico: &Portico| Target {
+        name,
+        base: format!("{}/{bucket}", portico.s3),
+        pids: vec![portico.pid().expect("portico pid")],
+    };
     let disk_targets = [
         targets[NGINX].clone(),
-        Target {
-            name: "portico",
-            base: format!("{}/{bucket}", portico.s3),
-            pids: vec![portico.pid().expect("portico pid")],
-        },
+        portico_target("portico", &porticos[0]),
         Target {
             name: "nginx-sf",
             base: local_base(nginx_sendfile.port, bucket),
             pids: with_children(nginx_sendfile.child.id()),
         },
+        portico_target("portico-buf", &porticos[1]),
     ];
     for target in &disk_targets {
         read_twice(target.base.clone(), disk_objects()).await;
     }
     let disk_read = "foyer_storage_disk_io_bytes_total_total{name=\"portico\",op=\"read\"}";
     let served_disk = "portico_served_bytes_total{source=\"disk\"}";
-    let (read_before, served_before) = (
-        portico.metric(disk_read).await,
-        portico.metric(served_disk).await,
-    );
+    let mut before = Vec::new();
+    for portico in &porticos {
+        before.push((
+            portico.metric(disk_read).await,
+            portico.metric(served_disk).await,
+        ));
+    }
     let runs = run_interleaved(
-        "hot-random-disk: 16 clients, random 64 KiB-4 MiB ranges of a 1 GiB working set (4x portico's 256 MiB memory tier), 5 rounds of 2 s per target, round-robin, after 2 whole reads",
+        "hot-random-disk: 16 clients, random 64 KiB-4 MiB ranges of a 1 GiB working set (4x portico's 256 MiB memory tier), 5 rounds of 2 s per target, round-robin, after 2 whole reads; portico-buf: the disk tier without O_DIRECT",
         &disk_targets,
         origin,
         HOT_ROUNDS,
@@ -631,28 +710,113 @@ async fn hot_random_disk_scenario(
         hot_random_disk,
     )
     .await;
-    let read = portico.metric(disk_read).await - read_before;
-    let served = portico.metric(served_disk).await - served_before;
-    let (nginx, portico_run, nginx_sf) = (&runs[0], &runs[1], &runs[2]);
-    for (name, base) in [("nginx", nginx), ("nginx-sf", nginx_sf)] {
-        let ratio = portico_run.mib_per_sec() / base.mib_per_sec();
-        let p99 = portico_run.latency_ms(0.99) / base.latency_ms(0.99);
+    let device = device::random_read_mib_per_sec(
+        work,
+        DISK_OBJECTS as u64 * DISK_OBJECT_BYTES,
+        PIECE_READ_BYTES as usize,
+        HOT_CLIENTS,
+        Duration::from_secs(3),
+    );
+    let (nginx, nginx_sf) = (&runs[0], &runs[2]);
+    for ((name, run), (portico, (read_before, served_before))) in
+        [("portico", &runs[1]), ("portico-buf", &runs[3])]
+            .into_iter()
+            .zip(porticos.iter().zip(before))
+    {
+        for (base_name, base) in [("nginx", nginx), ("nginx-sf", nginx_sf)] {
+            let ratio = run.mib_per_sec() / base.mib_per_sec();
+            let p99 = run.latency_ms(0.99) / base.latency_ms(0.99);
+            println!(
+                "{name} / {base_name}: throughput {ratio:.2}x (target >= 1.5x: {}), p99 {p99:.2}x (target <= 1x: {})",
+                verdict(ratio >= 1.5),
+                verdict(p99 <= 1.0)
+            );
+        }
+        let read = portico.metric(disk_read).await - read_before;
+        let served = portico.metric(served_disk).await - served_before;
+        let amplification = if served > 0.0 { read / served } else { 0.0 };
         println!(
-            "portico / {name}: throughput {ratio:.2}x (target >= 1.5x: {}), p99 {p99:.2}x (target <= 1x: {})",
-            verdict(ratio >= 1.5),
-            verdict(p99 <= 1.0)
+            "{name} disk bytes read / bytes served from disk: {amplification:.2} (target <= 1.5: {}); origin requests in the measured rounds {} (target 0: {}); {:.0} MiB served from disk; read from the disk tier at {:.0} MiB/s",
+            verdict(served > 0.0 && amplification <= 1.5),
+            run.origin_requests,
+            verdict(run.origin_requests == 0),
+            served / MIB as f64,
+            read / MIB as f64 / run.elapsed.as_secs_f64(),
         );
     }
-    let amplification = if served > 0.0 { read / served } else { 0.0 };
     println!(
-        "portico disk bytes read / bytes served from disk: {amplification:.2} (target <= 1.5: {}); origin requests in the measured rounds {} (target 0: {}); {:.0} MiB served from disk",
-        verdict(served > 0.0 && amplification <= 1.5),
-        portico_run.origin_requests,
-        verdict(portico_run.origin_requests == 0),
-        served / MIB as f64
+        "device ceiling: {HOT_CLIENTS} threads reading random {} KiB ranges of a 1 GiB file with O_DIRECT: {device:.0} MiB/s",
+        PIECE_READ_BYTES / KIB
     );
     nginx_sendfile.stop();
-    portico.stop().await;
+    for portico in porticos {
+        portico.stop().await;
+    }
+}
+
+/// One client reading `mixed.bin` in 1 MiB ranges in order, from byte `from`, until `stop`
+/// is set or the object ends; what it read and where it stopped.
+async fn cold_reader(
+    base: String,
+    from: u64,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> (Vec<Exchange>, u64) {
+    let client = http_client();
+    let url = format!("{base}/mixed.bin");
+    let mut exchanges = Vec::new();
+    let mut first = from;
+    while first < MIXED_BYTES && !stop.load(std::sync::atomic::Ordering::Relaxed) {
+        exchanges.push(fetch(&client, &url, Some((first, first + MIB - 1))).await);
+        first += MIB;
+    }
+    (exchanges, first)
+}
+
+/// mixed: hot-random's clients on `portico` alone, and while one client reads a cold
+/// object in order (`cold_reader`), in alternating rounds; the hot clients' p99 in both.
+async fn mixed_scenario(portico: &Target, origin: &Forwarder) {
+    hot_warm_up(portico.base.clone()).await;
+    origin.take_counts();
+    let mut alone = Run::new(Vec::new(), Duration::ZERO);
+    let mut mixed = Run::new(Vec::new(), Duration::ZERO);
+    let mut cold = Vec::new();
+    let mut cold_elapsed = Duration::ZERO;
+    let mut position = 0;
+    for _ in 0..HOT_ROUNDS {
+        alone.absorb(hot_random(portico.base.clone()).await);
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let reader = tokio::spawn(cold_reader(portico.base.clone(), position, stop.clone()));
+        let started = Instant::now();
+        mixed.absorb(hot_random(portico.base.clone()).await);
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let (exchanges, reached) = reader.await.expect("cold reader");
+        cold_elapsed += started.elapsed();
+        cold.extend(exchanges);
+        position = reached;
+    }
+    let (origin_requests, origin_bytes) = origin.take_counts();
+    let mut cold = Run::new(cold, cold_elapsed);
+    (cold.origin_requests, cold.origin_bytes) = (origin_requests, origin_bytes);
+    print_header(
+        "mixed: portico, hot-random's 16 clients alone and while 1 client reads a cold 2 GiB object in 1 MiB ranges, in order; 5 alternating rounds of 2 s each",
+        false,
+    );
+    print_run("hot", &alone, false);
+    print_run("hot+cold", &mixed, false);
+    print_run("cold", &cold, false);
+    let ratio = mixed.latency_ms(0.99) / alone.latency_ms(0.99);
+    println!(
+        "hot p99 with the cold reader / alone: {ratio:.2}x (target <= 1.5x: {}); hot throughput {:.2}x; the cold reader read {} MiB of {}{}",
+        verdict(ratio <= 1.5),
+        mixed.mib_per_sec() / alone.mib_per_sec(),
+        position / MIB,
+        MIXED_BYTES / MIB,
+        if position >= MIXED_BYTES {
+            " (it reached the end: the last rounds ran without it)"
+        } else {
+            ""
+        }
+    );
 }
 
 async fn suite() {
@@ -677,14 +841,18 @@ async fn suite() {
         .expect("anonymous read policy");
 
     println!(
-        "uploading 1 GiB sequential, 64 MiB herd, 4 × 64 MiB hot, 128 × 8 MiB cold, 16 × 64 MiB disk objects"
+        "uploading 1 GiB sequential, 64 MiB herd, 4 × 64 MiB hot, 128 × 8 MiB cold, 16 × 64 MiB disk, 2 GiB mixed objects"
     );
     let work = tempfile::tempdir().expect("work directory");
-    let large = work.path().join("sequential.bin");
-    write_random_file(&large, SEQUENTIAL_BYTES, 11);
-    let body = ByteStream::from_path(&large).await.expect("large file");
-    upload(&direct, &bucket, "sequential.bin", body).await;
-    std::fs::remove_file(&large).ok();
+    upload_large(
+        &direct,
+        &bucket,
+        work.path(),
+        "sequential.bin",
+        SEQUENTIAL_BYTES,
+        11,
+    )
+    .await;
     let herd = random_bytes(HERD_BYTES as usize, 12);
     upload(&direct, &bucket, "herd.bin", ByteStream::from(herd)).await;
     let ceiling_objects = work.path().join("ceiling");
@@ -702,6 +870,7 @@ async fn suite() {
         let data = random_bytes(DISK_OBJECT_BYTES as usize, 2000 + seed as u64);
         upload(&direct, &bucket, object, ByteStream::from(data)).await;
     }
+    upload_large(&direct, &bucket, work.path(), "mixed.bin", MIXED_BYTES, 13).await;
 
     let origin = Forwarder::start(&minio.address).await;
     origin.set_latency(ttfb);
@@ -760,6 +929,14 @@ async fn suite() {
             "portico / nginx throughput: {ratio:.2}x (target >= 4x: {}); portico / direct: {:.2}x",
             verdict(ratio >= 4.0),
             runs[PORTICO].mib_per_sec() / runs[DIRECT].mib_per_sec()
+        );
+        let parallel = counted(&targets[DIRECT], &origin, &direct_parallel).await;
+        let ratio = runs[PORTICO].mib_per_sec() / parallel.mib_per_sec();
+        println!(
+            "direct-parallel ({PARALLEL_GETS} concurrent 4 MiB range GETs of the same object to the origin): {:.1} MiB/s, p99 {:.1} ms; portico / direct-parallel: {ratio:.2}x (target >= 0.75x: {})",
+            parallel.mib_per_sec(),
+            parallel.latency_ms(0.99),
+            verdict(ratio >= 0.75)
         );
         peak_rss.push(runs[PORTICO].peak_rss_mib.unwrap_or(0));
     }
@@ -880,6 +1057,10 @@ async fn suite() {
             against(PORTICO, CEILING_WRITE).0 * 100.0
         );
         peak_rss.push(runs[PORTICO].peak_rss_mib.unwrap_or(0));
+    }
+
+    if wanted("mixed") {
+        mixed_scenario(&targets[PORTICO], &origin).await;
     }
 
     if wanted("hot-random-disk") {

@@ -111,9 +111,16 @@ pub fn get_bytes(reader: &mut impl Read) -> Result<Vec<u8>> {
     if length > MAX_BLOCK_BYTES {
         return Err(parse_error("encoded block is longer than any block size"));
     }
-    // Bounded above by MAX_BLOCK_BYTES, so the cast cannot truncate.
-    let mut bytes = vec![0u8; length as usize];
-    reader.read_exact(&mut bytes).map_err(Error::io_error)?;
+    // Bounded above by MAX_BLOCK_BYTES, so the cast cannot truncate. Read into spare
+    // capacity: zeroing a block's worth of memory first would cost as much as the copy.
+    let mut bytes = Vec::with_capacity(length as usize);
+    reader
+        .take(length)
+        .read_to_end(&mut bytes)
+        .map_err(Error::io_error)?;
+    if bytes.len() as u64 != length {
+        return Err(parse_error("encoded block is shorter than its length"));
+    }
     Ok(bytes)
 }
 

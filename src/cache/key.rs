@@ -315,6 +315,22 @@ mod tests {
         assert!(CacheValue::decode(&mut bytes.as_slice()).is_err());
     }
 
+    #[test]
+    fn a_block_value_shorter_than_its_length_is_rejected() {
+        let mut encoded = Vec::new();
+        CacheValue::Block(Bytes::from_static(b"twelve bytes"))
+            .encode(&mut encoded)
+            .unwrap();
+        let whole = CacheValue::decode(&mut encoded.as_slice()).unwrap();
+        assert_eq!(
+            whole,
+            CacheValue::Block(Bytes::from_static(b"twelve bytes"))
+        );
+        encoded.pop();
+        let error = CacheValue::decode(&mut encoded.as_slice()).unwrap_err();
+        assert!(error.to_string().contains("shorter"), "{error}");
+    }
+
     proptest! {
         #[test]
         fn block_keys_and_values_round_trip(
