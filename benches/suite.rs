@@ -736,10 +736,11 @@ async fn hot_random_disk_scenario(
         let served = portico.metric(served_disk).await - served_before;
         let amplification = if served > 0.0 { read / served } else { 0.0 };
         println!(
-            "{name} disk bytes read / bytes served from disk: {amplification:.2} (target <= 1.5: {}); origin requests in the measured rounds {} (target 0: {}); {:.0} MiB served from disk; read from the disk tier at {:.0} MiB/s",
+            "{name} disk bytes read / bytes served from disk: {amplification:.2} (target <= 1.5: {}); origin bytes in the measured rounds {} (target 0, no block fetched again: {}; {} requests, metadata revalidations included); {:.0} MiB served from disk; read from the disk tier at {:.0} MiB/s",
             verdict(served > 0.0 && amplification <= 1.5),
+            run.origin_bytes,
+            verdict(run.origin_bytes == 0),
             run.origin_requests,
-            verdict(run.origin_requests == 0),
             served / MIB as f64,
             read / MIB as f64 / run.elapsed.as_secs_f64(),
         );
