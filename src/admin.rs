@@ -29,6 +29,7 @@ use tokio::sync::watch;
 
 use crate::cache::BlockCache;
 use crate::telemetry::Metrics;
+use crate::types::RangeRequest;
 use crate::upstream::{CredentialProblem, Upstream};
 use crate::warm::{JobState, JobStatus, Maintenance, MaintenanceError, Selector};
 
@@ -287,10 +288,10 @@ async fn warm(
 ) -> Result<Response, AdminError> {
     let body = ActionBody::parse(body)?;
     let selector = body.selector()?;
-    let range = match body.range.as_deref().map(s3s::dto::Range::parse) {
+    let range = match body.range.as_deref().map(RangeRequest::parse) {
         None => None,
-        Some(Ok(range)) => Some(crate::api::range_request(range)),
-        Some(Err(_)) => {
+        Some(Some(range)) => Some(range),
+        Some(None) => {
             return Err(AdminError::bad_request(
                 "\"range\" must be a Range header value: bytes=FIRST-LAST, bytes=FIRST- or bytes=-SUFFIX",
             ));

@@ -10,7 +10,6 @@ use http::{HeaderMap, HeaderName, HeaderValue, Method, Uri};
 
 use crate::api::chunked::Decoder;
 use crate::api::route::{Address, parse_query};
-use crate::api::s3::range_request;
 use crate::auth::sigv4::SignatureParts;
 use crate::auth::{Authenticator, Credential, CredentialStore, RequestHead};
 use crate::types::{BlockLayout, Selection};
@@ -32,7 +31,8 @@ pub fn range(data: &[u8]) {
     let Ok(parsed) = s3s::dto::Range::parse(header) else {
         return;
     };
-    let Ok(selection) = Selection::resolve(Some(range_request(parsed)), size) else {
+    let Ok(selection) = Selection::resolve(Some(crate::types::RangeRequest::from(parsed)), size)
+    else {
         return;
     };
     let Some(bytes) = selection.bytes(size) else {

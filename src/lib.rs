@@ -16,6 +16,7 @@ pub mod cache;
 pub mod coalesce;
 pub mod config;
 pub mod fuzzing;
+pub mod object;
 pub mod read;
 pub mod reload;
 pub mod telemetry;

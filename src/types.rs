@@ -109,7 +109,22 @@ pub enum RangeRequest {
     Suffix { length: u64 },
 }
 
+impl From<s3s::dto::Range> for RangeRequest {
+    fn from(range: s3s::dto::Range) -> Self {
+        match range {
+            s3s::dto::Range::Int { first, last } => Self::From { first, last },
+            s3s::dto::Range::Suffix { length } => Self::Suffix { length },
+        }
+    }
+}
+
 impl RangeRequest {
+    /// Parses a `Range` header value (`bytes=FIRST-LAST`, `bytes=FIRST-`, `bytes=-SUFFIX`);
+    /// `None` when it is not one.
+    pub fn parse(value: &str) -> Option<Self> {
+        s3s::dto::Range::parse(value).ok().map(Self::from)
+    }
+
     /// The `Range` header value for this request.
     pub fn header_value(&self) -> String {
         match self {

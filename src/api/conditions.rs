@@ -17,7 +17,7 @@ use std::time::UNIX_EPOCH;
 
 use http::HeaderMap;
 
-use crate::cache::ObjectMeta;
+use crate::object::ObjectMeta;
 
 const HEADERS: [&str; 5] = [
     "if-match",

@@ -7,7 +7,7 @@
 use http::{HeaderMap, HeaderValue, Response, StatusCode};
 use s3s::{S3Error, S3ErrorCode};
 
-use crate::cache::Missing;
+use crate::object::Missing;
 use crate::read::{ErrorSource, ReadError};
 use crate::types::ObjectRefError;
 use crate::upstream::UpstreamError;

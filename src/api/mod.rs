@@ -23,7 +23,6 @@ pub use front::{Front, RequestContext};
 pub use host::VirtualHosts;
 pub use limits::MAX_KEY_BYTES;
 pub use listener::{ConnectionLimits, serve};
-pub use s3::range_request;
 pub use tls::ServerTls;
 
 use crate::auth::{Authenticator, Credential, CredentialStore, CredentialsError};

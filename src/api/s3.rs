@@ -21,7 +21,7 @@ use super::conditions::{Preconditions, Verdict};
 use super::error::{invalid_object, s3_error};
 use super::front::RequestContext;
 use super::route::Address;
-use crate::cache::{Checksums, ObjectMeta};
+use crate::object::{Checksums, ObjectMeta};
 use crate::read::{ReadError, ReadPath};
 use crate::types::{ObjectRef, RangeRequest, Selection};
 
@@ -214,13 +214,6 @@ fn content_extent(selection: Selection, size: u64) -> (u64, Option<String>) {
     }
 }
 
-pub fn range_request(range: Range) -> RangeRequest {
-    match range {
-        Range::Int { first, last } => RangeRequest::From { first, last },
-        Range::Suffix { length } => RangeRequest::Suffix { length },
-    }
-}
-
 #[async_trait::async_trait]
 impl S3 for PorticoS3 {
     async fn get_object(
@@ -232,7 +225,7 @@ impl S3 for PorticoS3 {
         let conditions = preconditions(&request);
         let object = object_ref(&request, input.version_id.as_deref(), &request_id)?;
         let failed = |error: ReadError| s3_error(&error, &request_id);
-        let mut range = input.range.map(range_request);
+        let mut range = input.range.map(RangeRequest::from);
         let wanted = wants_checksums(input.checksum_mode.as_ref());
         // S3 reports checksums of the whole object only, so only a whole GET needs them.
         let mut result = self
@@ -320,7 +313,7 @@ impl S3 for PorticoS3 {
             Some(value) => {
                 let parsed = value.to_str().ok().and_then(|text| Range::parse(text).ok());
                 match parsed {
-                    Some(range) => Some(range_request(range)),
+                    Some(range) => Some(RangeRequest::from(range)),
                     None => {
                         let mut error = S3Error::with_message(
                             S3ErrorCode::InvalidArgument,

@@ -227,7 +227,8 @@ pub fn memory_weight(key: &CacheKey, value: &CacheValue) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cache::meta::{MetaClock, MetaState, Missing};
+    use crate::cache::meta::{MetaClock, MetaState};
+    use crate::object::Missing;
     use proptest::prelude::*;
 
     fn round_trip<T: Code + std::fmt::Debug + PartialEq>(value: &T) -> T {

@@ -16,64 +16,10 @@ use super::codec::{
     put_opt_i64, put_opt_str, put_pairs, put_str, put_u8, put_u64, str_size,
 };
 use crate::config::MetadataTtl;
+use crate::object::{Checksums, Missing, ObjectMeta};
 
-/// What an object's GET/HEAD response says about it.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct ObjectMeta {
-    pub size: u64,
-    /// The ETag exactly as the upstream sent it, quotes included.
-    pub etag: String,
-    pub last_modified_unix_secs: Option<i64>,
-    pub version_id: Option<String>,
-    pub content_type: Option<String>,
-    pub content_encoding: Option<String>,
-    pub content_disposition: Option<String>,
-    pub content_language: Option<String>,
-    pub cache_control: Option<String>,
-    /// The raw `Expires` header value.
-    pub expires: Option<String>,
-    /// `x-amz-meta-*` pairs without the prefix, sorted by name.
-    pub user_metadata: Vec<(String, String)>,
-    /// The checksums stored with the object; `None` when not known yet (metadata learnt
-    /// from a ranged GET, which carries no checksums).
-    pub checksums: Option<Checksums>,
-}
-
-/// An object's stored checksums, as a HEAD with `x-amz-checksum-mode: ENABLED` reports them.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct Checksums {
-    /// `(algorithm, base64 value)` pairs; algorithms are `crc32`, `crc32c`, `crc64nvme`,
-    /// `sha1` and `sha256`.
-    pub values: Vec<(String, String)>,
-    /// `FULL_OBJECT` or `COMPOSITE`, as `x-amz-checksum-type` says.
-    pub kind: Option<String>,
-}
-
+/// The disk encoding of [`ObjectMeta`].
 impl ObjectMeta {
-    /// The token that names this version of the object: the ETag, or when an upstream
-    /// sends none, the modification time and size (which only purges compare: such
-    /// objects are never cached, see `read/uncached.rs`).
-    pub fn version_token(&self) -> String {
-        if self.etag.is_empty() {
-            format!(
-                "lm:{}:{}",
-                self.last_modified_unix_secs.unwrap_or_default(),
-                self.size
-            )
-        } else {
-            self.etag.clone()
-        }
-    }
-
-    /// Whether `other` describes the same object, whatever either knows of its checksums.
-    pub fn same_object(&self, other: &Self) -> bool {
-        let strip = |meta: &Self| Self {
-            checksums: None,
-            ..meta.clone()
-        };
-        strip(self) == strip(other)
-    }
-
     /// Format 1 had no checksums; format 2 appends them.
     const FORMAT_V1: u8 = 1;
     const FORMAT: u8 = 2;
@@ -158,25 +104,6 @@ impl ObjectMeta {
             + pairs(&self.user_metadata)
             + 1
             + checksums
-    }
-}
-
-/// Why an object was not found upstream.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Missing {
-    NoSuchKey,
-    NoSuchBucket,
-    /// The pinned `versionId` does not exist.
-    NoSuchVersion,
-}
-
-impl std::fmt::Display for Missing {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Self::NoSuchKey => "key",
-            Self::NoSuchBucket => "bucket",
-            Self::NoSuchVersion => "version",
-        })
     }
 }
 

@@ -42,7 +42,7 @@ use parking_lot::Mutex;
 
 pub use disk::{DiskFilesError, DiskFormat, DiskLayout, PIECE_BYTES, raise_open_file_limit};
 pub use key::{BlockKey, CacheKey, CacheValue};
-pub use meta::{Checksums, MetaClock, MetaRecord, MetaState, Missing, ObjectMeta};
+pub use meta::{MetaClock, MetaRecord, MetaState};
 
 use crate::config::CacheConfig;
 use crate::telemetry::Metrics;
@@ -820,6 +820,7 @@ fn probe_disk(path: &Path, round: u64) -> std::io::Result<()> {
 mod tests {
     use super::*;
     use crate::config::ByteSize;
+    use crate::object::{Missing, ObjectMeta};
     use std::sync::atomic::AtomicUsize;
 
     #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -11,7 +11,8 @@ use std::sync::Arc;
 use futures::StreamExt;
 
 use super::{Probe, ReadError, ReadPath, Target};
-use crate::cache::{MetaRecord, ObjectMeta};
+use crate::cache::MetaRecord;
+use crate::object::ObjectMeta;
 use crate::types::{ObjectRef, RangeRequest, Selection};
 
 /// A version of an object the cache may hold blocks of: its token and size.

@@ -9,7 +9,8 @@ use tracing::Instrument;
 
 use super::{Discovery, MetaSource, Probe, Probed, ReadError, ReadPath, Target};
 use crate::cache::Tier;
-use crate::cache::{MetaRecord, MetaState, ObjectMeta};
+use crate::cache::{MetaRecord, MetaState};
+use crate::object::ObjectMeta;
 use crate::telemetry::TRACE_TARGET;
 use crate::types::{ByteRange, ObjectRef};
 use crate::upstream::{HeadOutcome, ResponseHead, UpstreamError};

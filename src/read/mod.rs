@@ -35,9 +35,10 @@ use tracing::Instrument;
 use tracing::field::Empty;
 
 use crate::budget::{Charge, MemoryBudget};
-use crate::cache::{BlockCache, BlockKey, LookupError, MetaClock, Missing, ObjectMeta, Part, Tier};
+use crate::cache::{BlockCache, BlockKey, LookupError, MetaClock, Part, Tier};
 use crate::coalesce::Coalescer;
 use crate::config::MetadataTtl;
+use crate::object::{Missing, ObjectMeta};
 use crate::telemetry::{Metrics, TRACE_TARGET};
 use crate::types::{
     BlockIndex, BlockLayout, ByteRange, ObjectRef, RangeRequest, Selection, Unsatisfiable,

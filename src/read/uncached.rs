@@ -16,7 +16,8 @@ use tracing::Instrument;
 
 use super::{BodyStream, ReadError, ReadPath, Tally};
 use crate::budget::Charge;
-use crate::cache::{ObjectMeta, Tier};
+use crate::cache::Tier;
+use crate::object::ObjectMeta;
 use crate::types::{ByteRange, ObjectRef};
 use crate::upstream::UpstreamError;
 

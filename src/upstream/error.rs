@@ -7,7 +7,7 @@ use aws_sdk_s3::config::http::HttpResponse;
 use aws_sdk_s3::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
 use aws_sdk_s3::operation::RequestId;
 
-use crate::cache::Missing;
+use crate::object::Missing;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum UpstreamError {

@@ -34,8 +34,8 @@ pub use error::{CredentialProblem, UpstreamError};
 pub use forward::{BoxError, EndpointError, ForwardRequest, Forwarder, Payload, UpstreamBody};
 pub use portico_http_client::TlsError;
 
-use crate::cache::{Checksums, Missing, ObjectMeta};
 use crate::config::UpstreamConfig;
+use crate::object::{Checksums, Missing, ObjectMeta};
 use crate::telemetry::{Metrics, TRACE_TARGET};
 use crate::types::ObjectRef;
 
