@@ -799,7 +799,7 @@ async fn mixed_scenario(portico: &Target, origin: &Forwarder) {
     let mut cold = Run::new(cold, cold_elapsed);
     (cold.origin_requests, cold.origin_bytes) = (origin_requests, origin_bytes);
     print_header(
-        "mixed: portico, hot-random's 16 clients alone and while 1 client reads a cold 2 GiB object in 1 MiB ranges, in order; 5 alternating rounds of 2 s each",
+        "mixed: portico, hot-random's 16 clients alone and while 1 client reads a cold 2 GiB object in 1 MiB ranges, in order; 5 alternating rounds of 2 s each; the cold row's origin columns count the whole scenario",
         false,
     );
     print_run("hot", &alone, false);
