@@ -13,7 +13,6 @@ pub mod app;
 pub mod auth;
 pub mod budget;
 pub mod cache;
-pub mod coalesce;
 pub mod config;
 pub mod fuzzing;
 pub mod object;

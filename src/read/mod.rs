@@ -16,6 +16,7 @@
 //! - Metadata discovery for one object runs once however many requests miss at once, and
 //!   for a GET it fetches the first needed block in the same upstream request.
 
+mod coalesce;
 mod hedge;
 mod manage;
 mod metadata;
@@ -36,7 +37,6 @@ use tracing::field::Empty;
 
 use crate::budget::{Charge, MemoryBudget};
 use crate::cache::{BlockCache, BlockKey, LookupError, MetaClock, Part, Tier};
-use crate::coalesce::Coalescer;
 use crate::config::MetadataTtl;
 use crate::object::{Missing, ObjectMeta};
 use crate::telemetry::{Metrics, TRACE_TARGET};
@@ -44,6 +44,7 @@ use crate::types::{
     BlockIndex, BlockLayout, ByteRange, ObjectRef, RangeRequest, Selection, Unsatisfiable,
 };
 use crate::upstream::{ResponseHead, Upstream, UpstreamError};
+use coalesce::Coalescer;
 use hedge::Hedger;
 pub use manage::KnownVersion;
 use prefetch::Detector;
