@@ -248,9 +248,14 @@ async fn direct_parallel(base: String) -> Run {
             }
         }));
     }
+    joined(workers, started).await
+}
+
+/// One run of every exchange `workers` made since `started`.
+async fn joined(workers: Vec<tokio::task::JoinHandle<Vec<Exchange>>>, started: Instant) -> Run {
     let mut exchanges = Vec::new();
     for worker in workers {
-        exchanges.extend(worker.await.expect("parallel reader"));
+        exchanges.extend(worker.await.expect("load worker"));
     }
     Run::new(exchanges, started.elapsed())
 }
@@ -314,11 +319,7 @@ async fn random_reads(
             exchanges
         }));
     }
-    let mut exchanges = Vec::new();
-    for worker in workers {
-        exchanges.extend(worker.await.expect("worker"));
-    }
-    Run::new(exchanges, started.elapsed())
+    joined(workers, started).await
 }
 
 #[derive(Clone, Copy)]
@@ -841,6 +842,11 @@ async fn suite() {
         .await
         .expect("anonymous read policy");
 
+    let wanted = |scenario: &str| {
+        std::env::var("BENCH_SCENARIOS")
+            .map(|list| list.split(',').any(|item| item.trim() == scenario))
+            .unwrap_or(true)
+    };
     println!(
         "uploading 1 GiB sequential, 64 MiB herd, 4 × 64 MiB hot, 128 × 8 MiB cold, 16 × 64 MiB disk, 2 GiB mixed objects"
     );
@@ -871,7 +877,9 @@ async fn suite() {
         let data = random_bytes(DISK_OBJECT_BYTES as usize, 2000 + seed as u64);
         upload(&direct, &bucket, object, ByteStream::from(data)).await;
     }
-    upload_large(&direct, &bucket, work.path(), "mixed.bin", MIXED_BYTES, 13).await;
+    if wanted("mixed") {
+        upload_large(&direct, &bucket, work.path(), "mixed.bin", MIXED_BYTES, 13).await;
+    }
 
     let origin = Forwarder::start(&minio.address).await;
     origin.set_latency(ttfb);
@@ -909,11 +917,6 @@ async fn suite() {
         ttfb.as_millis()
     );
 
-    let wanted = |scenario: &str| {
-        std::env::var("BENCH_SCENARIOS")
-            .map(|list| list.split(',').any(|item| item.trim() == scenario))
-            .unwrap_or(true)
-    };
     let mut peak_rss = Vec::new();
 
     if wanted("cold-sequential") {
