@@ -118,6 +118,15 @@ impl From<s3s::dto::Range> for RangeRequest {
     }
 }
 
+impl From<ByteRange> for RangeRequest {
+    fn from(range: ByteRange) -> Self {
+        Self::From {
+            first: range.first(),
+            last: Some(range.last()),
+        }
+    }
+}
+
 impl RangeRequest {
     /// Parses a `Range` header value (`bytes=FIRST-LAST`, `bytes=FIRST-`, `bytes=-SUFFIX`);
     /// `None` when it is not one.

@@ -12,7 +12,7 @@ use crate::cache::Tier;
 use crate::cache::{MetaRecord, MetaState};
 use crate::object::ObjectMeta;
 use crate::telemetry::TRACE_TARGET;
-use crate::types::{ByteRange, ObjectRef};
+use crate::types::{ByteRange, ObjectRef, RangeRequest};
 use crate::upstream::{HeadOutcome, ResponseHead, UpstreamError};
 
 impl ReadPath {
@@ -235,7 +235,7 @@ impl ReadPath {
         known: &Arc<ObjectMeta>,
     ) -> Result<(Arc<ObjectMeta>, bool), UpstreamError> {
         let etag = (!known.etag.is_empty()).then_some(known.etag.as_str());
-        match self.inner.upstream.head(object, etag).await? {
+        match self.inner.source.head(object, etag).await? {
             HeadOutcome::NotModified => {
                 self.inner.metrics.count_metadata("revalidated");
                 Ok((known.clone(), true))
@@ -253,7 +253,7 @@ impl ReadPath {
     }
 
     async fn head_fresh(&self, object: &ObjectRef) -> Result<Arc<ObjectMeta>, UpstreamError> {
-        match self.inner.upstream.head(object, None).await? {
+        match self.inner.source.head(object, None).await? {
             HeadOutcome::Found(meta) => {
                 self.inner.metrics.count_metadata("fetched");
                 Ok(Arc::new(*meta))
@@ -274,14 +274,17 @@ impl ReadPath {
         let range = match probe {
             Probe::Block(index) => {
                 let first = index.saturating_mul(block_size);
-                format!("bytes={first}-{}", first.saturating_add(block_size - 1))
+                RangeRequest::From {
+                    first,
+                    last: Some(first.saturating_add(block_size - 1)),
+                }
             }
-            Probe::Tail | Probe::Head => format!("bytes=-{block_size}"),
+            Probe::Tail | Probe::Head => RangeRequest::Suffix { length: block_size },
         };
         let read = match self
             .inner
-            .upstream
-            .get_range(object, &range, None, block_size, &ResponseHead::default())
+            .source
+            .get(object, range, None, block_size, &ResponseHead::default())
             .await
         {
             Ok(read) => read,

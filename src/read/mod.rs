@@ -21,8 +21,12 @@ mod hedge;
 mod manage;
 mod metadata;
 mod prefetch;
+mod source;
 mod uncached;
 mod writes;
+
+#[cfg(test)]
+mod tests;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -43,11 +47,12 @@ use crate::telemetry::{Metrics, TRACE_TARGET};
 use crate::types::{
     BlockIndex, BlockLayout, ByteRange, ObjectRef, RangeRequest, Selection, Unsatisfiable,
 };
-use crate::upstream::{ResponseHead, Upstream, UpstreamError};
+use crate::upstream::{ResponseHead, UpstreamError};
 use coalesce::Coalescer;
 use hedge::Hedger;
 pub use manage::KnownVersion;
 use prefetch::Detector;
+pub use source::BlockSource;
 
 /// Read-path settings taken from the cache configuration.
 #[derive(Debug, Clone, Copy)]
@@ -344,7 +349,7 @@ impl Target {
 
 struct Inner {
     cache: BlockCache,
-    upstream: Arc<Upstream>,
+    source: Arc<dyn BlockSource>,
     metrics: Arc<Metrics>,
     settings: ReadSettings,
     clock: MetaClock,
@@ -366,7 +371,7 @@ pub struct ReadPath {
 impl ReadPath {
     pub fn new(
         cache: BlockCache,
-        upstream: Arc<Upstream>,
+        source: Arc<dyn BlockSource>,
         metrics: Arc<Metrics>,
         settings: ReadSettings,
         budget: MemoryBudget,
@@ -374,7 +379,7 @@ impl ReadPath {
         Self {
             inner: Arc::new(Inner {
                 cache,
-                upstream,
+                source,
                 budget,
                 hedger: Arc::new(Hedger::new(
                     settings.hedge_quantile,
@@ -721,7 +726,7 @@ impl ReadPath {
             .ok_or_else(|| ReadError::Internal(format!("block {index} is outside the object")))?;
         let key = target.key(index);
         let fetch = {
-            let upstream = self.inner.upstream.clone();
+            let source = self.inner.source.clone();
             let hedger = self.inner.hedger.clone();
             let object = object.clone();
             let meta = target.meta.clone();
@@ -732,7 +737,7 @@ impl ReadPath {
                 async move {
                     hedger
                         .run(|head| {
-                            fetch_block(upstream.clone(), object.clone(), meta.clone(), range, head)
+                            fetch_block(source.clone(), object.clone(), meta.clone(), range, head)
                         })
                         .await
                 }
@@ -780,21 +785,15 @@ fn lookup_span(index: BlockIndex) -> tracing::Span {
 
 /// Fetches one block of the version `meta` describes; a different version is an error.
 async fn fetch_block(
-    upstream: Arc<Upstream>,
+    source: Arc<dyn BlockSource>,
     object: ObjectRef,
     meta: Arc<ObjectMeta>,
     range: ByteRange,
     head: ResponseHead,
 ) -> Result<Bytes, UpstreamError> {
     let if_match = (!meta.etag.is_empty()).then_some(meta.etag.as_str());
-    let read = upstream
-        .get_range(
-            &object,
-            &range.header_value(),
-            if_match,
-            range.len_bytes(),
-            &head,
-        )
+    let read = source
+        .get(&object, range.into(), if_match, range.len_bytes(), &head)
         .await?;
     if read.meta.etag != meta.etag || read.meta.size != meta.size {
         return Err(UpstreamError::PreconditionFailed { request_id: None });

@@ -33,8 +33,8 @@ impl ReadPath {
     ) -> Result<(BodyStream, Arc<Tally>), ReadError> {
         let mut read = self
             .inner
-            .upstream
-            .stream_range(object, &bytes.header_value())
+            .source
+            .stream(object, bytes)
             .await
             .map_err(ReadError::from_upstream)?;
         let same_object = read.meta.etag.is_empty()

@@ -77,7 +77,7 @@ impl ReadPath {
     ) -> Result<(), AdmitError> {
         let generation = self.inner.generations.current(object);
         let size: u64 = data.iter().map(|piece| piece.len() as u64).sum();
-        let meta = match self.inner.upstream.head(object, None).await? {
+        let meta = match self.inner.source.head(object, None).await? {
             HeadOutcome::Found(meta) => meta,
             HeadOutcome::NotModified => return Err(AdmitError::Superseded),
         };

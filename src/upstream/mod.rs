@@ -26,6 +26,7 @@ use aws_smithy_runtime_api::client::interceptors::context::BeforeTransmitInterce
 use aws_smithy_runtime_api::client::orchestrator::Metadata;
 use aws_smithy_runtime_api::client::retries::RequestAttempts;
 use bytes::{Bytes, BytesMut};
+use futures::stream::{BoxStream, Stream, StreamExt};
 use portico_http_client::{SdkHttpClient, TrustRoots};
 use tracing::Instrument;
 use tracing::field::Empty;
@@ -37,7 +38,7 @@ pub use portico_http_client::TlsError;
 use crate::config::UpstreamConfig;
 use crate::object::{Checksums, Missing, ObjectMeta};
 use crate::telemetry::{Metrics, TRACE_TARGET};
-use crate::types::ObjectRef;
+use crate::types::{ByteRange, ObjectRef, RangeRequest};
 
 /// When a request's response head arrived: hedging looks at time to first byte, not at a
 /// transfer the local machine may be slow to take in. Cheap to clone.
@@ -77,12 +78,28 @@ pub struct StreamedRead {
     pub meta: ObjectMeta,
     pub first: u64,
     pub length: u64,
-    body: ByteStream,
+    body: BoxStream<'static, Result<Bytes, UpstreamError>>,
     received: u64,
-    metrics: Arc<Metrics>,
 }
 
 impl StreamedRead {
+    /// `length` bytes from offset `first` of the object `meta` describes, as `body`
+    /// yields them.
+    pub fn new(
+        meta: ObjectMeta,
+        first: u64,
+        length: u64,
+        body: impl Stream<Item = Result<Bytes, UpstreamError>> + Send + 'static,
+    ) -> Self {
+        Self {
+            meta,
+            first,
+            length,
+            body: body.boxed(),
+            received: 0,
+        }
+    }
+
     /// The next part of the body; `None` once exactly `length` bytes have arrived. A body
     /// that breaks off, ends early or runs long is an error.
     pub async fn next_chunk(&mut self) -> Option<Result<Bytes, UpstreamError>> {
@@ -98,16 +115,9 @@ impl StreamedRead {
         };
         let chunk = match chunk {
             Ok(chunk) => chunk,
-            Err(error) => {
-                return Some(Err(UpstreamError::Unreachable {
-                    message: format!("response body interrupted: {error}"),
-                }));
-            }
+            Err(error) => return Some(Err(error)),
         };
         self.received += chunk.len() as u64;
-        self.metrics
-            .upstream_received_bytes
-            .inc_by(chunk.len() as u64);
         if self.received > self.length {
             return Some(Err(UpstreamError::invalid_response(
                 "response body longer than its Content-Length",
@@ -292,20 +302,21 @@ impl Upstream {
         }
     }
 
-    /// GETs `range` (a `Range` header value) of `object`, at most `max_bytes` of it.
+    /// GETs `range` of `object`, at most `max_bytes` of it.
     ///
     /// With `if_match`, a changed object fails with [`UpstreamError::PreconditionFailed`].
     /// `head` learns when the response head arrived.
     pub async fn get_range(
         &self,
         object: &ObjectRef,
-        range: &str,
+        range: RangeRequest,
         if_match: Option<&str>,
         max_bytes: u64,
         head: &ResponseHead,
     ) -> Result<RangeRead, UpstreamError> {
-        let exchange = self.fetch_range(object, range, if_match, max_bytes, head);
-        self.counted_get(range, exchange).await
+        let range = range.header_value();
+        let exchange = self.fetch_range(object, &range, if_match, max_bytes, head);
+        self.counted_get(&range, exchange).await
     }
 
     /// Runs one GetObject exchange in its `upstream.get` span and counts it with its status.
@@ -363,24 +374,32 @@ impl Upstream {
     pub async fn stream_range(
         &self,
         object: &ObjectRef,
-        range: &str,
+        range: ByteRange,
     ) -> Result<StreamedRead, UpstreamError> {
         let head = ResponseHead::default();
-        let exchange = self.open_range(object, range, None, u64::MAX, &head);
-        let opened = self.counted_get(range, exchange).await?;
+        let range = range.header_value();
+        let exchange = self.open_range(object, &range, None, u64::MAX, &head);
+        let opened = self.counted_get(&range, exchange).await?;
         Ok(self.streamed(opened))
     }
 
     /// The body of `opened`, to be read as it arrives and counted as received.
     fn streamed(&self, opened: OpenedRange) -> StreamedRead {
-        StreamedRead {
-            meta: opened.meta,
-            first: opened.first,
-            length: opened.length,
-            body: opened.body,
-            received: 0,
-            metrics: self.metrics.clone(),
-        }
+        let metrics = self.metrics.clone();
+        let chunks = futures::stream::unfold(opened.body, |mut body| async move {
+            let chunk = body.next().await?;
+            Some((chunk, body))
+        });
+        let body = chunks.map(move |chunk| match chunk {
+            Ok(chunk) => {
+                metrics.upstream_received_bytes.inc_by(chunk.len() as u64);
+                Ok(chunk)
+            }
+            Err(error) => Err(UpstreamError::Unreachable {
+                message: format!("response body interrupted: {error}"),
+            }),
+        });
+        StreamedRead::new(opened.meta, opened.first, opened.length, body)
     }
 
     /// Sends a ranged GET and checks its head: the body is still to be read.

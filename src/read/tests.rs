@@ -1,0 +1,539 @@
+//! The read path against a [`BlockSource`] held in memory, with the clock paused: what it
+//! asks the source for, and what it answers, when requests coalesce, objects change, TTLs
+//! run out, the source is slow or down, and reads turn sequential.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use futures::StreamExt;
+use parking_lot::Mutex;
+
+use super::{BlockSource, ObjectRead, ReadError, ReadPath, ReadSettings};
+use crate::budget::MemoryBudget;
+use crate::cache::BlockCache;
+use crate::config::{ByteSize, CacheConfig, MetadataTtl};
+use crate::object::{Checksums, Missing, ObjectMeta};
+use crate::telemetry::Metrics;
+use crate::types::{ByteRange, ObjectRef, RangeRequest};
+use crate::upstream::{HeadOutcome, RangeRead, ResponseHead, StreamedRead, UpstreamError};
+
+const BLOCK: u64 = 4096;
+const TTL: Duration = Duration::from_secs(60);
+/// How long a source takes to answer, unless told otherwise.
+const LATENCY: Duration = Duration::from_millis(10);
+/// How long a stalled answer takes: far longer than any test waits for.
+const STALL: Duration = Duration::from_secs(600);
+
+/// One request the source answered (or failed).
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Call {
+    Head { key: String, conditional: bool },
+    Get { key: String, range: String },
+    Stream { key: String },
+}
+
+/// Objects held in memory, answering like an S3 server, with a log of what it was asked.
+#[derive(Default)]
+struct MemorySource {
+    objects: Mutex<HashMap<String, (ObjectMeta, Bytes)>>,
+    calls: Mutex<Vec<Call>>,
+    /// Every request fails as if the server were unreachable.
+    down: Mutex<bool>,
+    /// `(key, range)` GETs whose next answer stalls before its head.
+    stalls: Mutex<Vec<(String, String)>>,
+}
+
+impl MemorySource {
+    /// Stores `body` under `key` with an ETag derived from `version`.
+    fn put(&self, key: &str, body: Vec<u8>, version: u32) {
+        let meta = ObjectMeta {
+            size: body.len() as u64,
+            etag: format!("\"v{version}\""),
+            last_modified_unix_secs: Some(1_700_000_000 + i64::from(version)),
+            ..ObjectMeta::default()
+        };
+        self.objects
+            .lock()
+            .insert(key.to_owned(), (meta, Bytes::from(body)));
+    }
+
+    fn calls(&self) -> Vec<Call> {
+        self.calls.lock().clone()
+    }
+
+    fn gets_of(&self, key: &str, range: &str) -> usize {
+        let wanted = Call::Get {
+            key: key.to_owned(),
+            range: range.to_owned(),
+        };
+        self.calls().iter().filter(|call| **call == wanted).count()
+    }
+
+    fn set_down(&self, down: bool) {
+        *self.down.lock() = down;
+    }
+
+    fn stall_next(&self, key: &str, range: &str) {
+        self.stalls.lock().push((key.to_owned(), range.to_owned()));
+    }
+
+    /// Logs `call`, waits as the server would, and fails when the server is down.
+    async fn answer(&self, call: Call) -> Result<(), UpstreamError> {
+        let stalled = match &call {
+            Call::Get { key, range } => {
+                let mut stalls = self.stalls.lock();
+                let found = stalls.iter().position(|s| s.0 == *key && s.1 == *range);
+                found.map(|at| stalls.remove(at)).is_some()
+            }
+            _ => false,
+        };
+        self.calls.lock().push(call);
+        tokio::time::sleep(if stalled { STALL } else { LATENCY }).await;
+        if *self.down.lock() {
+            return Err(UpstreamError::Unreachable {
+                message: "connection refused".to_owned(),
+            });
+        }
+        Ok(())
+    }
+
+    fn object(&self, key: &str) -> Result<(ObjectMeta, Bytes), UpstreamError> {
+        self.objects
+            .lock()
+            .get(key)
+            .cloned()
+            .ok_or(UpstreamError::NotFound {
+                missing: Missing::NoSuchKey,
+                request_id: None,
+            })
+    }
+}
+
+#[async_trait]
+impl BlockSource for MemorySource {
+    async fn head(
+        &self,
+        object: &ObjectRef,
+        if_none_match: Option<&str>,
+    ) -> Result<HeadOutcome, UpstreamError> {
+        let key = object.key().to_owned();
+        let conditional = if_none_match.is_some();
+        self.answer(Call::Head { key, conditional }).await?;
+        let (mut meta, _) = self.object(object.key())?;
+        if if_none_match == Some(meta.etag.as_str()) {
+            return Ok(HeadOutcome::NotModified);
+        }
+        meta.checksums = Some(Checksums::default());
+        Ok(HeadOutcome::Found(Box::new(meta)))
+    }
+
+    async fn get(
+        &self,
+        object: &ObjectRef,
+        range: RangeRequest,
+        if_match: Option<&str>,
+        max_bytes: u64,
+        head: &ResponseHead,
+    ) -> Result<RangeRead, UpstreamError> {
+        let key = object.key().to_owned();
+        let header = range.header_value();
+        self.answer(Call::Get { key, range: header }).await?;
+        head.arrived();
+        let (meta, body) = self.object(object.key())?;
+        if if_match.is_some_and(|etag| etag != meta.etag) {
+            return Err(UpstreamError::PreconditionFailed { request_id: None });
+        }
+        let size = meta.size;
+        let (first, last) = match range {
+            RangeRequest::From { first, last } => (first, last.unwrap_or(u64::MAX)),
+            RangeRequest::Suffix { length } => (size.saturating_sub(length), u64::MAX),
+        };
+        if first >= size {
+            return Err(UpstreamError::InvalidRange { request_id: None });
+        }
+        let last = last.min(size - 1);
+        if last - first + 1 > max_bytes {
+            return Err(UpstreamError::invalid_response("more bytes than asked for"));
+        }
+        let body = body.slice(first as usize..=last as usize);
+        Ok(RangeRead { meta, first, body })
+    }
+
+    async fn stream(
+        &self,
+        object: &ObjectRef,
+        range: ByteRange,
+    ) -> Result<StreamedRead, UpstreamError> {
+        let key = object.key().to_owned();
+        self.answer(Call::Stream { key }).await?;
+        let (meta, body) = self.object(object.key())?;
+        let bytes = body.slice(range.first() as usize..=range.last() as usize);
+        let chunks = futures::stream::iter([Ok(bytes)]);
+        Ok(StreamedRead::new(
+            meta,
+            range.first(),
+            range.len_bytes(),
+            chunks,
+        ))
+    }
+}
+
+fn settings() -> ReadSettings {
+    ReadSettings {
+        block_size: BLOCK,
+        metadata_ttl: MetadataTtl::After(TTL),
+        negative_ttl: Duration::from_secs(5),
+        readahead_blocks: 2,
+        prefetch_window_blocks: 0,
+        prefetch_slots: 4,
+        hedge_quantile: 0.0,
+        hedge_min_delay: Duration::from_millis(50),
+        serve_stale_on_error: false,
+    }
+}
+
+/// A read path over `source` with a memory-only cache.
+async fn read_path(source: &Arc<MemorySource>, settings: ReadSettings) -> ReadPath {
+    let metrics = Arc::new(Metrics::new());
+    let config = CacheConfig {
+        memory_capacity: ByteSize::mib(16),
+        disk_capacity: ByteSize(0),
+        block_size: ByteSize(BLOCK),
+        ..CacheConfig::default()
+    };
+    let cache = BlockCache::open(&config, metrics.clone()).await.unwrap();
+    let budget = MemoryBudget::new(64 << 20, Duration::from_secs(1), metrics.clone());
+    ReadPath::new(cache, source.clone(), metrics, settings, budget)
+}
+
+/// `len` bytes that differ from block to block and from version to version.
+fn body(len: usize, version: u32) -> Vec<u8> {
+    (0..len)
+        .map(|at| (at / 7 + at / 4096 * 13 + version as usize * 101) as u8)
+        .collect()
+}
+
+fn object(key: &str) -> ObjectRef {
+    ObjectRef::new("bucket", key).unwrap()
+}
+
+fn range(first: u64, last: u64) -> Option<RangeRequest> {
+    Some(RangeRequest::From {
+        first,
+        last: Some(last),
+    })
+}
+
+/// The whole body of `read`, or the error that aborted it after the bytes before it.
+async fn collect(read: ObjectRead) -> (Vec<u8>, Option<ReadError>) {
+    let mut bytes = Vec::new();
+    let mut body = read.body;
+    while let Some(item) = body.next().await {
+        match item {
+            Ok(chunk) => bytes.extend_from_slice(&chunk),
+            Err(error) => return (bytes, Some(error)),
+        }
+    }
+    (bytes, None)
+}
+
+/// `range` of `key` read through `read`, with what the cache did.
+async fn get(read: &ReadPath, key: &str, range: Option<RangeRequest>) -> (Vec<u8>, String) {
+    let answer = read.get(&object(key), range, false).await.unwrap();
+    let status = answer.status.to_string();
+    let (bytes, error) = collect(answer).await;
+    assert_eq!(error, None, "the body of {key} was aborted");
+    (bytes, status)
+}
+
+fn block_range(index: u64) -> String {
+    format!("bytes={}-{}", index * BLOCK, (index + 1) * BLOCK - 1)
+}
+
+#[tokio::test(start_paused = true)]
+async fn concurrent_cold_reads_ask_the_source_once_per_block() {
+    let source = Arc::new(MemorySource::default());
+    let expected = body(3 * BLOCK as usize + 100, 1);
+    source.put("shard", expected.clone(), 1);
+    let read = read_path(&source, settings()).await;
+    let readers: Vec<_> = (0..16)
+        .map(|_| {
+            let read = read.clone();
+            tokio::spawn(async move { get(&read, "shard", None).await })
+        })
+        .collect();
+    let mut statuses = Vec::new();
+    for reader in readers {
+        let (bytes, status) = reader.await.unwrap();
+        assert!(bytes == expected, "a reader got other bytes");
+        statuses.push(status);
+    }
+    // One GET found the metadata and block 0; blocks 1-3 were fetched once each.
+    let calls = source.calls();
+    assert_eq!(calls.len(), 4, "{calls:?}");
+    for index in 0..3 {
+        assert_eq!(source.gets_of("shard", &block_range(index)), 1, "{calls:?}");
+    }
+    let last_block = format!("bytes={}-{}", 3 * BLOCK, 3 * BLOCK + 99);
+    assert_eq!(source.gets_of("shard", &last_block), 1, "{calls:?}");
+    let collapsed = statuses.iter().filter(|s| s.contains("collapsed")).count();
+    assert_eq!(collapsed, 15, "{statuses:?}");
+    // Read again: everything from memory, nothing asked.
+    let (bytes, status) = get(&read, "shard", None).await;
+    assert!(bytes == expected);
+    assert!(status.starts_with("Portico; hit;"), "{status}");
+    assert!(status.ends_with("detail=memory"), "{status}");
+    assert_eq!(source.calls().len(), 4);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_suffix_range_in_the_last_block_of_an_unknown_object_is_one_request() {
+    let source = Arc::new(MemorySource::default());
+    let expected = body(2 * BLOCK as usize + 10, 1);
+    source.put("tail", expected.clone(), 1);
+    let read = read_path(&source, settings()).await;
+    let suffix = Some(RangeRequest::Suffix { length: 10 });
+    let (bytes, _) = get(&read, "tail", suffix).await;
+    assert_eq!(bytes, expected[expected.len() - 10..]);
+    let calls = source.calls();
+    assert_eq!(
+        calls,
+        [Call::Get {
+            key: "tail".to_owned(),
+            range: format!("bytes=-{BLOCK}"),
+        }]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_version_change_before_the_first_byte_is_read_again() {
+    let source = Arc::new(MemorySource::default());
+    source.put("model", body(2 * BLOCK as usize, 1), 1);
+    let read = read_path(&source, settings()).await;
+    // Learn version 1 and its block 0.
+    get(&read, "model", range(0, 9)).await;
+    let second = body(2 * BLOCK as usize, 2);
+    source.put("model", second.clone(), 2);
+    // Block 1 is fetched pinned to version 1, refused, and the GET starts over.
+    let answer = read
+        .get(&object("model"), range(BLOCK, BLOCK + 9), false)
+        .await
+        .unwrap();
+    assert_eq!(answer.meta.etag, "\"v2\"");
+    let (bytes, error) = collect(answer).await;
+    assert_eq!(error, None);
+    assert_eq!(bytes, second[BLOCK as usize..BLOCK as usize + 10]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_version_change_after_the_first_byte_aborts_the_body() {
+    let source = Arc::new(MemorySource::default());
+    let first = body(3 * BLOCK as usize, 1);
+    source.put("model", first.clone(), 1);
+    let read = read_path(&source, settings()).await;
+    get(&read, "model", range(0, 9)).await;
+    source.put("model", body(3 * BLOCK as usize, 2), 2);
+    // Block 0 comes from the cache; block 1 of version 1 is gone upstream.
+    let answer = read.get(&object("model"), None, false).await.unwrap();
+    assert_eq!(answer.meta.etag, "\"v1\"");
+    let (bytes, error) = collect(answer).await;
+    assert_eq!(error, Some(ReadError::Changed));
+    assert!(
+        bytes.len() <= 2 * BLOCK as usize && bytes == first[..bytes.len()],
+        "only version 1's bytes before the abort"
+    );
+    // The stale metadata was dropped: the next GET reads version 2.
+    let answer = read.get(&object("model"), None, false).await.unwrap();
+    assert_eq!(answer.meta.etag, "\"v2\"");
+}
+
+#[tokio::test(start_paused = true)]
+async fn metadata_is_revalidated_once_its_ttl_has_passed() {
+    let source = Arc::new(MemorySource::default());
+    source.put("config", body(100, 1), 1);
+    let read = read_path(&source, settings()).await;
+    get(&read, "config", None).await;
+    tokio::time::advance(TTL - Duration::from_secs(1)).await;
+    let (_, status) = get(&read, "config", None).await;
+    assert_eq!(source.calls().len(), 1, "fresh metadata asks nothing");
+    assert_eq!(status, "Portico; hit; ttl=1; detail=memory");
+    tokio::time::advance(Duration::from_secs(2)).await;
+    let (_, status) = get(&read, "config", None).await;
+    assert_eq!(
+        status,
+        "Portico; fwd=stale; fwd-status=304; ttl=60; detail=memory"
+    );
+    assert_eq!(
+        source.calls()[1..],
+        [Call::Head {
+            key: "config".to_owned(),
+            conditional: true,
+        }]
+    );
+    // A changed object found at revalidation is read in its new version.
+    tokio::time::advance(TTL + Duration::from_secs(1)).await;
+    let second = body(100, 2);
+    source.put("config", second.clone(), 2);
+    let (bytes, status) = get(&read, "config", None).await;
+    assert_eq!(bytes, second);
+    assert!(status.starts_with("Portico; fwd=miss"), "{status}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_missing_object_is_remembered_for_the_negative_ttl() {
+    let source = Arc::new(MemorySource::default());
+    let read = read_path(&source, settings()).await;
+    for _ in 0..2 {
+        let error = read.get(&object("nope"), None, false).await.err();
+        assert!(matches!(
+            error,
+            Some(ReadError::NotFound(Missing::NoSuchKey, _))
+        ));
+    }
+    assert_eq!(source.calls().len(), 1);
+    tokio::time::advance(Duration::from_secs(6)).await;
+    source.put("nope", body(10, 1), 1);
+    let (bytes, _) = get(&read, "nope", None).await;
+    assert_eq!(bytes, body(10, 1));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_revalidation_serves_the_cached_version_only_when_allowed() {
+    for serve_stale in [true, false] {
+        let source = Arc::new(MemorySource::default());
+        let expected = body(BLOCK as usize + 5, 1);
+        source.put("index", expected.clone(), 1);
+        let settings = ReadSettings {
+            serve_stale_on_error: serve_stale,
+            ..settings()
+        };
+        let read = read_path(&source, settings).await;
+        get(&read, "index", None).await;
+        tokio::time::advance(TTL + Duration::from_secs(1)).await;
+        source.set_down(true);
+        let answer = read.get(&object("index"), None, false).await;
+        if serve_stale {
+            let answer = answer.unwrap();
+            let status = answer.status.to_string();
+            assert_eq!(status, "Portico; hit; detail=stale-upstream-failed");
+            let (bytes, error) = collect(answer).await;
+            assert_eq!((bytes, error), (expected, None));
+        } else {
+            let error = answer.err();
+            assert!(matches!(error, Some(ReadError::Upstream(_))), "{error:?}");
+        }
+        // The record stays stale: once the source is back, the next read asks it.
+        source.set_down(false);
+        get(&read, "index", None).await;
+        let heads = source
+            .calls()
+            .iter()
+            .filter(|call| matches!(call, Call::Head { .. }))
+            .count();
+        assert_eq!(heads, 2, "serve_stale_on_error = {serve_stale}");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_block_fetch_without_a_response_head_is_hedged() {
+    let source = Arc::new(MemorySource::default());
+    let settings = ReadSettings {
+        hedge_quantile: 0.9,
+        ..settings()
+    };
+    let read = read_path(&source, settings).await;
+    // 30 block fetches teach the hedger the source's time to first byte.
+    source.put("warmup", body(31 * BLOCK as usize, 1), 1);
+    get(&read, "warmup", None).await;
+    let expected = body(2 * BLOCK as usize, 1);
+    source.put("slow", expected.clone(), 1);
+    source.stall_next("slow", &block_range(1));
+    let started = tokio::time::Instant::now();
+    let (bytes, _) = get(&read, "slow", None).await;
+    assert!(bytes == expected);
+    // The stalled fetch was sent again after the hedge delay and the copy answered.
+    assert_eq!(source.gets_of("slow", &block_range(1)), 2);
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_hedge_is_not_sent_before_the_hedger_has_seen_enough_fetches() {
+    let source = Arc::new(MemorySource::default());
+    let settings = ReadSettings {
+        hedge_quantile: 0.9,
+        ..settings()
+    };
+    let read = read_path(&source, settings).await;
+    let expected = body(2 * BLOCK as usize, 1);
+    source.put("slow", expected.clone(), 1);
+    source.stall_next("slow", &block_range(1));
+    let started = tokio::time::Instant::now();
+    let (bytes, _) = get(&read, "slow", None).await;
+    assert!(bytes == expected);
+    assert_eq!(source.gets_of("slow", &block_range(1)), 1);
+    assert!(started.elapsed() >= STALL);
+}
+
+#[tokio::test(start_paused = true)]
+async fn sequential_reads_prefetch_and_a_demand_read_joins_the_prefetch() {
+    let source = Arc::new(MemorySource::default());
+    let expected = body(8 * BLOCK as usize, 1);
+    source.put("epoch", expected.clone(), 1);
+    let settings = ReadSettings {
+        prefetch_window_blocks: 4,
+        ..settings()
+    };
+    let read = read_path(&source, settings).await;
+    for index in 0..3 {
+        let (bytes, _) = get(
+            &read,
+            "epoch",
+            range(index * BLOCK, (index + 1) * BLOCK - 1),
+        )
+        .await;
+        assert!(bytes == expected[(index * BLOCK) as usize..((index + 1) * BLOCK) as usize]);
+    }
+    // The third continuation opened a window of one block: block 3 is on its way.
+    assert_eq!(source.gets_of("epoch", &block_range(3)), 1);
+    let (bytes, status) = get(&read, "epoch", range(3 * BLOCK, 4 * BLOCK - 1)).await;
+    assert!(bytes == expected[3 * BLOCK as usize..4 * BLOCK as usize]);
+    assert!(
+        status.contains("collapsed"),
+        "joined the prefetch: {status}"
+    );
+    assert_eq!(source.gets_of("epoch", &block_range(3)), 1);
+    // The window doubled: blocks 4 and 5 follow, each fetched once, and are then hits.
+    tokio::time::sleep(LATENCY * 2).await;
+    assert_eq!(source.gets_of("epoch", &block_range(4)), 1);
+    assert_eq!(source.gets_of("epoch", &block_range(5)), 1);
+    let (_, status) = get(&read, "epoch", range(4 * BLOCK, 6 * BLOCK - 1)).await;
+    assert!(status.ends_with("detail=memory"), "{status}");
+    assert_eq!(source.gets_of("epoch", &block_range(4)), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_object_without_an_etag_is_streamed_and_never_cached() {
+    let source = Arc::new(MemorySource::default());
+    let expected = body(2 * BLOCK as usize, 1);
+    source.put("plain", expected.clone(), 1);
+    source.objects.lock().get_mut("plain").unwrap().0.etag = String::new();
+    let read = read_path(&source, settings()).await;
+    for _ in 0..2 {
+        let (bytes, status) = get(&read, "plain", None).await;
+        assert!(bytes == expected);
+        assert_eq!(status, "Portico; fwd=bypass");
+    }
+    let streams = source
+        .calls()
+        .iter()
+        .filter(|call| matches!(call, Call::Stream { .. }))
+        .count();
+    assert_eq!(streams, 2);
+}
