@@ -280,8 +280,9 @@ async fn every_metric_named_in_docs_alerts_and_dashboard_is_exported() {
 }
 
 /// `Cache-Status` (RFC 9211) on GET and HEAD says what the cache did: a miss, a hit and
-/// where, a collapsed wait, a revalidation, a stale serve and a bypass; the access log
-/// says the same; and the header can be renamed or turned off.
+/// where, a collapsed wait and a bypass; the access log says the same; and the header can
+/// be renamed or turned off. (Revalidation and stale serves, which need the TTL to pass,
+/// are asserted with a paused clock in the read path's unit tests.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn cache_status_says_what_the_cache_did() {
     let mut rig = Rig::start("status", |settings| {
@@ -307,11 +308,6 @@ async fn cache_status_says_what_the_cache_did() {
         cache_status(&rig, "HEAD", "object").await.as_deref(),
         Some("Portico; hit; ttl=0")
     );
-    tokio::time::sleep(Duration::from_millis(1100)).await;
-    assert_eq!(
-        cache_status(&rig, "GET", "object").await.as_deref(),
-        Some("Portico; fwd=stale; fwd-status=304; ttl=1; detail=memory")
-    );
 
     // Concurrent first reads: one fetches, the others wait for it.
     rig.forwarder.set_latency(Duration::from_millis(300));
@@ -332,15 +328,6 @@ async fn cache_status_says_what_the_cache_did() {
             "Portico; fwd=miss; stored; ttl=1",
         ]
     );
-
-    // The upstream down and the metadata past its TTL: the cached version, stale.
-    rig.forwarder.stop().await;
-    tokio::time::sleep(Duration::from_millis(1100)).await;
-    assert_eq!(
-        cache_status(&rig, "GET", "object").await.as_deref(),
-        Some("Portico; hit; detail=stale-upstream-failed")
-    );
-    rig.forwarder.restart().await;
 
     // Without an ETag nothing is cached: every GET goes upstream.
     rig.forwarder.strip_etags();
