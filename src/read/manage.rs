@@ -10,7 +10,8 @@ use std::sync::Arc;
 
 use futures::StreamExt;
 
-use super::{Probe, ReadError, ReadPath, Target};
+use super::metadata::Probe;
+use super::{ReadError, ReadPath, Target};
 use crate::cache::MetaRecord;
 use crate::object::ObjectMeta;
 use crate::types::{ObjectRef, RangeRequest, Selection};

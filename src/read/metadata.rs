@@ -1,19 +1,78 @@
-//! Object metadata for the read path: fresh from the cache, or from one coalesced upstream
-//! request — a conditional HEAD for stale metadata, a ranged GET of the first needed block
-//! for unknown objects (metadata and bytes in one request), a HEAD when no bytes are needed.
+//! The metadata step: an object's metadata fresh from the cache, or from one coalesced
+//! request to the block source — a conditional HEAD for stale metadata, a ranged GET of
+//! the first needed block for unknown objects (metadata and bytes in one request, the
+//! bytes returned to the GET step), a HEAD when no bytes are needed.
 
 use std::sync::Arc;
 
 use bytes::Bytes;
 use tracing::Instrument;
 
-use super::{Discovery, MetaSource, Probe, Probed, ReadError, ReadPath, Target};
+use super::{MetaSource, ReadError, ReadPath, Target};
 use crate::cache::Tier;
 use crate::cache::{MetaRecord, MetaState};
 use crate::object::ObjectMeta;
 use crate::telemetry::TRACE_TARGET;
+use crate::types::BlockIndex;
 use crate::types::{ByteRange, ObjectRef, RangeRequest};
 use crate::upstream::{HeadOutcome, ResponseHead, UpstreamError};
+
+/// What the first upstream request for an object with unknown metadata asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Probe {
+    /// A HEAD: the caller needs no bytes.
+    Head,
+    /// The block at this index (a GET from a known offset).
+    Block(BlockIndex),
+    /// The last block (a suffix range: the offset depends on the unknown size).
+    Tail,
+}
+
+impl Probe {
+    pub(super) fn for_range(range: Option<RangeRequest>, block_size: u64) -> Self {
+        match range {
+            None => Self::Block(0),
+            Some(RangeRequest::From { first, .. }) => Self::Block(first / block_size),
+            Some(RangeRequest::Suffix { .. }) => Self::Tail,
+        }
+    }
+}
+
+pub(super) type Discovery = Result<(Arc<ObjectMeta>, Probed), ReadError>;
+
+/// How a request's metadata was found, and the whole blocks the upstream GET that
+/// discovered an unknown object's metadata read on the way (cached before the metadata,
+/// and served from here to the requests that shared the discovery). The
+/// request that led the discovery serves those as fetched from the upstream, and one that
+/// waited for it as coalesced: neither found them in the cache, so neither counts a hit.
+#[derive(Clone)]
+pub(super) struct Probed {
+    pub(super) blocks: Arc<[(BlockIndex, Bytes)]>,
+    pub(super) tier: Tier,
+    pub(super) source: MetaSource,
+    /// The metadata's remaining freshness; `None` when it never expires.
+    pub(super) ttl: Option<std::time::Duration>,
+}
+
+impl Default for Probed {
+    fn default() -> Self {
+        Self {
+            blocks: Arc::new([]),
+            tier: Tier::Upstream,
+            source: MetaSource::Fetched,
+            ttl: None,
+        }
+    }
+}
+
+impl Probed {
+    pub(super) fn block(&self, index: BlockIndex) -> Option<Bytes> {
+        self.blocks
+            .iter()
+            .find(|(probed, _)| *probed == index)
+            .map(|(_, bytes)| bytes.clone())
+    }
+}
 
 impl ReadPath {
     /// Fresh metadata from the cache, or from one coalesced upstream request, traced as
@@ -197,6 +256,14 @@ impl ReadPath {
         }
         match outcome {
             Ok((meta, mut probed)) => {
+                // The blocks before the metadata: a request that finds the metadata must
+                // find them too, or it fetches them again.
+                let target = Target::new(object, meta.clone(), self.inner.settings.block_size);
+                for (index, block) in probed.blocks.iter() {
+                    self.inner
+                        .cache
+                        .insert_block(target.key(*index), block.clone());
+                }
                 self.store_meta(object, generation, MetaState::Found(meta.clone()));
                 probed.ttl = self.full_ttl();
                 Ok((meta, probed))
@@ -300,7 +367,7 @@ impl ReadPath {
         if target.meta.etag.is_empty() {
             return Ok((target.meta, Probed::default()));
         }
-        let blocks = self.cache_whole_blocks(&target, read.first, read.body);
+        let blocks = whole_blocks(&target, read.first, &read.body);
         let probed = Probed {
             blocks: blocks.into(),
             tier: Tier::Upstream,
@@ -308,37 +375,27 @@ impl ReadPath {
         };
         Ok((target.meta, probed))
     }
+}
 
-    /// Caches every block that lies wholly inside bytes read from offset `first`, and
-    /// returns them.
-    fn cache_whole_blocks(
-        &self,
-        target: &Target,
-        first: u64,
-        body: Bytes,
-    ) -> Vec<(crate::types::BlockIndex, Bytes)> {
-        let mut cached = Vec::new();
-        let Some(read) = (body.len() as u64)
-            .checked_sub(1)
-            .and_then(|last| ByteRange::new(first, first + last))
-        else {
-            return cached;
+/// The blocks of `target` that lie wholly inside `body`, read from offset `first`.
+fn whole_blocks(target: &Target, first: u64, body: &Bytes) -> Vec<(BlockIndex, Bytes)> {
+    let mut blocks = Vec::new();
+    let Some(read) = (body.len() as u64)
+        .checked_sub(1)
+        .and_then(|last| ByteRange::new(first, first + last))
+    else {
+        return blocks;
+    };
+    for index in target.layout.blocks_for(read) {
+        let Some(block) = target.layout.block_range(index) else {
+            continue;
         };
-        for index in target.layout.blocks_for(read) {
-            let Some(block) = target.layout.block_range(index) else {
-                continue;
-            };
-            if block.first() < read.first() || block.last() > read.last() {
-                continue;
-            }
-            let start = (block.first() - first) as usize;
-            let end = start + block.len_bytes() as usize;
-            let bytes = body.slice(start..end);
-            self.inner
-                .cache
-                .insert_block(target.key(index), bytes.clone());
-            cached.push((index, bytes));
+        if block.first() < read.first() || block.last() > read.last() {
+            continue;
         }
-        cached
+        let start = (block.first() - first) as usize;
+        let end = start + block.len_bytes() as usize;
+        blocks.push((index, body.slice(start..end)));
     }
+    blocks
 }

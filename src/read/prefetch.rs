@@ -17,6 +17,7 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use tokio::time::Instant;
 
+use super::{ReadPath, Target};
 use crate::types::{BlockIndex, BlockLayout, ByteRange, ObjectRef};
 
 /// How far a read may start before or after where the previous one ended and still
@@ -167,6 +168,45 @@ impl Detector {
     #[cfg(test)]
     pub fn expire(&self) -> u64 {
         self.streams.lock().sweep(Instant::now())
+    }
+}
+
+impl ReadPath {
+    /// Records the read of `bytes` for sequential detection and starts the prefetches it
+    /// calls for. Prefetches go through the cache like demand reads, so a demand read of
+    /// the same block joins the prefetch instead of fetching again; when the budget is
+    /// spent, a prefetch is skipped rather than queued, so demand never waits behind it.
+    pub(super) fn prefetch_after(&self, target: &Target, bytes: ByteRange) {
+        let Some((detector, slots)) = &self.inner.prefetch else {
+            return;
+        };
+        let key = (target.object.clone(), target.version.clone());
+        let budget = slots.available_permits() as u64;
+        let observation = detector.observe(key, target.layout, bytes, budget);
+        let metrics = &self.inner.metrics;
+        metrics.count_prefetch("used", observation.used);
+        metrics.count_prefetch("wasted", observation.wasted);
+        for index in observation.prefetch {
+            let room = self
+                .inner
+                .budget
+                .try_reserve(target.layout.block_len(index));
+            let (Ok(slot), Some(charge)) = (slots.clone().try_acquire_owned(), room) else {
+                metrics.count_prefetch("skipped", 1);
+                continue;
+            };
+            metrics.count_prefetch("issued", 1);
+            let this = self.clone();
+            let target = target.clone();
+            tokio::spawn(async move {
+                if let Err(error) = this.ensure_block(&target, index).await {
+                    let object = &target.object;
+                    tracing::debug!(%object, index, %error, "prefetch failed");
+                }
+                // Once cached, the block is the cache's to account for.
+                drop((slot, charge));
+            });
+        }
     }
 }
 

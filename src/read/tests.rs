@@ -290,6 +290,26 @@ async fn concurrent_cold_reads_ask_the_source_once_per_block() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_discovery_caches_its_block_even_when_the_client_that_started_it_leaves() {
+    let source = Arc::new(MemorySource::default());
+    let expected = body(BLOCK as usize, 1);
+    source.put("shard", expected.clone(), 1);
+    let read = read_path(&source, settings()).await;
+    let leaver = tokio::spawn({
+        let read = read.clone();
+        async move { get(&read, "shard", None).await }
+    });
+    tokio::time::sleep(LATENCY / 2).await;
+    leaver.abort();
+    tokio::time::sleep(LATENCY * 2).await;
+    // The discovery finished without its client: its block and metadata are both cached.
+    let (bytes, status) = get(&read, "shard", None).await;
+    assert!(bytes == expected);
+    assert_eq!(status, "Portico; hit; ttl=59; detail=memory");
+    assert_eq!(source.calls().len(), 1);
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_suffix_range_in_the_last_block_of_an_unknown_object_is_one_request() {
     let source = Arc::new(MemorySource::default());
     let expected = body(2 * BLOCK as usize + 10, 1);

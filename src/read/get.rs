@@ -1,0 +1,226 @@
+//! The request walk of a GET or HEAD: metadata first, then the byte range, then the
+//! blocks in order, each one sent as soon as it is read.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use futures::StreamExt;
+use futures::stream::FuturesOrdered;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tracing::Instrument;
+
+use super::metadata::{Probe, Probed};
+use super::{BodyStream, CacheStatus, ObjectRead, ReadError, ReadPath, Tally, Target};
+use crate::budget::Charge;
+use crate::cache::{Part, Tier};
+use crate::object::ObjectMeta;
+use crate::types::{ByteRange, ObjectRef, RangeRequest, Selection};
+
+impl ReadPath {
+    /// The object's metadata, for a HEAD; with `checksums`, including its stored checksums.
+    pub async fn head(
+        &self,
+        object: &ObjectRef,
+        checksums: bool,
+    ) -> Result<Arc<ObjectMeta>, ReadError> {
+        self.resolve_meta(object, Probe::Head, checksums).await
+    }
+
+    /// [`Self::head`], with what the cache did for the `Cache-Status` header.
+    pub async fn head_with_status(
+        &self,
+        object: &ObjectRef,
+        checksums: bool,
+    ) -> Result<(Arc<ObjectMeta>, CacheStatus), ReadError> {
+        let (meta, probed) = self.resolve(object, Probe::Head, checksums).await?;
+        let status = if meta.etag.is_empty() {
+            CacheStatus::bypass(&probed)
+        } else {
+            CacheStatus::new(&probed, None)
+        };
+        Ok((meta, status))
+    }
+
+    /// Starts a GET of `range` of `object`; with `checksums`, the metadata includes the
+    /// object's stored checksums. The first block is read before this returns, so every
+    /// error that can still become a status code does.
+    pub async fn get(
+        &self,
+        object: &ObjectRef,
+        range: Option<RangeRequest>,
+        checksums: bool,
+    ) -> Result<ObjectRead, ReadError> {
+        let block_size = self.inner.settings.block_size;
+        let probe = Probe::for_range(range, block_size);
+        let mut retried = false;
+        loop {
+            // Taken before the metadata: an unknown object's first block arrives with it.
+            let mut charge = self.inner.budget.reserve_within(block_size).await?;
+            let (meta, probed) = self.resolve(object, probe, checksums).await?;
+            let selection = Selection::resolve(range, meta.size)?;
+            let Some(bytes) = selection.bytes(meta.size) else {
+                return Ok(ObjectRead {
+                    meta,
+                    selection,
+                    body: empty_body(),
+                    tally: Arc::default(),
+                    status: CacheStatus::new(&probed, None),
+                });
+            };
+            charge.shrink_to(bytes.len_bytes().min(block_size));
+            let started = if meta.etag.is_empty() {
+                let status = CacheStatus::bypass(&probed);
+                self.stream_uncached(object, &meta, bytes, charge)
+                    .await
+                    .map(|(body, tally)| (body, tally, status))
+            } else {
+                self.stream_cached(object, &meta, bytes, charge, probed)
+                    .await
+            };
+            match started {
+                Ok((body, tally, status)) => {
+                    return Ok(ObjectRead {
+                        meta,
+                        selection,
+                        body,
+                        tally,
+                        status,
+                    });
+                }
+                Err(ReadError::Changed) if !retried => {
+                    tracing::info!(%object, "object changed upstream; re-reading its metadata");
+                    self.inner.cache.remove_meta(object);
+                    retried = true;
+                }
+                Err(error) => return Err(error),
+            }
+        }
+    }
+
+    /// Starts streaming `bytes` of the version `meta` names from its blocks (or from
+    /// `probed`), reading the first one (charged to `charge`) before it returns.
+    async fn stream_cached(
+        &self,
+        object: &ObjectRef,
+        meta: &Arc<ObjectMeta>,
+        bytes: ByteRange,
+        charge: Charge,
+        probed: Probed,
+    ) -> Result<(BodyStream, Arc<Tally>, CacheStatus), ReadError> {
+        let target = Target::new(object, meta.clone(), self.inner.settings.block_size);
+        let first_index = target.layout.block_of(bytes.first());
+        let first_block = self
+            .block_or_probed(&target, first_index, bytes, charge, &probed)
+            .await?;
+        let status = CacheStatus::new(&probed, Some(first_block.tier));
+        self.prefetch_after(&target, bytes);
+        let tally = Arc::new(Tally::default());
+        let body = self.stream(target, bytes, first_block, probed, tally.clone());
+        Ok((body, tally, status))
+    }
+
+    /// Streams `bytes` of `target`, starting with its already read first block, counting
+    /// each block sent in `tally`. The stream's lookups belong to the request's trace.
+    fn stream(
+        &self,
+        target: Target,
+        bytes: ByteRange,
+        first_block: Part,
+        probed: Probed,
+        tally: Arc<Tally>,
+    ) -> BodyStream {
+        let (sender, receiver) = mpsc::channel(1);
+        let this = self.clone();
+        let request = tracing::Span::current();
+        let task = async move {
+            let layout = target.layout;
+            let mut blocks = layout.blocks_for(bytes);
+            if blocks.next().is_none() || !this.send_part(&sender, &tally, first_block).await {
+                return;
+            }
+            let readahead = this.inner.settings.readahead_blocks.max(1);
+            let budget = &this.inner.budget;
+            let mut blocks = blocks.peekable();
+            let mut fetches = FuturesOrdered::new();
+            loop {
+                // The next block waits for room; blocks further ahead take only free room.
+                while fetches.len() < readahead
+                    && let Some(&index) = blocks.peek()
+                {
+                    let length = layout.block_len(index);
+                    let charge = if fetches.is_empty() {
+                        tokio::select! {
+                            charge = budget.reserve(length) => charge,
+                            () = sender.closed() => return,
+                        }
+                    } else if let Some(charge) = budget.try_reserve(length) {
+                        charge
+                    } else {
+                        break;
+                    };
+                    blocks.next();
+                    let this = this.clone();
+                    let target = target.clone();
+                    let probed = probed.clone();
+                    fetches.push_back(async move {
+                        let block = this.block_or_probed(&target, index, bytes, charge, &probed);
+                        (index, block.await)
+                    });
+                }
+                let Some((index, result)) = fetches.next().await else {
+                    return;
+                };
+                match result {
+                    Ok(part) => {
+                        if !this.send_part(&sender, &tally, part).await {
+                            return;
+                        }
+                    }
+                    Err(error) => {
+                        let object = &target.object;
+                        tracing::warn!(%object, index, %error, "aborting a response after its headers were sent");
+                        if matches!(error, ReadError::Changed) {
+                            this.inner.cache.remove_meta(object);
+                        }
+                        let _ = sender.send(Err(error)).await;
+                        return;
+                    }
+                }
+            }
+        };
+        tokio::spawn(task.instrument(request));
+        ReceiverStream::new(receiver)
+    }
+
+    /// Sends the requested part of one block; false when the client has gone.
+    async fn send_part(
+        &self,
+        sender: &mpsc::Sender<Result<Bytes, ReadError>>,
+        tally: &Tally,
+        part: Part,
+    ) -> bool {
+        tally.count(part.tier);
+        let metrics = &self.inner.metrics;
+        let total = part.total_bytes() as u64;
+        if part.tier == Tier::Disk {
+            // A disk hit may include pieces memory held: the disk served the rest.
+            let memory = (part.memory_bytes as u64).min(total);
+            metrics.count_served(Tier::Disk.as_str(), total - memory);
+            metrics.count_served(Tier::Memory.as_str(), memory);
+        } else {
+            metrics.count_served(part.tier.as_str(), total);
+        }
+        for slice in part.slices {
+            if sender.send(Ok(slice)).await.is_err() {
+                return false;
+            }
+        }
+        true
+    }
+}
+
+fn empty_body() -> BodyStream {
+    let (_, receiver) = mpsc::channel(1);
+    ReceiverStream::new(receiver)
+}

@@ -1,0 +1,85 @@
+//! What the cache did for one request: where its metadata came from and the
+//! `Cache-Status` header that says so.
+
+use super::metadata::Probed;
+use crate::cache::Tier;
+
+/// Where a request's object metadata came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MetaSource {
+    /// The cache, within its TTL.
+    Fresh,
+    /// The cache, past its TTL, confirmed unchanged by the upstream.
+    Revalidated,
+    /// The upstream (unknown, changed, or another request's discovery this one waited for).
+    Fetched,
+    /// The cache, past its TTL, because the upstream failed (`serve_stale_on_error`).
+    Stale,
+}
+
+/// What the cache did for one GET or HEAD, rendered as RFC 9211's `Cache-Status`:
+/// `Portico; hit; detail=memory`, `Portico; fwd=miss; stored; collapsed`,
+/// `Portico; fwd=stale; fwd-status=304`, `Portico; fwd=bypass`, with `ttl` (seconds of
+/// metadata freshness left) where it is known.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CacheStatus {
+    source: MetaSource,
+    /// Where the response's first block came from; `None` when it has no body.
+    first_block: Option<Tier>,
+    /// This request waited for another's upstream request.
+    collapsed: bool,
+    /// The object is never cached (no ETag names its version).
+    bypass: bool,
+    ttl: Option<std::time::Duration>,
+}
+
+impl CacheStatus {
+    pub(super) fn new(probed: &Probed, first_block: Option<Tier>) -> Self {
+        Self {
+            source: probed.source,
+            first_block,
+            collapsed: probed.tier == Tier::Coalesced || first_block == Some(Tier::Coalesced),
+            bypass: false,
+            ttl: probed.ttl,
+        }
+    }
+
+    pub(super) fn bypass(probed: &Probed) -> Self {
+        Self {
+            bypass: true,
+            ..Self::new(probed, Some(Tier::Upstream))
+        }
+    }
+}
+
+impl std::fmt::Display for CacheStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.bypass {
+            return f.write_str("Portico; fwd=bypass");
+        }
+        let fetched = self.source == MetaSource::Fetched
+            || matches!(self.first_block, Some(Tier::Upstream | Tier::Coalesced));
+        f.write_str(match self.source {
+            _ if fetched => "Portico; fwd=miss; stored",
+            MetaSource::Revalidated => "Portico; fwd=stale; fwd-status=304",
+            MetaSource::Stale => "Portico; hit; detail=stale-upstream-failed",
+            // `Fetched` is answered by the first arm.
+            MetaSource::Fresh | MetaSource::Fetched => "Portico; hit",
+        })?;
+        if self.collapsed {
+            f.write_str("; collapsed")?;
+        }
+        if let Some(ttl) = self.ttl
+            && self.source != MetaSource::Stale
+        {
+            write!(f, "; ttl={}", ttl.as_secs())?;
+        }
+        match self.first_block {
+            Some(Tier::Memory) if self.source != MetaSource::Stale => {
+                f.write_str("; detail=memory")
+            }
+            Some(Tier::Disk) if self.source != MetaSource::Stale => f.write_str("; detail=disk"),
+            _ => Ok(()),
+        }
+    }
+}
