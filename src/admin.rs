@@ -14,6 +14,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::shutdown::Shutdown;
 use axum::extract::rejection::JsonRejection;
 use axum::extract::{Path, Request, State};
 use axum::http::{StatusCode, header};
@@ -25,7 +26,6 @@ use serde::Deserialize;
 use serde_json::json;
 use subtle::ConstantTimeEq;
 use tokio::net::TcpListener;
-use tokio::sync::watch;
 
 use crate::cache::BlockCache;
 use crate::telemetry::Metrics;
@@ -44,8 +44,8 @@ pub struct AdminState {
     /// The bearer token `/admin/` requires; `None` disables those endpoints.
     token: Option<String>,
     maintenance: Maintenance,
-    /// True once shutdown has begun.
-    stopping: watch::Receiver<bool>,
+    /// Fired once shutdown has begun.
+    stopping: Shutdown,
 }
 
 impl AdminState {
@@ -55,7 +55,7 @@ impl AdminState {
         upstream: Arc<Upstream>,
         token: &str,
         maintenance: Maintenance,
-        stopping: watch::Receiver<bool>,
+        stopping: Shutdown,
     ) -> Self {
         Self {
             metrics,
@@ -177,7 +177,7 @@ async fn readyz(State(state): State<Arc<AdminState>>) -> impl IntoResponse {
         Ok(()) => "reachable".to_owned(),
         Err(problem) => format!("{problem} (cached objects are still served)"),
     };
-    if *state.stopping.borrow() {
+    if state.stopping.is_fired() {
         return (
             StatusCode::SERVICE_UNAVAILABLE,
             format!("not ready: shutting down\ncache: open ({cache})\nupstream: {upstream}\n"),
@@ -395,11 +395,9 @@ pub async fn serve(
     listener: TcpListener,
     state: Arc<AdminState>,
     serves: Serves,
-    mut shutdown: watch::Receiver<bool>,
+    shutdown: Shutdown,
 ) {
-    let shutdown = async move {
-        let _ = shutdown.changed().await;
-    };
+    let shutdown = async move { shutdown.fired().await };
     if let Err(error) = axum::serve(listener, router(state, serves))
         .with_graceful_shutdown(shutdown)
         .await

@@ -1,12 +1,13 @@
-//! Wiring: builds the cache, upstream client, read path and both listeners from the
-//! config, and runs them until one shutdown signal stops them all in order — listeners
-//! stop accepting, open requests get the grace period, then the cache closes cleanly.
+//! Wiring: builds the cache, upstream client and read path from the config, serves them
+//! on the listeners it is given, and runs until one shutdown signal stops them all in
+//! order — listeners stop accepting, open requests get the grace period, background
+//! tasks end, then the cache closes cleanly.
 
+use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
 use tokio::net::TcpListener;
-use tokio::sync::watch;
 
 use crate::admin::{self, AdminState};
 use crate::api;
@@ -14,6 +15,7 @@ use crate::budget::MemoryBudget;
 use crate::cache::{BlockCache, CacheError};
 use crate::config::Config;
 use crate::read::{ReadPath, ReadSettings};
+use crate::shutdown::{self, Shutdown};
 use crate::telemetry::Metrics;
 use crate::upstream::{self, Upstream};
 use crate::warm::Maintenance;
@@ -64,17 +66,164 @@ async fn bind(key: &'static str, address: SocketAddr) -> Result<TcpListener, App
         })
 }
 
-/// Runs Portico until SIGTERM or Ctrl-C. `on_ready` receives the bound addresses once
-/// both listeners accept connections.
-pub async fn run(config: Config, on_ready: impl FnOnce(Bound)) -> Result<(), AppError> {
+/// The sockets Portico serves on. [`run`] takes them bound, so a caller (a test, a
+/// supervisor handing over sockets) decides where they come from.
+#[derive(Debug)]
+pub struct Listeners {
+    pub s3: TcpListener,
+    pub admin: TcpListener,
+    /// The admin API's own listener (`admin.api_listen`).
+    pub admin_api: Option<TcpListener>,
+}
+
+impl Listeners {
+    /// Binds the addresses `config` names.
+    pub async fn bind(config: &Config) -> Result<Self, AppError> {
+        Ok(Self {
+            s3: bind("server.listen", config.server.listen).await?,
+            admin: bind("admin.listen", config.admin.listen).await?,
+            admin_api: match config.admin.api_listen.0 {
+                Some(address) => Some(bind("admin.api_listen", address).await?),
+                None => None,
+            },
+        })
+    }
+
+    fn bound(&self, config: &Config, s3_tls: bool) -> Bound {
+        Bound {
+            s3: self.s3.local_addr().unwrap_or(config.server.listen),
+            s3_tls,
+            admin: self.admin.local_addr().unwrap_or(config.admin.listen),
+            admin_api: self
+                .admin_api
+                .as_ref()
+                .and_then(|api| api.local_addr().ok()),
+        }
+    }
+}
+
+/// Binds the configured addresses and runs Portico until SIGTERM or Ctrl-C.
+pub async fn run_until_signal(
+    config: Config,
+    on_ready: impl FnOnce(Bound),
+) -> Result<(), AppError> {
+    // Installed before the listeners are announced, so an orchestrator that stops
+    // Portico right after it announced itself gets a clean shutdown, not the default kill.
+    let terminate = on_sigterm()?;
+    let listeners = Listeners::bind(&config).await?;
+    run(config, listeners, wait_for_signal(terminate), on_ready).await
+}
+
+/// Runs Portico on `listeners` until `shutdown` resolves, then stops in order: the
+/// listeners stop accepting, open requests get the grace period, background tasks (file
+/// watchers, warm jobs, prefetches, the disk probe) end, and the cache closes cleanly.
+/// `on_ready` receives the bound addresses once every listener accepts connections.
+pub async fn run(
+    config: Config,
+    listeners: Listeners,
+    shutdown: impl Future<Output = ()>,
+    on_ready: impl FnOnce(Bound),
+) -> Result<(), AppError> {
     let metrics = Arc::new(Metrics::new());
     let open_files = crate::cache::raise_open_file_limit();
     tracing::debug!(?open_files, "open-file limit (ulimit -n)");
+    let (trigger, stopping) = shutdown::channel();
     let cache = BlockCache::open(&config.cache, metrics.clone()).await?;
     let tls = upstream::tls_config(&config.upstream)?;
     let shared = upstream::sdk_config(&config.upstream, &tls).await;
     let upstream = Arc::new(Upstream::new(&config.upstream, &shared, metrics.clone()));
-    let settings = ReadSettings {
+    let budget = MemoryBudget::new(
+        config.server.max_inflight_bytes.bytes(),
+        config.server.inflight_wait.get(),
+        metrics.clone(),
+    );
+    let read = ReadPath::new(
+        cache.clone(),
+        upstream.clone(),
+        metrics.clone(),
+        read_settings(&config),
+        budget,
+        stopping.clone(),
+    );
+    let maintenance = Maintenance::new(
+        read.clone(),
+        upstream.clone(),
+        config.admin.warm_concurrency as usize,
+        stopping.clone(),
+    );
+
+    let server_tls = server_tls(&config, &stopping)?;
+    let bound = listeners.bound(&config, server_tls.is_some());
+    let forwarder = Arc::new(upstream::Forwarder::new(
+        &config.upstream,
+        &shared,
+        &tls,
+        metrics.clone(),
+    )?);
+    let front = api::service(&config, read, forwarder, metrics.clone(), stopping.clone())?;
+    let grace = config.server.shutdown_grace.get();
+    let s3_task = tokio::spawn(api::serve(
+        listeners.s3,
+        front,
+        server_tls,
+        api::ConnectionLimits::of(&config.server),
+        stopping.clone(),
+        grace,
+    ));
+    let admin_state = Arc::new(AdminState::new(
+        metrics,
+        cache.clone(),
+        upstream,
+        &config.admin.token,
+        maintenance,
+        stopping.clone(),
+    ));
+    let (admin_serves, api_task) = match listeners.admin_api {
+        Some(listener) => (
+            admin::Serves::Health,
+            Some(tokio::spawn(admin::serve(
+                listener,
+                admin_state.clone(),
+                admin::Serves::Api,
+                stopping.clone(),
+            ))),
+        ),
+        None => (admin::Serves::Everything, None),
+    };
+    let admin_task = tokio::spawn(admin::serve(
+        listeners.admin,
+        admin_state,
+        admin_serves,
+        stopping,
+    ));
+    tracing::info!(s3 = %bound.s3, admin = %bound.admin, "portico is serving");
+    on_ready(bound);
+
+    shutdown.await;
+    tracing::info!(
+        ?grace,
+        "shutting down: no new connections, finishing open requests"
+    );
+    trigger.fire();
+    if let Err(error) = s3_task.await {
+        tracing::error!(%error, "S3 listener task failed");
+    }
+    if let Some(api_task) = api_task
+        && let Err(error) = api_task.await
+    {
+        tracing::error!(%error, "admin API listener task failed");
+    }
+    if let Err(error) = admin_task.await {
+        tracing::error!(%error, "admin listener task failed");
+    }
+    cache.close().await?;
+    tracing::info!("cache closed; goodbye");
+    Ok(())
+}
+
+/// Read-path settings from the cache, prefetch and upstream sections.
+fn read_settings(config: &Config) -> ReadSettings {
+    ReadSettings {
         block_size: config.cache.block_size.bytes(),
         metadata_ttl: config.cache.metadata_ttl,
         negative_ttl: config.cache.negative_ttl.get(),
@@ -92,138 +241,40 @@ pub async fn run(config: Config, on_ready: impl FnOnce(Bound)) -> Result<(), App
         hedge_quantile: config.upstream.hedge_quantile,
         hedge_min_delay: config.upstream.hedge_min_delay.get(),
         serve_stale_on_error: config.cache.serve_stale_on_error,
-    };
-    let budget = MemoryBudget::new(
-        config.server.max_inflight_bytes.bytes(),
-        config.server.inflight_wait.get(),
-        metrics.clone(),
-    );
-    let read = ReadPath::new(
-        cache.clone(),
-        upstream.clone(),
-        metrics.clone(),
-        settings,
-        budget,
-    );
-    let maintenance = Maintenance::new(
-        read.clone(),
-        upstream.clone(),
-        config.admin.warm_concurrency as usize,
-    );
-
-    let server_tls = server_tls(&config)?;
-    let s3_listener = bind("server.listen", config.server.listen).await?;
-    let admin_listener = bind("admin.listen", config.admin.listen).await?;
-    let api_listener = match config.admin.api_listen.0 {
-        Some(address) => Some((bind("admin.api_listen", address).await?, address)),
-        None => None,
-    };
-    let bound = Bound {
-        s3: s3_listener.local_addr().unwrap_or(config.server.listen),
-        s3_tls: server_tls.is_some(),
-        admin: admin_listener.local_addr().unwrap_or(config.admin.listen),
-        admin_api: api_listener
-            .as_ref()
-            .map(|(listener, address)| listener.local_addr().unwrap_or(*address)),
-    };
-
-    let (shutdown, stopping) = watch::channel(false);
-    let forwarder = Arc::new(upstream::Forwarder::new(
-        &config.upstream,
-        &shared,
-        &tls,
-        metrics.clone(),
-    )?);
-    let front = api::service(&config, read, forwarder, metrics.clone())?;
-    let grace = config.server.shutdown_grace.get();
-    let s3_task = tokio::spawn(api::serve(
-        s3_listener,
-        front,
-        server_tls,
-        api::ConnectionLimits::of(&config.server),
-        stopping.clone(),
-        grace,
-    ));
-    let admin_state = Arc::new(AdminState::new(
-        metrics,
-        cache.clone(),
-        upstream,
-        &config.admin.token,
-        maintenance,
-        stopping.clone(),
-    ));
-    let (admin_serves, api_task) = match api_listener {
-        Some((listener, _)) => (
-            admin::Serves::Health,
-            Some(tokio::spawn(admin::serve(
-                listener,
-                admin_state.clone(),
-                admin::Serves::Api,
-                stopping.clone(),
-            ))),
-        ),
-        None => (admin::Serves::Everything, None),
-    };
-    let admin_task = tokio::spawn(admin::serve(
-        admin_listener,
-        admin_state,
-        admin_serves,
-        stopping,
-    ));
-    tracing::info!(s3 = %bound.s3, admin = %bound.admin, "portico is serving");
-    let terminate = on_sigterm()?;
-    on_ready(bound);
-
-    wait_for_signal(terminate).await?;
-    tracing::info!(
-        ?grace,
-        "shutting down: no new connections, finishing open requests"
-    );
-    let _ = shutdown.send(true);
-    if let Err(error) = s3_task.await {
-        tracing::error!(%error, "S3 listener task failed");
     }
-    if let Some(api_task) = api_task
-        && let Err(error) = api_task.await
-    {
-        tracing::error!(%error, "admin API listener task failed");
-    }
-    if let Err(error) = admin_task.await {
-        tracing::error!(%error, "admin listener task failed");
-    }
-    cache.close().await?;
-    tracing::info!("cache closed; goodbye");
-    Ok(())
 }
 
 /// The S3 listener's TLS, when configured, watched for certificate changes.
-fn server_tls(config: &Config) -> Result<Option<api::ServerTls>, AppError> {
+fn server_tls(config: &Config, shutdown: &Shutdown) -> Result<Option<api::ServerTls>, AppError> {
     let server = &config.server;
     if server.tls_cert.as_os_str().is_empty() {
         return Ok(None);
     }
     let tls =
         api::ServerTls::load(&server.tls_cert, &server.tls_key).map_err(AppError::ServerTls)?;
-    tls.watch();
+    tls.watch(shutdown.clone());
     tracing::info!(cert = %server.tls_cert.display(), "S3 listener serves TLS");
     Ok(Some(tls))
 }
 
 /// Installs the SIGTERM handler; the returned stream is awaited by [`wait_for_signal`].
-/// Installed before the listeners are announced, so an orchestrator that stops Portico
-/// right after it announced itself gets a clean shutdown, not the default kill.
 fn on_sigterm() -> Result<tokio::signal::unix::Signal, AppError> {
     tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .map_err(AppError::Signal)
 }
 
-async fn wait_for_signal(mut terminate: tokio::signal::unix::Signal) -> Result<(), AppError> {
+/// Resolves on SIGTERM or Ctrl-C (only SIGTERM when the Ctrl-C handler cannot be
+/// installed).
+async fn wait_for_signal(mut terminate: tokio::signal::unix::Signal) {
     tokio::select! {
         _ = terminate.recv() => tracing::info!("received SIGTERM"),
-        result = tokio::signal::ctrl_c() => {
-            result.map_err(AppError::Signal)?;
-            tracing::info!("received Ctrl-C");
-        }
+        result = tokio::signal::ctrl_c() => match result {
+            Ok(()) => tracing::info!("received Ctrl-C"),
+            Err(error) => {
+                tracing::warn!(%error, "cannot watch for Ctrl-C; waiting for SIGTERM");
+                terminate.recv().await;
+                tracing::info!("received SIGTERM");
+            }
+        },
     }
-    Ok(())
 }

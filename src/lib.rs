@@ -18,6 +18,7 @@ pub mod fuzzing;
 pub mod object;
 pub mod read;
 pub mod reload;
+pub mod shutdown;
 pub mod telemetry;
 pub mod types;
 pub mod upstream;

@@ -107,7 +107,7 @@ fn main() -> ExitCode {
             bound.s3, bound.admin
         );
     };
-    let result = runtime.block_on(app::run(config, announce));
+    let result = runtime.block_on(app::run_until_signal(config, announce));
     telemetry.shutdown();
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -7,6 +7,8 @@ use std::time::{Duration, SystemTime};
 
 use tokio::signal::unix::{SignalKind, signal};
 
+use crate::shutdown::Shutdown;
+
 /// How often watched files are checked for changes.
 pub const POLL_INTERVAL: Duration = Duration::from_secs(2);
 
@@ -21,9 +23,9 @@ fn stamps(paths: &[PathBuf]) -> Vec<Stamp> {
     paths.iter().map(|path| stamp(path)).collect()
 }
 
-/// Calls `reload` whenever one of `paths` changes or SIGHUP arrives, until the runtime
-/// stops. Must be called inside a Tokio runtime.
-pub fn on_change(paths: Vec<PathBuf>, reload: impl Fn() + Send + 'static) {
+/// Calls `reload` whenever one of `paths` changes or SIGHUP arrives, until `shutdown`.
+/// Must be called inside a Tokio runtime.
+pub fn on_change(paths: Vec<PathBuf>, shutdown: Shutdown, reload: impl Fn() + Send + 'static) {
     tokio::spawn(async move {
         let mut hangups = signal(SignalKind::hangup()).ok();
         let mut last = stamps(&paths);
@@ -47,6 +49,7 @@ pub fn on_change(paths: Vec<PathBuf>, reload: impl Fn() + Send + 'static) {
                     last = stamps(&paths);
                     reload();
                 }
+                () = shutdown.fired() => return,
             }
         }
     });

@@ -14,6 +14,7 @@ use std::time::SystemTime;
 use parking_lot::Mutex;
 
 use crate::read::{KnownVersion, ReadError, ReadPath};
+use crate::shutdown::Shutdown;
 use crate::types::{ObjectRef, ObjectRefError, RangeRequest, Selection};
 use crate::upstream::{Upstream, UpstreamError};
 
@@ -140,17 +141,25 @@ pub struct Maintenance {
     concurrency: usize,
     jobs: Arc<Mutex<BTreeMap<u64, Arc<Job>>>>,
     next_id: Arc<AtomicU64>,
+    /// Running jobs stop when it fires.
+    shutdown: Shutdown,
 }
 
 impl Maintenance {
-    /// Warm jobs load up to `concurrency` blocks at a time each.
-    pub fn new(read: ReadPath, upstream: Arc<Upstream>, concurrency: usize) -> Self {
+    /// Warm jobs load up to `concurrency` blocks at a time each, until `shutdown`.
+    pub fn new(
+        read: ReadPath,
+        upstream: Arc<Upstream>,
+        concurrency: usize,
+        shutdown: Shutdown,
+    ) -> Self {
         Self {
             read,
             upstream,
             concurrency: concurrency.max(1),
             jobs: Arc::default(),
             next_id: Arc::new(AtomicU64::new(1)),
+            shutdown,
         }
     }
 
@@ -235,10 +244,15 @@ impl Maintenance {
         tracing::info!(id, ?selector, "warm job started");
         let this = self.clone();
         tokio::spawn(async move {
-            let errors = match this.objects(&selector).await {
-                Ok(objects) => this.warm(&job, objects, range).await,
-                Err(error) => vec![error.to_string()],
+            let work = async {
+                match this.objects(&selector).await {
+                    Ok(objects) => this.warm(&job, objects, range).await,
+                    Err(error) => vec![error.to_string()],
+                }
             };
+            let errors = this.shutdown.run(work).await.unwrap_or_else(|| {
+                vec!["stopped before it finished: Portico is shutting down".to_owned()]
+            });
             let progress = &job.progress;
             tracing::info!(
                 id,

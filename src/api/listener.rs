@@ -21,12 +21,13 @@ use hyper_util::server::graceful::{GracefulShutdown, Watcher};
 use parking_lot::Mutex;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{Semaphore, watch};
+use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
 use super::Front;
 use super::tls::ServerTls;
 use crate::config::ServerConfig;
+use crate::shutdown::Shutdown;
 
 /// Connection-level limits, from `[server]`.
 #[derive(Debug, Clone, Copy)]
@@ -107,7 +108,7 @@ pub async fn serve(
     front: Front,
     tls: Option<ServerTls>,
     limits: ConnectionLimits,
-    mut shutdown: watch::Receiver<bool>,
+    shutdown: Shutdown,
     grace: Duration,
 ) {
     let graceful = GracefulShutdown::new();
@@ -127,11 +128,11 @@ pub async fn serve(
                 Ok(slot) => slot,
                 Err(_) => break,
             },
-            _ = shutdown.changed() => break,
+            () = shutdown.fired() => break,
         };
         let accepted = tokio::select! {
             accepted = listener.accept() => accepted,
-            _ = shutdown.changed() => break,
+            () = shutdown.fired() => break,
         };
         let (stream, peer) = match accepted {
             Ok(accepted) => accepted,

@@ -28,6 +28,7 @@ pub use tls::ServerTls;
 use crate::auth::{Authenticator, Credential, CredentialStore, CredentialsError};
 use crate::config::{AuthMode, Config};
 use crate::read::ReadPath;
+use crate::shutdown::Shutdown;
 use crate::telemetry::Metrics;
 use crate::upstream::Forwarder;
 use limits::RequestLimits;
@@ -39,6 +40,7 @@ pub fn service(
     read: ReadPath,
     forwarder: Arc<Forwarder>,
     metrics: Arc<Metrics>,
+    shutdown: Shutdown,
 ) -> Result<Front, CredentialsError> {
     let mut builder = S3ServiceBuilder::new(s3::PorticoS3::new(read.clone()));
     let hosts =
@@ -60,7 +62,7 @@ pub fn service(
             let file = (!auth.credentials_file.as_os_str().is_empty())
                 .then(|| auth.credentials_file.clone());
             let credentials = CredentialStore::open(configured, file)?;
-            credentials.watch();
+            credentials.watch(shutdown);
             Some(Arc::new(Authenticator::new(
                 credentials,
                 config.client_region(),

@@ -15,6 +15,8 @@ use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 use tokio_rustls::TlsAcceptor;
 
+use crate::shutdown::Shutdown;
+
 /// The listener's TLS acceptor and the reloadable certificate behind it. Cheap to clone.
 #[derive(Clone)]
 pub struct ServerTls {
@@ -55,10 +57,11 @@ impl ServerTls {
     }
 
     /// Reloads whenever the certificate or key file changes, or SIGHUP arrives.
-    pub fn watch(&self) {
+    /// Until `shutdown`.
+    pub fn watch(&self, shutdown: Shutdown) {
         let certificate = self.certificate.clone();
         let paths = vec![certificate.cert_path.clone(), certificate.key_path.clone()];
-        crate::reload::on_change(paths, move || certificate.reload());
+        crate::reload::on_change(paths, shutdown, move || certificate.reload());
     }
 }
 

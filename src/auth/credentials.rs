@@ -12,6 +12,8 @@ use std::sync::Arc;
 use parking_lot::RwLock;
 use serde::Deserialize;
 
+use crate::shutdown::Shutdown;
+
 /// What a credential may do: the older, coarse form of [`Scope`]s.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -223,14 +225,14 @@ impl CredentialStore {
         }
     }
 
-    /// Reloads the credentials file whenever it changes or SIGHUP arrives, until the
-    /// runtime stops.
-    pub fn watch(&self) {
+    /// Reloads the credentials file whenever it changes or SIGHUP arrives, until
+    /// `shutdown`.
+    pub fn watch(&self, shutdown: Shutdown) {
         let Some(path) = self.inner.file.clone() else {
             return;
         };
         let store = self.clone();
-        crate::reload::on_change(vec![path], move || store.reload());
+        crate::reload::on_change(vec![path], shutdown, move || store.reload());
     }
 }
 

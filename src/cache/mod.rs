@@ -40,7 +40,9 @@ use foyer::{
 };
 use parking_lot::Mutex;
 
-pub use disk::{DiskFilesError, DiskFormat, DiskLayout, PIECE_BYTES, raise_open_file_limit};
+pub use disk::{
+    DISK_FLUSHERS, DiskFilesError, DiskFormat, DiskLayout, PIECE_BYTES, raise_open_file_limit,
+};
 pub use key::{BlockKey, CacheKey, CacheValue};
 pub use meta::{MetaClock, MetaRecord, MetaState};
 
@@ -189,6 +191,8 @@ struct DiskHealth {
     failed_probes: AtomicU32,
     /// Wakes the probe early after a failed read.
     probe_now: tokio::sync::Notify,
+    /// Ends the probe: the cache is closing.
+    closing: tokio::sync::Notify,
 }
 
 impl DiskHealth {
@@ -200,6 +204,7 @@ impl DiskHealth {
             failed_reads: AtomicU32::new(0),
             failed_probes: AtomicU32::new(0),
             probe_now: tokio::sync::Notify::new(),
+            closing: tokio::sync::Notify::new(),
         }
     }
 
@@ -365,7 +370,7 @@ impl BlockCache {
 
     /// Writes, syncs and reads back a small file in the cache directory every
     /// [`DISK_PROBE_INTERVAL`], so a disk that fails writes (full, read-only, I/O errors)
-    /// turns the tier off even while every read hits memory. Stops with the cache.
+    /// turns the tier off even while every read hits memory. Ends when the cache closes.
     fn spawn_disk_probe(&self, path: PathBuf) {
         let weak = Arc::downgrade(&self.health);
         tokio::spawn(async move {
@@ -381,6 +386,7 @@ impl BlockCache {
                     () = health.probe_now.notified() => {
                         tokio::time::sleep(health.next_probe_after()).await;
                     }
+                    () = health.closing.notified() => return,
                 }
                 if health.degraded.load(Ordering::Acquire) {
                     return;
@@ -743,6 +749,8 @@ impl BlockCache {
 
     /// Waits for queued disk writes and closes the disk tier.
     pub async fn close(&self) -> Result<(), CacheError> {
+        // A permit, so a probe round under way sees it when it next waits.
+        self.health.closing.notify_one();
         self.hybrid.close().await.map_err(CacheError::Lookup)
     }
 }

@@ -63,6 +63,7 @@ use crate::budget::MemoryBudget;
 use crate::cache::{BlockCache, BlockKey, MetaClock, Tier};
 use crate::config::MetadataTtl;
 use crate::object::{Missing, ObjectMeta};
+use crate::shutdown::Shutdown;
 use crate::telemetry::Metrics;
 use crate::types::{BlockIndex, BlockLayout, ObjectRef, Selection, Unsatisfiable};
 use crate::upstream::UpstreamError;
@@ -244,6 +245,8 @@ struct Inner {
     prefetch: Option<(Detector, Arc<Semaphore>)>,
     hedger: Arc<Hedger>,
     budget: MemoryBudget,
+    /// Prefetches in flight stop when it fires.
+    shutdown: Shutdown,
 }
 
 /// The read path. Cheap to clone.
@@ -259,12 +262,14 @@ impl ReadPath {
         metrics: Arc<Metrics>,
         settings: ReadSettings,
         budget: MemoryBudget,
+        shutdown: Shutdown,
     ) -> Self {
         Self {
             inner: Arc::new(Inner {
                 cache,
                 source,
                 budget,
+                shutdown,
                 hedger: Arc::new(Hedger::new(
                     settings.hedge_quantile,
                     settings.hedge_min_delay,

@@ -199,7 +199,8 @@ impl ReadPath {
             let this = self.clone();
             let target = target.clone();
             tokio::spawn(async move {
-                if let Err(error) = this.ensure_block(&target, index).await {
+                let fetched = this.inner.shutdown.run(this.ensure_block(&target, index));
+                if let Some(Err(error)) = fetched.await {
                     let object = &target.object;
                     tracing::debug!(%object, index, %error, "prefetch failed");
                 }

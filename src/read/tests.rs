@@ -16,6 +16,7 @@ use crate::budget::MemoryBudget;
 use crate::cache::BlockCache;
 use crate::config::{ByteSize, CacheConfig, MetadataTtl};
 use crate::object::{Checksums, Missing, ObjectMeta};
+use crate::shutdown::Shutdown;
 use crate::telemetry::Metrics;
 use crate::types::{ByteRange, ObjectRef, RangeRequest};
 use crate::upstream::{HeadOutcome, RangeRead, ResponseHead, StreamedRead, UpstreamError};
@@ -206,7 +207,8 @@ async fn read_path(source: &Arc<MemorySource>, settings: ReadSettings) -> ReadPa
     };
     let cache = BlockCache::open(&config, metrics.clone()).await.unwrap();
     let budget = MemoryBudget::new(64 << 20, Duration::from_secs(1), metrics.clone());
-    ReadPath::new(cache, source.clone(), metrics, settings, budget)
+    let shutdown = Shutdown::never();
+    ReadPath::new(cache, source.clone(), metrics, settings, budget, shutdown)
 }
 
 /// `len` bytes that differ from block to block and from version to version.

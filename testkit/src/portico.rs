@@ -94,7 +94,8 @@ impl Settings {
         self.auth = "mode = \"none\"\n".to_owned();
     }
 
-    fn toml(&self) -> String {
+    /// The config file these settings make.
+    pub fn toml(&self) -> String {
         let domains: Vec<String> = self
             .domains
             .iter()

@@ -13,6 +13,7 @@ mod dependencies;
 mod errors;
 mod forwarding;
 mod hardening;
+mod inprocess;
 mod lifecycle;
 mod metrics;
 mod operations;
