@@ -1,0 +1,155 @@
+//! The disk tier's unit: a block is stored on disk as pieces (see [`super::PIECE_BYTES`]),
+//! each its own foyer entry, so a disk hit reads only the pieces its range overlaps.
+//! A piece read from disk twice is kept in memory (the doorkeeper remembers the first
+//! read); pieces that skipped the disk under write pressure are queued again.
+
+use std::ops::Range;
+
+use bytes::Bytes;
+use foyer::{Load, Location};
+
+use super::{BlockCache, BlockKey, CacheKey, CacheValue, Part, Tier};
+
+impl BlockCache {
+    /// The pieces of `block` that hold `within`, sliced to it, when the cache holds every
+    /// one of them: from memory, else from disk. `None` when one is missing (nothing is
+    /// read from disk then) or the disk tier is off.
+    pub(super) async fn pieces(
+        &self,
+        block: &BlockKey,
+        block_len: usize,
+        within: Range<usize>,
+    ) -> Result<Option<Part>, foyer::Error> {
+        if !self.disk_in_use() {
+            return Ok(None);
+        }
+        let indexes = within.start / self.piece_bytes..=(within.end - 1) / self.piece_bytes;
+        let keys: Vec<CacheKey> = indexes
+            .clone()
+            .map(|index| self.piece_key(block, index))
+            .collect();
+        if !keys.iter().all(|key| self.piece_held(key)) {
+            return Ok(None);
+        }
+        let spans: Vec<Range<usize>> = indexes
+            .map(|index| self.piece_span(index, block_len))
+            .collect();
+        let loads = keys
+            .into_iter()
+            .zip(&spans)
+            .map(|(key, span)| self.piece(key, span.len()));
+        let found = futures::future::try_join_all(loads).await?;
+        let mut part = Part {
+            slices: Vec::with_capacity(found.len()),
+            tier: Tier::Memory,
+            memory_bytes: 0,
+        };
+        for (span, piece) in spans.into_iter().zip(found) {
+            let Some((bytes, from)) = piece else {
+                return Ok(None);
+            };
+            let start = within.start.max(span.start) - span.start;
+            let end = within.end.min(span.end) - span.start;
+            match from {
+                Tier::Memory => part.memory_bytes += end - start,
+                _ => part.tier = Tier::Disk,
+            }
+            part.slices.push(bytes.slice(start..end));
+        }
+        Ok(Some(part))
+    }
+
+    /// One piece of `length` bytes from memory, else from disk (kept in memory on its
+    /// second read from disk). A piece of another length is a miss.
+    async fn piece(
+        &self,
+        key: CacheKey,
+        length: usize,
+    ) -> Result<Option<(Bytes, Tier)>, foyer::Error> {
+        if let Some(entry) = self.hybrid.memory().get(&key)
+            && let CacheValue::Block(bytes) = entry.value()
+            && bytes.len() == length
+        {
+            return Ok(Some((bytes.clone(), Tier::Memory)));
+        }
+        let value = match self.hybrid.storage().load(&key).await? {
+            Load::Entry { value, .. } => value,
+            Load::Piece { piece, .. } => piece.value().clone(),
+            Load::Miss | Load::Throttled => return Ok(None),
+        };
+        self.health.read_succeeded();
+        let CacheValue::Block(bytes) = value else {
+            return Ok(None);
+        };
+        if bytes.len() != length {
+            return Ok(None);
+        }
+        if self.doorkeeper.second_touch(&key) {
+            self.hybrid.memory().insert_with_properties(
+                key,
+                CacheValue::Block(bytes.clone()),
+                self.placement(Location::InMem),
+            );
+            self.metrics.memory_admissions.inc();
+        }
+        Ok(Some((bytes, Tier::Disk)))
+    }
+
+    /// Whether the cache holds all of a block of `block_len` bytes (whole in memory, or
+    /// every piece), without reading it.
+    pub fn holds(&self, key: &BlockKey, block_len: usize) -> bool {
+        let key = self.generational(key);
+        if self.hybrid.memory().contains(&CacheKey::Block(key.clone())) {
+            return true;
+        }
+        self.disk_in_use()
+            && (0..block_len.div_ceil(self.piece_bytes))
+                .all(|index| self.piece_held(&self.piece_key(&key, index)))
+    }
+
+    /// Whether memory or the disk tier holds a piece (the disk's answer comes from foyer's
+    /// in-memory index; rarely, a hash collision makes it a false yes, which the read
+    /// then finds out).
+    fn piece_held(&self, key: &CacheKey) -> bool {
+        self.hybrid.memory().contains(key) || self.hybrid.storage().may_contains(key)
+    }
+
+    /// The bytes piece `index` covers in a block of `block_len` bytes.
+    fn piece_span(&self, index: usize, block_len: usize) -> Range<usize> {
+        let start = index * self.piece_bytes;
+        start..(start + self.piece_bytes).min(block_len)
+    }
+
+    /// Queues the pieces of `block` (its `bytes`) the disk tier does not hold for it;
+    /// how many. The writes take foyer's bounded queue and may skip the disk (counted by
+    /// foyer) when it falls behind.
+    pub(super) fn store_pieces(&self, block: &BlockKey, bytes: &Bytes) -> usize {
+        if !self.disk_in_use() {
+            return 0;
+        }
+        let mut queued = 0;
+        for index in 0..bytes.len().div_ceil(self.piece_bytes) {
+            let key = self.piece_key(block, index);
+            if self.hybrid.storage().may_contains(&key) {
+                continue;
+            }
+            self.hybrid.insert_with_properties(
+                key,
+                CacheValue::Block(bytes.slice(self.piece_span(index, bytes.len()))),
+                self.placement(Location::OnDisk),
+            );
+            queued += 1;
+        }
+        queued
+    }
+
+    /// Queues the pieces of a block served from memory for the disk tier again when the
+    /// tier does not hold them: they skipped the disk while its write queue was full.
+    /// Without this, memory would evict the block and the next read would fetch it from
+    /// the upstream again. Pieces on disk or in flight to it are left alone.
+    pub(super) fn readmit(&self, block: &BlockKey, bytes: &Bytes) {
+        if self.store_pieces(block, bytes) > 0 {
+            self.metrics.disk_readmissions.inc();
+        }
+    }
+}

@@ -1,0 +1,538 @@
+//! The cache against foyer, memory-only and with a disk tier in a temporary directory:
+//! lookups and coalescing, pieces and their edges across a reopen, admission, metadata,
+//! purges and degraded mode. One file because every test shares its helpers (the small
+//! configuration, the test block key, the whole-block read).
+
+use super::*;
+use crate::config::ByteSize;
+use crate::object::{Missing, ObjectMeta};
+use device::DIRECT_PROBE_FILE;
+use std::sync::atomic::AtomicUsize;
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("fetch failed: {0}")]
+struct FetchFailed(&'static str);
+
+fn config(dir: &std::path::Path, disk: ByteSize) -> CacheConfig {
+    CacheConfig {
+        dir: dir.to_owned(),
+        memory_capacity: ByteSize::mib(4),
+        disk_capacity: disk,
+        block_size: ByteSize::kib(64),
+        ..CacheConfig::default()
+    }
+}
+
+fn block_key(index: u64) -> BlockKey {
+    BlockKey::new(
+        &ObjectRef::new("bucket", "key").unwrap(),
+        "\"etag\"".into(),
+        64 * 1024,
+        index,
+    )
+}
+
+impl BlockCache {
+    /// All `len` bytes of block `index` of the test object, their parts joined.
+    async fn whole<F, Fut>(
+        &self,
+        index: u64,
+        len: usize,
+        fetch: F,
+    ) -> Result<(Bytes, Tier), LookupError<FetchFailed>>
+    where
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<Bytes, FetchFailed>> + Send + 'static,
+    {
+        let part = self.block(&block_key(index), len, 0..len, fetch).await?;
+        Ok((part.slices.concat().into(), part.tier))
+    }
+}
+
+async fn open(dir: &std::path::Path, disk: ByteSize) -> BlockCache {
+    BlockCache::open(&config(dir, disk), Arc::new(Metrics::new()))
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn concurrent_misses_run_one_fetch() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = open(dir.path(), ByteSize(0)).await;
+    let fetches = Arc::new(AtomicUsize::new(0));
+    let gate = Arc::new(tokio::sync::Notify::new());
+    let mut waiters = Vec::new();
+    for _ in 0..16 {
+        let cache = cache.clone();
+        let fetches = fetches.clone();
+        let gate = gate.clone();
+        waiters.push(tokio::spawn(async move {
+            cache
+                .whole(0, 10, move || async move {
+                    fetches.fetch_add(1, Ordering::SeqCst);
+                    gate.notified().await;
+                    Ok::<_, FetchFailed>(Bytes::from_static(b"block zero"))
+                })
+                .await
+        }));
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    gate.notify_one();
+    let mut tiers = Vec::new();
+    for waiter in waiters {
+        let (bytes, tier) = waiter.await.unwrap().unwrap();
+        assert_eq!(bytes, Bytes::from_static(b"block zero"));
+        tiers.push(tier);
+    }
+    assert_eq!(fetches.load(Ordering::SeqCst), 1);
+    assert_eq!(
+        tiers.iter().filter(|tier| **tier == Tier::Upstream).count(),
+        1
+    );
+    assert!(
+        tiers
+            .iter()
+            .all(|tier| matches!(tier, Tier::Upstream | Tier::Coalesced | Tier::Memory))
+    );
+    let (_, tier) = cache
+        .whole(0, 10, || async {
+            Err::<Bytes, _>(FetchFailed("must not run"))
+        })
+        .await
+        .unwrap();
+    assert_eq!(tier, Tier::Memory);
+}
+
+#[tokio::test]
+async fn a_failed_fetch_reaches_every_waiter_and_is_not_cached() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = open(dir.path(), ByteSize(0)).await;
+    let error = cache
+        .whole(1, 5, || async {
+            Err::<Bytes, _>(FetchFailed("upstream down"))
+        })
+        .await
+        .unwrap_err();
+    assert!(matches!(
+        error,
+        LookupError::Fetch(FetchFailed("upstream down"))
+    ));
+    let (bytes, tier) = cache
+        .whole(1, 5, || async {
+            Ok::<_, FetchFailed>(Bytes::from_static(b"later"))
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        (bytes, tier),
+        (Bytes::from_static(b"later"), Tier::Upstream)
+    );
+}
+
+#[tokio::test]
+async fn a_block_that_skipped_the_disk_is_written_on_its_next_memory_hit() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = Bytes::from(vec![5u8; 64 * 1024]);
+    let metrics = Arc::new(Metrics::new());
+    {
+        let cache = BlockCache::open(&config(dir.path(), ByteSize::mib(4)), metrics.clone())
+            .await
+            .unwrap();
+        // Both blocks skipped the disk (as when its write queue is full); only block 0
+        // is read again while in memory.
+        for index in [0, 1] {
+            cache.hybrid.memory().insert(
+                CacheKey::Block(cache.generational(&block_key(index))),
+                CacheValue::Block(data.clone()),
+            );
+        }
+        let (bytes, tier) = cache
+            .whole(0, 64 * 1024, || async {
+                Err::<Bytes, _>(FetchFailed("must come from memory"))
+            })
+            .await
+            .unwrap();
+        assert_eq!((bytes, tier), (data.clone(), Tier::Memory));
+        assert_eq!(metrics.disk_readmissions.get(), 1);
+        // A second hit finds it on its way to the disk: no second write.
+        cache
+            .whole(0, 64 * 1024, || async {
+                Err::<Bytes, _>(FetchFailed("must come from memory"))
+            })
+            .await
+            .unwrap();
+        assert_eq!(metrics.disk_readmissions.get(), 1);
+        cache.close().await.unwrap();
+    }
+    let cache = open(dir.path(), ByteSize::mib(4)).await;
+    let (bytes, tier) = cache
+        .whole(0, 64 * 1024, || async {
+            Err::<Bytes, _>(FetchFailed("must come from disk"))
+        })
+        .await
+        .unwrap();
+    assert_eq!((bytes, tier), (data.clone(), Tier::Disk));
+    let (_, tier) = cache
+        .whole(1, 64 * 1024, {
+            let data = data.clone();
+            move || async move { Ok::<_, FetchFailed>(data) }
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        tier,
+        Tier::Upstream,
+        "the block not read again stayed off the disk"
+    );
+}
+
+/// A cache of 1 MiB blocks (four pieces each) with a disk tier.
+fn piece_config(dir: &std::path::Path) -> CacheConfig {
+    CacheConfig {
+        block_size: ByteSize::mib(1),
+        memory_capacity: ByteSize::mib(4),
+        disk_capacity: ByteSize::mib(32),
+        ..config(dir, ByteSize(0))
+    }
+}
+
+fn mib_block(index: u64) -> BlockKey {
+    BlockKey::new(
+        &ObjectRef::new("bucket", "pieces").unwrap(),
+        "\"etag\"".into(),
+        1 << 20,
+        index,
+    )
+}
+
+/// Bytes no two offsets of which repeat within a block.
+fn patterned(len: usize, seed: u32) -> Bytes {
+    (0..len as u32)
+        .flat_map(|word| (word.wrapping_mul(2_654_435_761) ^ seed).to_le_bytes())
+        .take(len)
+        .collect::<Vec<u8>>()
+        .into()
+}
+
+async fn part(
+    cache: &BlockCache,
+    index: u64,
+    len: usize,
+    within: Range<usize>,
+) -> (Bytes, Tier, usize) {
+    let found = cache
+        .block(&mib_block(index), len, within, || async {
+            Err::<Bytes, _>(FetchFailed("must come from the cache"))
+        })
+        .await
+        .unwrap();
+    let count = found.slices.len();
+    (found.slices.concat().into(), found.tier, count)
+}
+
+/// A cache opened with `config` after `blocks` were inserted and it was closed, with
+/// fresh metrics.
+async fn reopened_with(
+    config: &CacheConfig,
+    blocks: &[(u64, Bytes)],
+) -> (BlockCache, Arc<Metrics>) {
+    {
+        let cache = BlockCache::open(config, Arc::new(Metrics::new()))
+            .await
+            .unwrap();
+        for (index, data) in blocks {
+            cache.insert_block(mib_block(*index), data.clone());
+        }
+        cache.close().await.unwrap();
+    }
+    let metrics = Arc::new(Metrics::new());
+    let cache = BlockCache::open(config, metrics.clone()).await.unwrap();
+    (cache, metrics)
+}
+
+#[tokio::test]
+async fn a_range_is_read_from_the_pieces_it_overlaps_byte_exact_after_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = piece_config(dir.path());
+    let piece = PIECE_BYTES as usize;
+    // A whole block and a short last block (two and a half pieces).
+    let full = patterned(1 << 20, 1);
+    let short_len = 2 * piece + piece / 2;
+    let short = patterned(short_len, 2);
+    let (cache, _) = reopened_with(&config, &[(0, full.clone()), (1, short.clone())]).await;
+    assert!(cache.holds(&mib_block(0), 1 << 20));
+    assert!(cache.holds(&mib_block(1), short_len));
+    let edges = [
+        0..1,
+        0..piece,
+        piece - 1..piece + 1,
+        piece..2 * piece,
+        1..(1 << 20) - 1,
+        3 * piece + 17..4 * piece,
+        (1 << 20) - 1..1 << 20,
+        0..1 << 20,
+    ];
+    for within in edges {
+        let read_before = cache.usage().disk_read_bytes;
+        let (bytes, tier, parts) = part(&cache, 0, 1 << 20, within.clone()).await;
+        assert_eq!(bytes, full.slice(within.clone()), "bytes {within:?}");
+        let pieces = (within.end - 1) / piece - within.start / piece + 1;
+        assert_eq!(parts, pieces, "one slice per piece for {within:?}");
+        if tier == Tier::Disk {
+            // Only the overlapped pieces are read (each with its header and alignment).
+            let read = cache.usage().disk_read_bytes - read_before;
+            assert!(
+                read as usize <= pieces * (piece + 8192),
+                "{read} bytes read from disk for {within:?}"
+            );
+        }
+    }
+    for within in [0..short_len, piece + 5..short_len, short_len - 1..short_len] {
+        let (bytes, _, _) = part(&cache, 1, short_len, within.clone()).await;
+        assert_eq!(bytes, short.slice(within.clone()), "short block {within:?}");
+    }
+    // A range outside the block is an error, never a panic.
+    let error = cache
+        .block(&mib_block(0), 1 << 20, 10..(1 << 20) + 1, || async {
+            Err::<Bytes, _>(FetchFailed("must not run"))
+        })
+        .await
+        .unwrap_err();
+    assert!(matches!(
+        error,
+        LookupError::Cache(CacheError::OutsideBlock { .. })
+    ));
+}
+
+#[tokio::test]
+async fn a_piece_read_from_disk_twice_is_kept_in_memory_and_once_is_not() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = piece_config(dir.path());
+    let piece = PIECE_BYTES as usize;
+    let data = patterned(1 << 20, 3);
+    let (cache, metrics) = reopened_with(&config, &[(0, data.clone())]).await;
+    let first = part(&cache, 0, 1 << 20, 10..20).await;
+    assert_eq!((first.0, first.1), (data.slice(10..20), Tier::Disk));
+    assert_eq!(
+        metrics.memory_admissions.get(),
+        0,
+        "read once: not admitted"
+    );
+    let second = part(&cache, 0, 1 << 20, 30..40).await;
+    assert_eq!((second.0, second.1), (data.slice(30..40), Tier::Disk));
+    assert_eq!(metrics.memory_admissions.get(), 1, "read twice: admitted");
+    let read_before = cache.usage().disk_read_bytes;
+    let third = part(&cache, 0, 1 << 20, 50..piece).await;
+    assert_eq!((third.0, third.1), (data.slice(50..piece), Tier::Memory));
+    assert_eq!(cache.usage().disk_read_bytes, read_before);
+    // A range over a piece in memory and one on disk is a disk read of the latter,
+    // with the bytes memory held counted apart.
+    let mixed = part(&cache, 0, 1 << 20, piece - 3..piece + 3).await;
+    assert_eq!(
+        (mixed.0, mixed.1),
+        (data.slice(piece - 3..piece + 3), Tier::Disk)
+    );
+    let found = cache
+        .block(&mib_block(0), 1 << 20, piece - 3..piece + 5, || async {
+            Err::<Bytes, _>(FetchFailed("must come from the cache"))
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        (found.tier, found.memory_bytes, found.total_bytes()),
+        (Tier::Disk, 3, 8)
+    );
+}
+
+#[tokio::test]
+async fn a_block_missing_a_piece_is_fetched_whole_and_its_pieces_rewritten() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = piece_config(dir.path());
+    let piece = PIECE_BYTES as usize;
+    let data = patterned(1 << 20, 4);
+    let cache = BlockCache::open(&config, Arc::new(Metrics::new()))
+        .await
+        .unwrap();
+    cache.insert_block(mib_block(0), data.clone());
+    cache.hybrid.storage().wait().await;
+    cache
+        .hybrid
+        .memory()
+        .remove(&CacheKey::Block(cache.generational(&mib_block(0))));
+    cache
+        .hybrid
+        .remove(&cache.piece_key(&cache.generational(&mib_block(0)), 2));
+    assert!(!cache.holds(&mib_block(0), 1 << 20));
+    // The pieces still held answer a range within them.
+    assert_eq!(part(&cache, 0, 1 << 20, 0..piece).await.1, Tier::Disk);
+    // A range over the missing piece fetches the whole block, once.
+    let fetches = Arc::new(AtomicUsize::new(0));
+    let counted = fetches.clone();
+    let source = data.clone();
+    let found = cache
+        .block(
+            &mib_block(0),
+            1 << 20,
+            piece..3 * piece,
+            move || async move {
+                counted.fetch_add(1, Ordering::SeqCst);
+                Ok::<_, FetchFailed>(source)
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(found.tier, Tier::Upstream);
+    assert_eq!(
+        Bytes::from(found.slices.concat()),
+        data.slice(piece..3 * piece)
+    );
+    assert_eq!(fetches.load(Ordering::SeqCst), 1);
+    assert!(cache.holds(&mib_block(0), 1 << 20));
+    // Its pieces are on disk again: with the block gone from memory, they answer.
+    cache.close().await.unwrap();
+    let cache = BlockCache::open(&config, Arc::new(Metrics::new()))
+        .await
+        .unwrap();
+    let (bytes, tier, _) = part(&cache, 0, 1 << 20, 2 * piece - 1..2 * piece + 1).await;
+    assert_eq!(
+        (bytes, tier),
+        (data.slice(2 * piece - 1..2 * piece + 1), Tier::Disk)
+    );
+    // Removing the block removes its pieces.
+    assert!(cache.remove_block(&mib_block(0)));
+    assert!(!cache.holds(&mib_block(0), 1 << 20));
+}
+
+#[tokio::test]
+async fn blocks_and_metadata_survive_a_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    survives_a_reopen(&config(dir.path(), ByteSize::mib(4))).await;
+}
+
+#[tokio::test]
+async fn the_disk_tier_works_with_and_without_direct_io() {
+    assert!(CacheConfig::default().direct_io);
+    for direct_io in [true, false] {
+        let dir = tempfile::tempdir().unwrap();
+        let config = CacheConfig {
+            direct_io,
+            ..config(dir.path(), ByteSize::mib(4))
+        };
+        survives_a_reopen(&config).await;
+        let names: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|entry| entry.unwrap().file_name())
+            .collect();
+        assert!(
+            !names.iter().any(|name| name == DIRECT_PROBE_FILE),
+            "the probe file is removed: {names:?}"
+        );
+    }
+}
+
+/// A block and metadata written to the disk tier are read back after the cache is
+/// closed and opened again, both times with `config`.
+async fn survives_a_reopen(config: &CacheConfig) {
+    let open = || async {
+        BlockCache::open(config, Arc::new(Metrics::new()))
+            .await
+            .unwrap()
+    };
+    let object = ObjectRef::new("bucket", "key").unwrap();
+    let data = Bytes::from(vec![7u8; 64 * 1024]);
+    let record = MetaClock::new().record(MetaState::Found(Arc::new(ObjectMeta {
+        size: 64 * 1024,
+        etag: "\"etag\"".to_owned(),
+        ..ObjectMeta::default()
+    })));
+    {
+        let cache = open().await;
+        assert!(cache.has_disk_tier());
+        cache.insert_block(block_key(0), data.clone());
+        cache.insert_meta(&object, record.clone());
+        cache.close().await.unwrap();
+    }
+    let cache = open().await;
+    let (bytes, tier) = cache
+        .whole(0, 64 * 1024, || async {
+            Err::<Bytes, _>(FetchFailed("must come from disk"))
+        })
+        .await
+        .unwrap();
+    assert_eq!(tier, Tier::Disk);
+    assert_eq!(bytes, data);
+    assert_eq!(cache.meta(&object).await.unwrap(), Some(record));
+}
+
+#[tokio::test]
+async fn disk_read_errors_that_persist_turn_the_disk_tier_off() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = Bytes::from(vec![3u8; 64 * 1024]);
+    let reads = DISK_FAILURES_BEFORE_DEGRADED as u64;
+    {
+        let cache = open(dir.path(), ByteSize::mib(4)).await;
+        for index in 0..reads {
+            cache.insert_block(block_key(index), data.clone());
+        }
+        cache.close().await.unwrap();
+    }
+    let metrics = Arc::new(Metrics::new());
+    let cache = BlockCache::open(&config(dir.path(), ByteSize::mib(4)), metrics.clone())
+        .await
+        .unwrap();
+    assert_eq!(cache.degraded(), None);
+    portico_testkit::truncate_files(dir.path());
+    for index in 0..reads {
+        assert_eq!(
+            cache.degraded(),
+            None,
+            "still on after {index} failed reads"
+        );
+        // Each failed disk read is answered by a fetch.
+        let (bytes, tier) = cache
+            .whole(index, 64 * 1024, {
+                let data = data.clone();
+                move || async move { Ok::<_, FetchFailed>(data) }
+            })
+            .await
+            .unwrap();
+        assert_eq!((bytes, tier), (data.clone(), Tier::Upstream));
+    }
+    let reason = cache
+        .degraded()
+        .expect("degraded after persistent read errors");
+    assert!(reason.starts_with("disk read failed"), "{reason}");
+    let text = metrics.render();
+    assert!(text.contains("portico_cache_degraded 1"), "{text}");
+    assert!(
+        text.contains(&format!(
+            "portico_cache_disk_errors_total{{operation=\"read\"}} {reads}"
+        )),
+        "{text}"
+    );
+    // Memory-only from now on: blocks are cached in memory, not written to disk.
+    let (_, tier) = cache
+        .whole(0, 64 * 1024, || async {
+            Err::<Bytes, _>(FetchFailed("must come from memory"))
+        })
+        .await
+        .unwrap();
+    assert_eq!(tier, Tier::Memory);
+}
+
+#[tokio::test]
+async fn negative_metadata_is_not_persisted() {
+    let dir = tempfile::tempdir().unwrap();
+    let object = ObjectRef::new("bucket", "gone").unwrap();
+    {
+        let cache = open(dir.path(), ByteSize::mib(4)).await;
+        cache.insert_meta(
+            &object,
+            MetaClock::new().record(MetaState::Missing(Missing::NoSuchKey)),
+        );
+        assert!(cache.meta(&object).await.unwrap().is_some());
+        cache.close().await.unwrap();
+    }
+    let cache = open(dir.path(), ByteSize::mib(4)).await;
+    assert_eq!(cache.meta(&object).await.unwrap(), None);
+}

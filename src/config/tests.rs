@@ -1,0 +1,225 @@
+use super::*;
+
+/// The client credential every runnable configuration needs (SigV4 is the default).
+const CLIENT_CREDENTIAL: [(&str, &str); 2] = [
+    ("PORTICO_AUTH_ACCESS_KEY_ID", "client"),
+    ("PORTICO_AUTH_SECRET_ACCESS_KEY", "client-secret"),
+];
+
+fn with_credential(env: &[(&str, &str)]) -> Vec<(String, String)> {
+    CLIENT_CREDENTIAL
+        .iter()
+        .chain(env)
+        .map(|(name, value)| (name.to_string(), value.to_string()))
+        .collect()
+}
+
+fn load_text(text: &str, env: &[(&str, &str)]) -> Result<Config, ConfigError> {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("portico.toml");
+    std::fs::write(&path, text).unwrap();
+    Config::load(Some(&path), with_credential(env), &CliOverrides::default())
+}
+
+fn defaults_with_credential() -> Config {
+    let mut config = Config::default();
+    config.auth.access_key_id = "client".to_owned();
+    config.auth.secret_access_key = "client-secret".to_owned();
+    config
+}
+
+#[test]
+fn defaults_need_only_a_client_credential() {
+    defaults_with_credential().validate().unwrap();
+    let error = Config::default().validate().unwrap_err().to_string();
+    assert!(error.starts_with("config key auth.mode:"), "{error}");
+    let mut open = Config::default();
+    open.auth.mode = AuthMode::None;
+    open.validate().unwrap();
+    let mut half = defaults_with_credential();
+    half.auth.secret_access_key.clear();
+    assert!(half.validate().is_err());
+}
+
+#[test]
+fn shipped_config_file_matches_the_defaults() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/portico.toml");
+    let loaded = Config::load(Some(&path), with_credential(&[]), &CliOverrides::default()).unwrap();
+    assert_eq!(loaded, defaults_with_credential());
+}
+
+#[test]
+fn file_values_are_read_with_units() {
+    let config = load_text(
+            "[cache]\nblock_size = \"1MiB\"\nmemory_capacity = \"64MiB\"\nmetadata_ttl = \"immutable\"\nnegative_ttl = \"0s\"\n",
+            &[],
+        )
+        .unwrap();
+    assert_eq!(config.cache.block_size, ByteSize::mib(1));
+    assert_eq!(config.cache.metadata_ttl, MetadataTtl::Immutable);
+    assert_eq!(config.cache.negative_ttl.get(), Duration::ZERO);
+}
+
+#[test]
+fn environment_overrides_the_file() {
+    let config = load_text(
+        "[cache]\nblock_size = \"1MiB\"\n",
+        &[
+            ("PORTICO_CACHE_BLOCK_SIZE", "2MiB"),
+            ("PORTICO_UPSTREAM_FORCE_PATH_STYLE", "true"),
+            ("PORTICO_SERVER_DOMAINS", "s3.local, s3.example.com"),
+            ("PORTICO_CACHE_READAHEAD_BLOCKS", "8"),
+            ("PORTICO_CONFIG", "/ignored/not/a/key"),
+        ],
+    )
+    .unwrap();
+    assert_eq!(config.cache.block_size, ByteSize::mib(2));
+    assert!(config.upstream.force_path_style);
+    assert_eq!(config.server.domains, vec!["s3.local", "s3.example.com"]);
+    assert_eq!(config.cache.readahead_blocks, 8);
+}
+
+#[test]
+fn cli_overrides_the_environment() {
+    let cli = CliOverrides {
+        listen: Some("127.0.0.1:1234".parse().unwrap()),
+        ..CliOverrides::default()
+    };
+    let env = with_credential(&[("PORTICO_SERVER_LISTEN", "127.0.0.1:9999")]);
+    let config = Config::load(None, env, &cli).unwrap();
+    assert_eq!(config.server.listen.port(), 1234);
+}
+
+#[test]
+fn errors_name_the_key_and_the_accepted_values() {
+    let error = load_text("[cache]\nblock_size = \"3XB\"\n", &[])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.contains("cache.block_size") && error.contains("512MiB"),
+        "{error}"
+    );
+
+    let error = load_text("[cache]\nblock_size = \"100KiB\"\n", &[])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.contains("cache.block_size") && error.contains("multiple of 64KiB"),
+        "{error}"
+    );
+
+    let error = load_text("[cache]\nblok_size = \"4MiB\"\n", &[])
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("blok_size"), "{error}");
+
+    let error = load_text("[auth]\nmode = \"open\"\n", &[])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.contains("auth.mode") && error.contains("none"),
+        "{error}"
+    );
+
+    let error = load_text("[server]\nlisten = \"localhost\"\n", &[])
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("server.listen"), "{error}");
+
+    let error = load_text("", &[("PORTICO_CACHE_BLOK_SIZE", "4MiB")])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.contains("PORTICO_CACHE_BLOK_SIZE") && error.contains("block_size"),
+        "{error}"
+    );
+
+    let error = load_text("", &[("PORTICO_UPSTREAM_FORCE_PATH_STYLE", "yes")])
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("true or false"), "{error}");
+
+    let error = load_text("[cache]\nmemory_capacity = \"1MiB\"\n", &[])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.contains("cache.memory_capacity") && error.contains("16MiB"),
+        "{error}"
+    );
+
+    let error = load_text("[upstream]\nendpoint = \"minio:9000\"\n", &[])
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("upstream.endpoint"), "{error}");
+
+    let error = load_text("[cache\n", &[]).unwrap_err().to_string();
+    assert!(error.contains("line 1"), "{error}");
+}
+
+#[test]
+fn redacted_output_hides_secrets_and_reads_back() {
+    let mut config = Config::default();
+    config.upstream.access_key_id = "AKIDEXAMPLE".to_owned();
+    config.upstream.secret_access_key = "very-secret".to_owned();
+    let shown = config.to_redacted_toml();
+    assert!(!shown.contains("very-secret"));
+    assert!(shown.contains("AKIDEXAMPLE"));
+    let reread: Config = toml::from_str(&shown).unwrap();
+    assert_eq!(reread.cache, config.cache);
+}
+
+/// The rows of docs/configuration.md's key tables: key → (default, environment name).
+fn documented_rows() -> BTreeMap<String, (String, String)> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/configuration.md");
+    let doc = std::fs::read_to_string(path).unwrap();
+    doc.lines()
+        .filter_map(|line| {
+            let cells: Vec<&str> = line.split(" | ").collect();
+            let key = cells.first()?.strip_prefix("| `")?.strip_suffix('`')?;
+            let cell = |index: usize| -> Option<String> {
+                let text = cells.get(index)?.trim();
+                Some(text.strip_prefix('`')?.strip_suffix('`')?.to_owned())
+            };
+            Some((key.to_owned(), (cell(1)?, cell(2)?)))
+        })
+        .collect()
+}
+
+#[test]
+fn the_configuration_doc_lists_every_key_with_its_default_and_variable() {
+    let rows = documented_rows();
+    let Ok(toml::Value::Table(defaults)) = toml::Value::try_from(Config::default()) else {
+        panic!("defaults are a table");
+    };
+    let keys = Config::documented_keys();
+    for (key, env) in &keys {
+        let (default, variable) = rows
+            .get(key)
+            .unwrap_or_else(|| panic!("docs/configuration.md does not document {key}"));
+        assert_eq!(variable, env, "{key}");
+        let (section, name) = key.split_once('.').unwrap();
+        let value = &defaults[section][name];
+        assert_eq!(default, &value.to_string(), "{key}: documented default");
+    }
+    let known: Vec<&String> = keys.iter().map(|(key, _)| key).collect();
+    for key in rows.keys() {
+        assert!(
+            known.contains(&key),
+            "docs/configuration.md documents {key}, which is not a key"
+        );
+    }
+}
+
+#[test]
+fn every_key_has_an_environment_name() {
+    let keys = Config::documented_keys();
+    assert!(keys.contains(&(
+        "cache.block_size".to_owned(),
+        "PORTICO_CACHE_BLOCK_SIZE".to_owned()
+    )));
+    assert!(keys.contains(&(
+        "server.domains".to_owned(),
+        "PORTICO_SERVER_DOMAINS".to_owned()
+    )));
+    assert!(keys.len() >= 18, "{keys:?}");
+}
