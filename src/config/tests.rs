@@ -1,4 +1,7 @@
 use super::*;
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
 
 /// The client credential every runnable configuration needs (SigV4 is the default).
 const CLIENT_CREDENTIAL: [(&str, &str); 2] = [

@@ -1,0 +1,147 @@
+//! `[cache]` (the tiers, blocks and metadata TTLs) and `[prefetch]`.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::{ByteSize, ConfigError, HumanDuration, MAX_BLOCK_SIZE, MIN_BLOCK_SIZE, MetadataTtl};
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CacheConfig {
+    /// Directory of the disk tier.
+    pub dir: PathBuf,
+    pub memory_capacity: ByteSize,
+    /// Disk tier capacity; `0` runs memory-only.
+    pub disk_capacity: ByteSize,
+    /// Read and write the disk tier with `O_DIRECT`, past the kernel's page cache (which
+    /// would hold a second copy of what the memory tier caches); buffered I/O where the
+    /// file system refuses it.
+    pub direct_io: bool,
+    /// Size of the cached range blocks, and of every upstream block fetch.
+    pub block_size: ByteSize,
+    /// How long object metadata is trusted; `0s` revalidates every request, `immutable` never.
+    pub metadata_ttl: MetadataTtl,
+    /// How long a 404 from the upstream is remembered per key; `0s` disables it.
+    pub negative_ttl: HumanDuration,
+    /// Blocks fetched ahead of what a client has consumed within one GET.
+    pub readahead_blocks: u32,
+    /// Cache the bytes of PutObject uploads under the new version as they pass through
+    /// (objects up to a quarter of `memory_capacity`).
+    pub write_through: bool,
+    /// When metadata is past its TTL and the upstream cannot be reached (or answers 5xx),
+    /// keep serving the last known version from the cache instead of failing.
+    pub serve_stale_on_error: bool,
+}
+
+impl Default for CacheConfig {
+    fn default() -> Self {
+        Self {
+            dir: PathBuf::from("/var/cache/portico"),
+            memory_capacity: ByteSize::gib(1),
+            disk_capacity: ByteSize::gib(10),
+            direct_io: true,
+            block_size: ByteSize::mib(4),
+            metadata_ttl: MetadataTtl::After(Duration::from_secs(60)),
+            negative_ttl: HumanDuration::secs(5),
+            readahead_blocks: 4,
+            write_through: false,
+            serve_stale_on_error: true,
+        }
+    }
+}
+
+impl CacheConfig {
+    /// The smallest disk tier that holds enough blocks for the disk engine to rotate.
+    pub fn min_disk_capacity(&self) -> ByteSize {
+        ByteSize(self.block_size.bytes() * 32)
+    }
+
+    /// The smallest memory tier that holds the blocks of a few requests at once.
+    pub fn min_memory_capacity(&self) -> ByteSize {
+        ByteSize(self.block_size.bytes() * 4)
+    }
+
+    /// The block size, the tiers' capacities against it, and readahead.
+    pub(super) fn validate(&self) -> Result<(), ConfigError> {
+        let cache = self;
+        let block = cache.block_size.bytes();
+        if !(MIN_BLOCK_SIZE.bytes()..=MAX_BLOCK_SIZE.bytes()).contains(&block)
+            || !block.is_multiple_of(MIN_BLOCK_SIZE.bytes())
+        {
+            return Err(ConfigError::new(format_args!(
+                "config key cache.block_size: {} is not accepted (expected a multiple of 64KiB from {MIN_BLOCK_SIZE} to {MAX_BLOCK_SIZE}, e.g. 4MiB)",
+                cache.block_size
+            )));
+        }
+        if cache.memory_capacity < cache.min_memory_capacity() {
+            return Err(ConfigError::new(format_args!(
+                "config key cache.memory_capacity: {} is too small (expected at least 4 × cache.block_size = {})",
+                cache.memory_capacity,
+                cache.min_memory_capacity()
+            )));
+        }
+        if cache.disk_capacity.bytes() != 0 && cache.disk_capacity < cache.min_disk_capacity() {
+            return Err(ConfigError::new(format_args!(
+                "config key cache.disk_capacity: {} is too small (expected 0 for memory-only, or at least 32 × cache.block_size = {})",
+                cache.disk_capacity,
+                cache.min_disk_capacity()
+            )));
+        }
+        if cache.disk_capacity.bytes() != 0 && cache.dir.as_os_str().is_empty() {
+            return Err(ConfigError::new(
+                "config key cache.dir: must be set when cache.disk_capacity is not 0",
+            ));
+        }
+        if !(1..=64).contains(&cache.readahead_blocks) {
+            return Err(ConfigError::new(format_args!(
+                "config key cache.readahead_blocks: {} is not accepted (expected 1 to 64)",
+                cache.readahead_blocks
+            )));
+        }
+        Ok(())
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PrefetchConfig {
+    /// Fetch the blocks after a client's sequential reads before it asks for them.
+    pub enabled: bool,
+    /// Largest prefetch window, in blocks; it doubles per sequential read from 1.
+    pub max_window_blocks: u32,
+    /// Prefetched bytes in flight at most; beyond this, prefetches are skipped.
+    pub max_inflight_bytes: ByteSize,
+    /// Prefetch fetches in flight at most (demand fetches are never limited by this).
+    pub max_concurrent_fetches: u32,
+}
+
+impl Default for PrefetchConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            max_window_blocks: 16,
+            max_inflight_bytes: ByteSize::mib(256),
+            max_concurrent_fetches: 8,
+        }
+    }
+}
+
+impl PrefetchConfig {
+    /// The prefetch keys' ranges.
+    pub(super) fn validate(&self) -> Result<(), ConfigError> {
+        if !(1..=256).contains(&self.max_window_blocks) {
+            return Err(ConfigError::new(format_args!(
+                "config key self.max_window_blocks: {} is not accepted (expected 1 to 256)",
+                self.max_window_blocks
+            )));
+        }
+        if self.max_concurrent_fetches == 0 {
+            return Err(ConfigError::new(
+                "config key self.max_concurrent_fetches: must be at least 1 (set prefetch.enabled = false to turn prefetch off)",
+            ));
+        }
+        Ok(())
+    }
+}

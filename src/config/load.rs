@@ -1,0 +1,200 @@
+//! Loading: defaults, then the TOML file, then `PORTICO_<SECTION>_<KEY>` variables, then
+//! CLI flags; and the effective configuration written back out (redacted) and listed.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use super::{CliOverrides, Config, ConfigError};
+
+type Table = toml::map::Map<String, toml::Value>;
+
+impl Config {
+    /// Loads defaults, then `path`, then `PORTICO_*` variables from `env`, then `cli`.
+    pub fn load(
+        path: Option<&Path>,
+        env: impl IntoIterator<Item = (String, String)>,
+        cli: &CliOverrides,
+    ) -> Result<Self, ConfigError> {
+        let mut tree = match path {
+            Some(path) => read_file(path)?,
+            None => Table::new(),
+        };
+        apply_env(&mut tree, env)?;
+        apply_cli(&mut tree, cli);
+        let config: Config =
+            serde_path_to_error::deserialize(toml::Value::Table(tree)).map_err(|error| {
+                let key = error.path().to_string();
+                // Deserializers append context on further lines; the key is already named.
+                let detail = error.into_inner().to_string();
+                let detail = detail.lines().next().unwrap_or_default().to_owned();
+                ConfigError::new(format_args!("config key {key}: {detail}"))
+            })?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// The effective configuration as TOML, with secrets replaced by `"<redacted>"`.
+    pub fn to_redacted_toml(&self) -> String {
+        let mut shown = self.clone();
+        for secret in [
+            &mut shown.upstream.secret_access_key,
+            &mut shown.auth.secret_access_key,
+            &mut shown.admin.token,
+        ] {
+            if !secret.is_empty() {
+                *secret = "<redacted>".to_owned();
+            }
+        }
+        toml::to_string(&shown).unwrap_or_else(|error| format!("<config not printable: {error}>"))
+    }
+
+    /// Every `section.key` pair with its environment variable name, sorted.
+    pub fn documented_keys() -> Vec<(String, String)> {
+        let Ok(toml::Value::Table(defaults)) = toml::Value::try_from(Config::default()) else {
+            return Vec::new();
+        };
+        let mut keys = Vec::new();
+        for (section, value) in defaults {
+            if let toml::Value::Table(entries) = value {
+                for key in entries.keys() {
+                    keys.push((format!("{section}.{key}"), env_name(&section, key)));
+                }
+            }
+        }
+        keys
+    }
+}
+
+fn env_name(section: &str, key: &str) -> String {
+    format!(
+        "PORTICO_{}_{}",
+        section.to_ascii_uppercase(),
+        key.to_ascii_uppercase()
+    )
+}
+
+fn read_file(path: &Path) -> Result<Table, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|error| {
+        ConfigError::new(format_args!("config file {}: {error}", path.display()))
+    })?;
+    toml::from_str::<Table>(&text).map_err(|error| {
+        let detail = error.message().trim().to_owned();
+        let location = error
+            .span()
+            .map(|span| {
+                let line = text[..span.start].matches('\n').count() + 1;
+                format!(" (line {line})")
+            })
+            .unwrap_or_default();
+        ConfigError::new(format_args!(
+            "config file {}{location}: {detail}",
+            path.display()
+        ))
+    })
+}
+
+/// Applies `PORTICO_<SECTION>_<KEY>` variables, typed like the key's default value.
+fn apply_env(
+    tree: &mut Table,
+    env: impl IntoIterator<Item = (String, String)>,
+) -> Result<(), ConfigError> {
+    let Ok(toml::Value::Table(defaults)) = toml::Value::try_from(Config::default()) else {
+        return Err(ConfigError::new(
+            "config defaults are not representable as TOML",
+        ));
+    };
+    let sections: BTreeMap<String, &Table> = defaults
+        .iter()
+        .filter_map(|(name, value)| {
+            value
+                .as_table()
+                .map(|table| (name.to_ascii_uppercase(), table))
+        })
+        .collect();
+    for (name, raw) in env {
+        let Some(rest) = name.strip_prefix("PORTICO_") else {
+            continue;
+        };
+        let Some((section_upper, section_keys)) = sections.iter().find(|(section, _)| {
+            rest.strip_prefix(section.as_str())
+                .is_some_and(|tail| tail.starts_with('_'))
+        }) else {
+            continue;
+        };
+        let key = rest[section_upper.len() + 1..].to_ascii_lowercase();
+        let section = section_upper.to_ascii_lowercase();
+        let Some(default) = section_keys.get(&key) else {
+            let known: Vec<&str> = section_keys.keys().map(String::as_str).collect();
+            return Err(ConfigError::new(format_args!(
+                "environment variable {name}: [{section}] has no key {key:?} (keys: {})",
+                known.join(", ")
+            )));
+        };
+        let value = typed_like(default, &raw).map_err(|expected| {
+            ConfigError::new(format_args!(
+                "environment variable {name}={raw:?}: expected {expected}"
+            ))
+        })?;
+        let entry = tree
+            .entry(section)
+            .or_insert_with(|| toml::Value::Table(Table::new()));
+        match entry {
+            toml::Value::Table(table) => {
+                table.insert(key, value);
+            }
+            _ => {
+                return Err(ConfigError::new(format_args!(
+                    "config key {}: expected a [section] table",
+                    section_upper.to_ascii_lowercase()
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn typed_like(default: &toml::Value, raw: &str) -> Result<toml::Value, &'static str> {
+    match default {
+        toml::Value::Boolean(_) => match raw.trim() {
+            "true" | "1" => Ok(toml::Value::Boolean(true)),
+            "false" | "0" => Ok(toml::Value::Boolean(false)),
+            _ => Err("true or false"),
+        },
+        toml::Value::Integer(_) => raw
+            .trim()
+            .parse()
+            .map(toml::Value::Integer)
+            .map_err(|_| "an integer"),
+        toml::Value::Array(_) => Ok(toml::Value::Array(
+            raw.split(',')
+                .map(str::trim)
+                .filter(|item| !item.is_empty())
+                .map(|item| toml::Value::String(item.to_owned()))
+                .collect(),
+        )),
+        _ => Ok(toml::Value::String(raw.to_owned())),
+    }
+}
+
+fn apply_cli(tree: &mut Table, cli: &CliOverrides) {
+    let mut set = |section: &str, key: &str, value: String| {
+        let entry = tree
+            .entry(section.to_owned())
+            .or_insert_with(|| toml::Value::Table(Table::new()));
+        if let toml::Value::Table(table) = entry {
+            table.insert(key.to_owned(), toml::Value::String(value));
+        }
+    };
+    if let Some(listen) = cli.listen {
+        set("server", "listen", listen.to_string());
+    }
+    if let Some(listen) = cli.admin_listen {
+        set("admin", "listen", listen.to_string());
+    }
+    if let Some(endpoint) = &cli.upstream_endpoint {
+        set("upstream", "endpoint", endpoint.clone());
+    }
+    if let Some(dir) = &cli.cache_dir {
+        set("cache", "dir", dir.display().to_string());
+    }
+}

@@ -1,0 +1,113 @@
+//! `[upstream]`: the S3 server behind Portico and how it is reached.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::{ConfigError, HumanDuration};
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct UpstreamConfig {
+    /// S3 endpoint URL; empty means AWS S3 for `region`.
+    pub endpoint: String,
+    pub region: String,
+    /// Address buckets as `/bucket/key` instead of `bucket.host`.
+    pub force_path_style: bool,
+    /// Static upstream credentials; empty means the standard AWS credential chain.
+    pub access_key_id: String,
+    pub secret_access_key: String,
+    /// Time allowed to establish a connection to the upstream.
+    pub connect_timeout: HumanDuration,
+    /// Time allowed between sending a request and the head of its response.
+    pub first_byte_timeout: HumanDuration,
+    /// Time allowed between two parts of a response body; a stalled body fails the
+    /// request (and, for idempotent requests, retries it).
+    pub idle_timeout: HumanDuration,
+    /// Attempts per idempotent upstream request (block GETs, HEADs) before its error is
+    /// returned; failures worth retrying are 500/502/503/504, throttling, timeouts and
+    /// connection errors.
+    pub max_attempts: u32,
+    /// The first retry waits up to this long (full jitter), each later one up to twice as long.
+    pub retry_initial_backoff: HumanDuration,
+    /// A block fetch with no response head after this quantile of recent block fetches'
+    /// times to first byte gets a second, hedged request; the first to finish is used and
+    /// the other is cancelled. `0` turns hedging off.
+    pub hedge_quantile: f64,
+    /// A hedge is never sent sooner than this after the first request.
+    pub hedge_min_delay: HumanDuration,
+    /// PEM CA certificates trusted for upstream TLS in addition to the system bundle
+    /// (a private S3 endpoint's CA); empty means the system bundle alone.
+    pub ca_file: PathBuf,
+}
+
+impl Default for UpstreamConfig {
+    fn default() -> Self {
+        Self {
+            endpoint: String::new(),
+            region: "us-east-1".to_owned(),
+            force_path_style: false,
+            access_key_id: String::new(),
+            secret_access_key: String::new(),
+            connect_timeout: HumanDuration::secs(3),
+            first_byte_timeout: HumanDuration::secs(10),
+            idle_timeout: HumanDuration::secs(10),
+            max_attempts: 3,
+            retry_initial_backoff: HumanDuration(Duration::from_millis(100)),
+            hedge_quantile: 0.95,
+            hedge_min_delay: HumanDuration(Duration::from_millis(50)),
+            ca_file: PathBuf::new(),
+        }
+    }
+}
+
+impl UpstreamConfig {
+    /// The endpoint, region, retries, hedging, timeouts and credential keys.
+    pub(super) fn validate(&self) -> Result<(), ConfigError> {
+        let endpoint = &self.endpoint;
+        if !(endpoint.is_empty()
+            || endpoint.starts_with("http://")
+            || endpoint.starts_with("https://"))
+        {
+            return Err(ConfigError::new(format_args!(
+                "config key upstream.endpoint: {endpoint:?} is not accepted (expected an http:// or https:// URL, or empty for AWS S3)"
+            )));
+        }
+        if self.region.is_empty() {
+            return Err(ConfigError::new(
+                "config key upstream.region: must not be empty (e.g. us-east-1)",
+            ));
+        }
+        let upstream = self;
+        if !(1..=10).contains(&upstream.max_attempts) {
+            return Err(ConfigError::new(format_args!(
+                "config key upstream.max_attempts: {} is not accepted (expected 1 to 10; 1 disables retries)",
+                upstream.max_attempts
+            )));
+        }
+        if !(0.0..1.0).contains(&upstream.hedge_quantile) {
+            return Err(ConfigError::new(format_args!(
+                "config key upstream.hedge_quantile: {} is not accepted (expected at least 0 and below 1, e.g. 0.95; 0 disables hedging)",
+                upstream.hedge_quantile
+            )));
+        }
+        for (key, value) in [
+            ("connect_timeout", upstream.connect_timeout),
+            ("first_byte_timeout", upstream.first_byte_timeout),
+            ("idle_timeout", upstream.idle_timeout),
+        ] {
+            if value.get().is_zero() {
+                return Err(ConfigError::new(format_args!(
+                    "config key upstream.{key}: must be longer than 0s"
+                )));
+            }
+        }
+        if upstream.access_key_id.is_empty() != upstream.secret_access_key.is_empty() {
+            return Err(ConfigError::new(
+                "config keys upstream.access_key_id and upstream.secret_access_key: set both, or neither to use the AWS credential chain",
+            ));
+        }
+        Ok(())
+    }
+}
