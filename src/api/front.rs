@@ -6,14 +6,10 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
-use std::task::{Context, Poll};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
 
-use bytes::Bytes;
-use http::{HeaderName, HeaderValue, Request, Response, Uri};
-use http_body::{Body, Frame, SizeHint};
+use http::{HeaderName, HeaderValue, Request, Response};
 use hyper::body::Incoming;
 use s3s::service::S3Service;
 use s3s::{S3Error, S3ErrorCode};
@@ -21,102 +17,16 @@ use tracing::Instrument;
 use tracing::field::Empty;
 
 use super::conditions::Preconditions;
+use super::context::{MeteredBody, Record, RequestContext, RequestIds};
 use super::error::error_response;
 use super::host::VirtualHosts;
 use super::limits::{RequestLimits, RequestRate, check_key};
-use super::listener::{OpenRequest, Requests};
+use super::listener::Requests;
 use super::passthrough::{Forwarded, Passthrough};
 use super::route::{Address, Route, parse_query};
+use super::unsigned::strip_signature;
 use crate::auth::{AuthError, Authenticator, RequestHead, Verified, authorize};
-use crate::read::{CacheStatus, Tally};
 use crate::telemetry::{ACCESS_TARGET, LogLimit, Metrics, TRACE_TARGET};
-
-/// Query parameters of presigned URLs (SigV4 and SigV2).
-const SIGNATURE_QUERY_PARAMS: [&str; 10] = [
-    "X-Amz-Algorithm",
-    "X-Amz-Credential",
-    "X-Amz-Date",
-    "X-Amz-Expires",
-    "X-Amz-SignedHeaders",
-    "X-Amz-Signature",
-    "X-Amz-Security-Token",
-    "AWSAccessKeyId",
-    "Signature",
-    "Expires",
-];
-
-/// Per-request facts shared between the front and the S3 handlers.
-#[derive(Debug, Clone)]
-pub struct RequestContext(Arc<ContextInner>);
-
-#[derive(Debug)]
-struct ContextInner {
-    id: String,
-    operation: OnceLock<&'static str>,
-    /// Whether a trace or the access log reports this request (else `range` and `target`
-    /// are not filled in: nobody would read them).
-    reported: bool,
-    /// The request's `Range` header, for the access log.
-    range: Option<String>,
-    target: OnceLock<RequestTarget>,
-    /// Where a cached read's blocks came from.
-    tally: OnceLock<Arc<Tally>>,
-    /// What the cache did for a GET or HEAD (RFC 9211 `Cache-Status`).
-    cache_status: OnceLock<String>,
-}
-
-/// Who asked for what, once the request is authenticated and routed.
-#[derive(Debug, Default)]
-struct RequestTarget {
-    bucket: Option<String>,
-    key: Option<String>,
-    credential: Option<String>,
-}
-
-impl RequestContext {
-    pub fn id(&self) -> &str {
-        &self.0.id
-    }
-
-    /// Names the S3 operation for metrics and logs; the first name set wins.
-    pub fn set_operation(&self, operation: &'static str) {
-        let _ = self.0.operation.set(operation);
-    }
-
-    fn operation(&self) -> &'static str {
-        self.0.operation.get().copied().unwrap_or("Other")
-    }
-
-    /// Lets the request's trace and access log say where a cached read's bytes came from.
-    pub fn set_tally(&self, tally: Arc<Tally>) {
-        let _ = self.0.tally.set(tally);
-    }
-
-    /// What the cache did, for the response header, the access log and the trace.
-    pub fn set_cache_status(&self, status: &CacheStatus) {
-        let _ = self.0.cache_status.set(status.to_string());
-    }
-}
-
-/// Request ids: unique per process (a counter) and across restarts (seeded by the clock).
-struct RequestIds {
-    next: AtomicU64,
-}
-
-impl RequestIds {
-    fn new() -> Self {
-        let seed = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |elapsed| elapsed.as_nanos() as u64);
-        Self {
-            next: AtomicU64::new(seed),
-        }
-    }
-
-    fn next(&self) -> String {
-        format!("{:016X}", self.next.fetch_add(1, Ordering::Relaxed))
-    }
-}
 
 #[derive(Clone)]
 pub struct Front {
@@ -269,16 +179,11 @@ impl Front {
                 return refuse(error, context);
             }
         };
-        if context.0.reported {
-            let _ = context.0.target.set(RequestTarget {
-                bucket: address.bucket.clone(),
-                key: address.key.clone(),
-                credential: request
-                    .extensions()
-                    .get::<Verified>()
-                    .map(|verified| verified.credential.access_key_id.clone()),
-            });
-        }
+        let credential = request
+            .extensions()
+            .get::<Verified>()
+            .map(|verified| verified.credential.access_key_id.clone());
+        context.set_target(address.bucket.clone(), address.key.clone(), credential);
         if let Some(key) = &address.key
             && let Err(error) = check_key(key)
         {
@@ -413,19 +318,12 @@ impl hyper::service::Service<Request<Incoming>> for Front {
         );
         let reported =
             !span.is_disabled() || tracing::enabled!(target: ACCESS_TARGET, tracing::Level::INFO);
-        let context = RequestContext(Arc::new(ContextInner {
-            id: self.ids.next(),
-            operation: OnceLock::new(),
-            reported,
-            range: reported
-                .then(|| request.headers().get(http::header::RANGE))
-                .flatten()
-                .and_then(|value| value.to_str().ok())
-                .map(str::to_owned),
-            target: OnceLock::new(),
-            tally: OnceLock::new(),
-            cache_status: OnceLock::new(),
-        }));
+        let range = request
+            .headers()
+            .get(http::header::RANGE)
+            .and_then(|value| value.to_str().ok())
+            .map(str::to_owned);
+        let context = RequestContext::new(self.ids.next(), reported, range);
         span.record("s3.request_id", context.id());
         request.extensions_mut().insert(context.clone());
         let response = span.in_scope(|| self.admit_and_dispatch(request, &context));
@@ -439,7 +337,7 @@ impl hyper::service::Service<Request<Incoming>> for Front {
                     response.headers_mut().insert("x-amz-request-id", value);
                 }
                 if let Some(name) = cache_status_header
-                    && let Some(status) = context.0.cache_status.get()
+                    && let Some(status) = context.cache_status()
                     && let Ok(value) = HeaderValue::from_str(status)
                 {
                     response.headers_mut().insert(name, value);
@@ -496,198 +394,5 @@ fn finish_cached_response(
         *response.body_mut() = s3s::Body::empty();
         response.headers_mut().remove(http::header::CONTENT_LENGTH);
         response.headers_mut().remove(http::header::CONTENT_TYPE);
-    }
-}
-
-/// Removes the `Authorization` header and presigned-URL parameters.
-fn strip_signature<B>(request: &mut Request<B>) {
-    request.headers_mut().remove(http::header::AUTHORIZATION);
-    let Some(query) = request.uri().query() else {
-        return;
-    };
-    let kept: Vec<&str> = query
-        .split('&')
-        .filter(|pair| {
-            let name = pair.split_once('=').map_or(*pair, |(name, _)| name);
-            !SIGNATURE_QUERY_PARAMS
-                .iter()
-                .any(|signature| signature.eq_ignore_ascii_case(name))
-        })
-        .collect();
-    if kept.len() == query.split('&').count() {
-        return;
-    }
-    let path = request.uri().path();
-    let path_and_query = if kept.is_empty() {
-        path.to_owned()
-    } else {
-        format!("{path}?{}", kept.join("&"))
-    };
-    let mut parts = request.uri().clone().into_parts();
-    match path_and_query.parse() {
-        Ok(parsed) => parts.path_and_query = Some(parsed),
-        Err(_) => return,
-    }
-    if let Ok(uri) = Uri::from_parts(parts) {
-        *request.uri_mut() = uri;
-    }
-}
-
-/// Records a request's metrics, trace attributes and access log line when its response
-/// body ends or is dropped; the request's span ends with it.
-struct Record {
-    metrics: Arc<Metrics>,
-    context: RequestContext,
-    status: u16,
-    started: Instant,
-    started_at: SystemTime,
-    sent_bytes: u64,
-    aborted: bool,
-    span: tracing::Span,
-    /// Keeps the request open on its connection until the response body ends.
-    _open: Option<OpenRequest>,
-}
-
-impl Drop for Record {
-    fn drop(&mut self) {
-        let operation = self.context.operation();
-        let elapsed = self.started.elapsed();
-        self.metrics
-            .record_request(operation, self.status, elapsed.as_secs_f64());
-        if self.aborted {
-            self.metrics.response_aborts.inc();
-        }
-        let context = &self.context.0;
-        let target = context.target.get();
-        let bucket = target.and_then(|target| target.bucket.as_deref());
-        let key = target.and_then(|target| target.key.as_deref());
-        let tally = context.tally.get();
-        let source = tally.map_or("none", |tally| tally.source());
-        let span = &self.span;
-        if !span.is_disabled() {
-            span.record("s3.operation", operation);
-            span.record("http.status_code", self.status);
-            span.record("bytes", self.sent_bytes);
-            if let Some(bucket) = bucket {
-                span.record("s3.bucket", bucket);
-            }
-            if let Some(key) = key {
-                span.record("s3.key", key);
-            }
-            if let Some(status) = context.cache_status.get() {
-                span.record("cache.status", status.as_str());
-            }
-            if let Some(tally) = tally {
-                span.record("cache.blocks", tally.hits() + tally.misses());
-                span.record("cache.hits", tally.hits());
-                span.record("cache.misses", tally.misses());
-                span.record("cache.source", source);
-            }
-        }
-        tracing::info!(
-            target: ACCESS_TARGET,
-            time = %httpdate::fmt_http_date(self.started_at),
-            request_id = context.id.as_str(),
-            credential = target.and_then(|target| target.credential.as_deref()).unwrap_or("-"),
-            operation,
-            bucket = bucket.unwrap_or("-"),
-            key = key.unwrap_or("-"),
-            range = context.range.as_deref().unwrap_or("-"),
-            status = self.status,
-            bytes = self.sent_bytes,
-            ms = (elapsed.as_secs_f64() * 1_000_000.0).round() / 1000.0,
-            source,
-            cache_status = context.cache_status.get().map_or("-", String::as_str),
-            aborted = self.aborted,
-            "access"
-        );
-    }
-}
-
-/// A response body that reports its request's metrics when it finishes.
-pub struct MeteredBody<B> {
-    inner: B,
-    record: Record,
-}
-
-impl<B> Body for MeteredBody<B>
-where
-    B: Body<Data = Bytes> + Unpin,
-{
-    type Data = Bytes;
-    type Error = B::Error;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
-        let polled = Pin::new(&mut self.inner).poll_frame(cx);
-        match &polled {
-            Poll::Ready(Some(Ok(frame))) => {
-                if let Some(data) = frame.data_ref() {
-                    self.record.sent_bytes += data.len() as u64;
-                }
-            }
-            Poll::Ready(Some(Err(_))) => self.record.aborted = true,
-            _ => {}
-        }
-        polled
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn stripped(uri: &str) -> Request<()> {
-        let mut request = Request::builder()
-            .uri(uri)
-            .header("authorization", "AWS4-HMAC-SHA256 Credential=x")
-            .header("x-amz-date", "20260101T000000Z")
-            .body(())
-            .unwrap();
-        strip_signature(&mut request);
-        request
-    }
-
-    #[test]
-    fn signatures_are_removed_and_everything_else_kept() {
-        let request = stripped(
-            "/bucket/a%20b?X-Amz-Algorithm=AWS4-HMAC-SHA256&response-content-type=text%2Fplain&X-Amz-Signature=abc&x-amz-credential=k",
-        );
-        assert_eq!(request.uri().path(), "/bucket/a%20b");
-        assert_eq!(
-            request.uri().query(),
-            Some("response-content-type=text%2Fplain")
-        );
-        assert!(request.headers().get("authorization").is_none());
-        assert!(request.headers().get("x-amz-date").is_some());
-        assert_eq!(
-            stripped("/b/k?Signature=s&Expires=1&AWSAccessKeyId=a")
-                .uri()
-                .query(),
-            None
-        );
-        assert_eq!(
-            stripped("/b/k?versionId=3").uri().query(),
-            Some("versionId=3")
-        );
-    }
-
-    #[test]
-    fn request_ids_are_unique_hex() {
-        let ids = RequestIds::new();
-        let (first, second) = (ids.next(), ids.next());
-        assert_ne!(first, second);
-        assert_eq!(first.len(), 16);
-        assert!(first.bytes().all(|byte| byte.is_ascii_hexdigit()));
     }
 }

@@ -4,6 +4,7 @@
 mod checked;
 pub(crate) mod chunked;
 mod conditions;
+mod context;
 mod error;
 mod front;
 mod host;
@@ -13,13 +14,15 @@ mod passthrough;
 pub(crate) mod route;
 pub(crate) mod s3;
 mod tls;
+mod unsigned;
 
 use std::sync::Arc;
 
 use s3s::service::S3ServiceBuilder;
 
+pub use context::RequestContext;
 pub use error::UPSTREAM_REQUEST_ID_HEADER;
-pub use front::{Front, RequestContext};
+pub use front::Front;
 pub use host::VirtualHosts;
 pub use limits::MAX_KEY_BYTES;
 pub use listener::{ConnectionLimits, serve};

@@ -18,8 +18,8 @@ use std::time::{Duration, UNIX_EPOCH};
 use http::{HeaderMap, HeaderValue, StatusCode};
 
 use super::conditions::{Preconditions, Verdict};
+use super::context::RequestContext;
 use super::error::{invalid_object, s3_error};
-use super::front::RequestContext;
 use super::route::Address;
 use crate::object::{Checksums, ObjectMeta};
 use crate::read::{ReadError, ReadPath};
