@@ -23,3 +23,6 @@ pub mod telemetry;
 pub mod types;
 pub mod upstream;
 pub mod warm;
+
+/// An error whose kind only matters as a message: a failed body or connection.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;

@@ -13,7 +13,7 @@ use http_body::{Body, Frame, SizeHint};
 use sha2::{Digest, Sha256};
 
 use super::chunked::{BodyError, ErrorSlot};
-use crate::upstream::BoxError;
+use crate::BoxError;
 
 /// Passes `inner` on, holding its latest data piece until the next one arrives, and the
 /// last one until `inner` ended without an error (a trailers frame is its last word).

@@ -19,8 +19,8 @@ use http::{HeaderMap, HeaderName, HeaderValue};
 use http_body::{Body, Frame, SizeHint};
 use parking_lot::Mutex;
 
+use crate::BoxError;
 use crate::auth::sigv4::{ChunkSigner, DataHash, EMPTY_SHA256};
-use crate::upstream::BoxError;
 
 /// The longest chunk-header or trailer line accepted (a signed header is ~90 bytes).
 const MAX_LINE_BYTES: usize = 4096;

@@ -26,6 +26,7 @@ use tokio::time::Instant;
 
 use super::Front;
 use super::tls::ServerTls;
+use crate::BoxError;
 use crate::config::ServerConfig;
 use crate::shutdown::Shutdown;
 
@@ -177,8 +178,6 @@ pub async fn serve(
     }
 }
 
-type ConnectionError = Box<dyn std::error::Error + Send + Sync>;
-
 struct Connection {
     builder: Arc<auto::Builder<TokioExecutor>>,
     front: Front,
@@ -188,7 +187,7 @@ struct Connection {
 }
 
 impl Connection {
-    async fn serve_tls(self, stream: TcpStream, tls: &ServerTls) -> Result<(), ConnectionError> {
+    async fn serve_tls(self, stream: TcpStream, tls: &ServerTls) -> Result<(), BoxError> {
         // The handshake is part of what a client must finish within the header deadline.
         let handshake = tls.acceptor().accept(stream);
         let stream = tokio::time::timeout(self.limits.header_read_timeout, handshake)
@@ -197,7 +196,7 @@ impl Connection {
         self.serve(stream).await
     }
 
-    async fn serve<I>(self, stream: I) -> Result<(), ConnectionError>
+    async fn serve<I>(self, stream: I) -> Result<(), BoxError>
     where
         I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {

@@ -23,10 +23,10 @@ use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 
 use super::UpstreamError;
 use super::signer::{BodySignature, Signer};
+use crate::BoxError;
 use crate::config::UpstreamConfig;
 use crate::telemetry::Metrics;
 
-pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 pub type UpstreamBody = BoxBody<Bytes, BoxError>;
 
 /// Characters S3's canonical URI encoding leaves as they are (RFC 3986 unreserved).

@@ -4,66 +4,36 @@
 //! Invariants: a ranged read returns exactly the bytes its `Content-Range` names, never
 //! more than the caller's limit, or an error; every request is counted in the metrics.
 
+mod client;
 mod error;
 mod forward;
+mod results;
 mod signer;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use aws_config::retry::RetryConfig;
-use aws_config::timeout::TimeoutConfig;
-use aws_config::{BehaviorVersion, SdkConfig};
+use aws_config::SdkConfig;
 use aws_sdk_s3::Client;
-use aws_sdk_s3::config::{
-    ConfigBag, Credentials, Intercept, Region, RequestChecksumCalculation,
-    ResponseChecksumValidation, RuntimeComponents,
-};
+use aws_sdk_s3::config::{RequestChecksumCalculation, ResponseChecksumValidation};
 use aws_sdk_s3::operation::head_object::HeadObjectOutput;
 use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::types::ChecksumMode;
-use aws_smithy_runtime_api::client::interceptors::context::BeforeTransmitInterceptorContextRef;
-use aws_smithy_runtime_api::client::orchestrator::Metadata;
-use aws_smithy_runtime_api::client::retries::RequestAttempts;
-use bytes::{Bytes, BytesMut};
-use futures::stream::{BoxStream, Stream, StreamExt};
-use portico_http_client::{SdkHttpClient, TrustRoots};
+use bytes::BytesMut;
+use futures::stream::StreamExt;
 use tracing::Instrument;
 use tracing::field::Empty;
-
-pub use error::{CredentialProblem, UpstreamError};
-pub use forward::{BoxError, EndpointError, ForwardRequest, Forwarder, Payload, UpstreamBody};
-pub use portico_http_client::TlsError;
 
 use crate::config::UpstreamConfig;
 use crate::object::{Checksums, Missing, ObjectMeta};
 use crate::telemetry::{Metrics, TRACE_TARGET};
 use crate::types::{ByteRange, ObjectRef, RangeRequest};
-
-/// When a request's response head arrived: hedging looks at time to first byte, not at a
-/// transfer the local machine may be slow to take in. Cheap to clone.
-#[derive(Debug, Clone, Default)]
-pub struct ResponseHead(Arc<std::sync::OnceLock<tokio::time::Instant>>);
-
-impl ResponseHead {
-    pub(crate) fn arrived(&self) {
-        let _ = self.0.set(tokio::time::Instant::now());
-    }
-
-    /// When the head arrived, if it has.
-    pub fn at(&self) -> Option<tokio::time::Instant> {
-        self.0.get().copied()
-    }
-}
-
-/// Bytes read from an object with the metadata that came with them.
-#[derive(Debug, Clone)]
-pub struct RangeRead {
-    pub meta: ObjectMeta,
-    /// Offset of the first byte of `body` within the object.
-    pub first: u64,
-    pub body: Bytes,
-}
+use client::RetryCounter;
+pub use client::{sdk_config, tls_config};
+pub use error::{CredentialProblem, UpstreamError};
+pub use forward::{EndpointError, ForwardRequest, Forwarder, Payload, UpstreamBody};
+pub use portico_http_client::TlsError;
+pub use results::{HeadOutcome, Listed, RangeRead, ResponseHead, StreamedRead};
 
 /// A ranged GET whose head has been checked and whose body is still to be read.
 struct OpenedRange {
@@ -71,75 +41,6 @@ struct OpenedRange {
     first: u64,
     length: u64,
     body: ByteStream,
-}
-
-/// A ranged GET read as its bytes arrive: exactly `length` bytes from offset `first`.
-pub struct StreamedRead {
-    pub meta: ObjectMeta,
-    pub first: u64,
-    pub length: u64,
-    body: BoxStream<'static, Result<Bytes, UpstreamError>>,
-    received: u64,
-}
-
-impl StreamedRead {
-    /// `length` bytes from offset `first` of the object `meta` describes, as `body`
-    /// yields them.
-    pub fn new(
-        meta: ObjectMeta,
-        first: u64,
-        length: u64,
-        body: impl Stream<Item = Result<Bytes, UpstreamError>> + Send + 'static,
-    ) -> Self {
-        Self {
-            meta,
-            first,
-            length,
-            body: body.boxed(),
-            received: 0,
-        }
-    }
-
-    /// The next part of the body; `None` once exactly `length` bytes have arrived. A body
-    /// that breaks off, ends early or runs long is an error.
-    pub async fn next_chunk(&mut self) -> Option<Result<Bytes, UpstreamError>> {
-        let Some(chunk) = self.body.next().await else {
-            return (self.received != self.length).then(|| {
-                Err(UpstreamError::Unreachable {
-                    message: format!(
-                        "response body ended after {} of {} bytes",
-                        self.received, self.length
-                    ),
-                })
-            });
-        };
-        let chunk = match chunk {
-            Ok(chunk) => chunk,
-            Err(error) => return Some(Err(error)),
-        };
-        self.received += chunk.len() as u64;
-        if self.received > self.length {
-            return Some(Err(UpstreamError::invalid_response(
-                "response body longer than its Content-Length",
-            )));
-        }
-        Some(Ok(chunk))
-    }
-}
-
-/// One object of a listing.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Listed {
-    pub key: String,
-    pub size: u64,
-    pub etag: String,
-}
-
-#[derive(Debug, Clone)]
-pub enum HeadOutcome {
-    Found(Box<ObjectMeta>),
-    /// The ETag given as `If-None-Match` still matches.
-    NotModified,
 }
 
 /// Builds [`ObjectMeta`] from a GetObject or HeadObject output (they share accessor names).
@@ -188,91 +89,6 @@ fn checksums_of(output: &HeadObjectOutput) -> Checksums {
     Checksums {
         values,
         kind: output.checksum_type().map(|kind| kind.as_str().to_owned()),
-    }
-}
-
-/// The AWS SDK configuration for the upstream: region, timeouts and credentials (static
-/// from the config, else the standard AWS chain).
-/// The TLS client configuration for every upstream connection: the system CA bundle plus
-/// `upstream.ca_file`.
-pub fn tls_config(config: &UpstreamConfig) -> Result<rustls::ClientConfig, TlsError> {
-    let extra = (!config.ca_file.as_os_str().is_empty()).then_some(config.ca_file.as_path());
-    let roots = TrustRoots::load(true, extra)?;
-    match &roots.system_bundle {
-        Some(bundle) => tracing::info!(
-            system_bundle = %bundle.display(),
-            extra_certificates = roots.extra_certificates,
-            roots = roots.len(),
-            "upstream TLS roots loaded"
-        ),
-        None => tracing::warn!(
-            extra_certificates = roots.extra_certificates,
-            "no system CA bundle found (set SSL_CERT_FILE); upstream TLS trusts only upstream.ca_file"
-        ),
-    }
-    roots.client_config()
-}
-
-pub async fn sdk_config(config: &UpstreamConfig, tls: &rustls::ClientConfig) -> SdkConfig {
-    let timeouts = TimeoutConfig::builder()
-        .connect_timeout(config.connect_timeout.get())
-        .read_timeout(config.first_byte_timeout.get())
-        .build();
-    let retries = RetryConfig::standard()
-        .with_max_attempts(config.max_attempts)
-        .with_initial_backoff(config.retry_initial_backoff.get());
-    let mut loader = aws_config::defaults(BehaviorVersion::latest())
-        .http_client(SdkHttpClient::new(tls.clone()).with_idle_timeout(config.idle_timeout.get()))
-        .retry_config(retries)
-        .region(Region::new(config.region.clone()))
-        .timeout_config(timeouts);
-    if !config.access_key_id.is_empty() {
-        loader = loader.credentials_provider(Credentials::new(
-            config.access_key_id.clone(),
-            config.secret_access_key.clone(),
-            None,
-            None,
-            "portico-config",
-        ));
-    }
-    loader.load().await
-}
-
-/// Counts every upstream attempt after the first: the SDK's retries are otherwise invisible.
-struct RetryCounter {
-    metrics: Arc<Metrics>,
-}
-
-impl std::fmt::Debug for RetryCounter {
-    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        formatter.write_str("RetryCounter")
-    }
-}
-
-impl Intercept for RetryCounter {
-    fn name(&self) -> &'static str {
-        "portico-retry-counter"
-    }
-
-    fn read_before_attempt(
-        &self,
-        _context: &BeforeTransmitInterceptorContextRef<'_>,
-        _components: &RuntimeComponents,
-        cfg: &mut ConfigBag,
-    ) -> Result<(), BoxError> {
-        let attempt = cfg
-            .load::<RequestAttempts>()
-            .map_or(1, RequestAttempts::attempts);
-        if attempt > 1 {
-            let operation = match cfg.load::<Metadata>().map(Metadata::name) {
-                Some("GetObject") => "GetObject",
-                Some("HeadObject") => "HeadObject",
-                Some("ListBuckets") => "ListBuckets",
-                _ => "other",
-            };
-            self.metrics.count_retry(operation);
-        }
-        Ok(())
     }
 }
 

@@ -10,8 +10,9 @@ use http_body::{Body, Frame, SizeHint};
 use http_body_util::BodyExt;
 use parking_lot::Mutex;
 
+use crate::BoxError;
 use crate::budget::Charge;
-use crate::upstream::{BoxError, Payload, UpstreamBody};
+use crate::upstream::{Payload, UpstreamBody};
 
 /// The bytes of a body as they pass, for write-through; dropped if the body fails. They
 /// are charged to the memory budget until the last clone of the capture is dropped.

@@ -8,10 +8,11 @@ use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use s3s::{S3Error, S3ErrorCode};
 
+use crate::BoxError;
 use crate::api::checked::HoldLast;
 use crate::api::chunked::{BodyError, ChunkedError, DecodedBody, EncodedBody, ErrorSlot};
 use crate::auth::sigv4::ChunkSigner;
-use crate::upstream::{BoxError, Payload, UpstreamBody};
+use crate::upstream::{Payload, UpstreamBody};
 
 /// Request headers never forwarded: connection-level, or replaced by Portico's signature
 /// and framing.

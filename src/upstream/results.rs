@@ -1,0 +1,105 @@
+//! What the upstream answers with: the bytes of a range with the metadata that came with
+//! them (whole or streamed), a HEAD's outcome, a listing's entries, and when a response
+//! head arrived.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use futures::stream::{BoxStream, Stream, StreamExt};
+
+use super::error::UpstreamError;
+use crate::object::ObjectMeta;
+
+/// When a request's response head arrived: hedging looks at time to first byte, not at a
+/// transfer the local machine may be slow to take in. Cheap to clone.
+#[derive(Debug, Clone, Default)]
+pub struct ResponseHead(Arc<std::sync::OnceLock<tokio::time::Instant>>);
+
+impl ResponseHead {
+    pub(crate) fn arrived(&self) {
+        let _ = self.0.set(tokio::time::Instant::now());
+    }
+
+    /// When the head arrived, if it has.
+    pub fn at(&self) -> Option<tokio::time::Instant> {
+        self.0.get().copied()
+    }
+}
+
+/// Bytes read from an object with the metadata that came with them.
+#[derive(Debug, Clone)]
+pub struct RangeRead {
+    pub meta: ObjectMeta,
+    /// Offset of the first byte of `body` within the object.
+    pub first: u64,
+    pub body: Bytes,
+}
+
+/// A ranged GET read as its bytes arrive: exactly `length` bytes from offset `first`.
+pub struct StreamedRead {
+    pub meta: ObjectMeta,
+    pub first: u64,
+    pub length: u64,
+    body: BoxStream<'static, Result<Bytes, UpstreamError>>,
+    received: u64,
+}
+
+impl StreamedRead {
+    /// `length` bytes from offset `first` of the object `meta` describes, as `body`
+    /// yields them.
+    pub fn new(
+        meta: ObjectMeta,
+        first: u64,
+        length: u64,
+        body: impl Stream<Item = Result<Bytes, UpstreamError>> + Send + 'static,
+    ) -> Self {
+        Self {
+            meta,
+            first,
+            length,
+            body: body.boxed(),
+            received: 0,
+        }
+    }
+
+    /// The next part of the body; `None` once exactly `length` bytes have arrived. A body
+    /// that breaks off, ends early or runs long is an error.
+    pub async fn next_chunk(&mut self) -> Option<Result<Bytes, UpstreamError>> {
+        let Some(chunk) = self.body.next().await else {
+            return (self.received != self.length).then(|| {
+                Err(UpstreamError::Unreachable {
+                    message: format!(
+                        "response body ended after {} of {} bytes",
+                        self.received, self.length
+                    ),
+                })
+            });
+        };
+        let chunk = match chunk {
+            Ok(chunk) => chunk,
+            Err(error) => return Some(Err(error)),
+        };
+        self.received += chunk.len() as u64;
+        if self.received > self.length {
+            return Some(Err(UpstreamError::invalid_response(
+                "response body longer than its Content-Length",
+            )));
+        }
+        Some(Ok(chunk))
+    }
+}
+
+/// One object of a listing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Listed {
+    pub key: String,
+    pub size: u64,
+    pub etag: String,
+}
+
+#[derive(Debug, Clone)]
+pub enum HeadOutcome {
+    Found(Box<ObjectMeta>),
+    /// The ETag given as `If-None-Match` still matches.
+    NotModified,
+}
