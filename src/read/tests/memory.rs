@@ -1,0 +1,176 @@
+//! A block source held in memory: objects put by the test, answered like an S3 server
+//! (ranges, `If-Match`, `If-None-Match`), with a log of every request, a switch that
+//! makes it unreachable, and stalls for chosen requests.
+
+use std::collections::HashMap;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use parking_lot::Mutex;
+
+use super::{LATENCY, STALL};
+use crate::object::{Checksums, Missing, ObjectMeta};
+use crate::read::BlockSource;
+use crate::types::{ByteRange, ObjectRef, RangeRequest};
+use crate::upstream::{HeadOutcome, RangeRead, ResponseHead, StreamedRead, UpstreamError};
+
+/// One request the source answered (or failed).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Call {
+    Head { key: String, conditional: bool },
+    Get { key: String, range: String },
+    Stream { key: String },
+}
+
+/// Objects held in memory, answering like an S3 server, with a log of what it was asked.
+#[derive(Default)]
+pub(super) struct MemorySource {
+    objects: Mutex<HashMap<String, (ObjectMeta, Bytes)>>,
+    calls: Mutex<Vec<Call>>,
+    /// Every request fails as if the server were unreachable.
+    down: Mutex<bool>,
+    /// `(key, range)` GETs whose next answer stalls before its head.
+    stalls: Mutex<Vec<(String, String)>>,
+}
+
+impl MemorySource {
+    /// Stores `body` under `key` with an ETag derived from `version`.
+    pub(super) fn put(&self, key: &str, body: Vec<u8>, version: u32) {
+        let meta = ObjectMeta {
+            size: body.len() as u64,
+            etag: format!("\"v{version}\""),
+            last_modified_unix_secs: Some(1_700_000_000 + i64::from(version)),
+            ..ObjectMeta::default()
+        };
+        self.objects
+            .lock()
+            .insert(key.to_owned(), (meta, Bytes::from(body)));
+    }
+
+    /// Makes `key` an object its server sends no ETag for.
+    pub(super) fn strip_etag(&self, key: &str) {
+        if let Some((meta, _)) = self.objects.lock().get_mut(key) {
+            meta.etag.clear();
+        }
+    }
+
+    pub(super) fn calls(&self) -> Vec<Call> {
+        self.calls.lock().clone()
+    }
+
+    pub(super) fn gets_of(&self, key: &str, range: &str) -> usize {
+        let wanted = Call::Get {
+            key: key.to_owned(),
+            range: range.to_owned(),
+        };
+        self.calls().iter().filter(|call| **call == wanted).count()
+    }
+
+    pub(super) fn set_down(&self, down: bool) {
+        *self.down.lock() = down;
+    }
+
+    pub(super) fn stall_next(&self, key: &str, range: &str) {
+        self.stalls.lock().push((key.to_owned(), range.to_owned()));
+    }
+
+    /// Logs `call`, waits as the server would, and fails when the server is down.
+    async fn answer(&self, call: Call) -> Result<(), UpstreamError> {
+        let stalled = match &call {
+            Call::Get { key, range } => {
+                let mut stalls = self.stalls.lock();
+                let found = stalls.iter().position(|s| s.0 == *key && s.1 == *range);
+                found.map(|at| stalls.remove(at)).is_some()
+            }
+            _ => false,
+        };
+        self.calls.lock().push(call);
+        tokio::time::sleep(if stalled { STALL } else { LATENCY }).await;
+        if *self.down.lock() {
+            return Err(UpstreamError::Unreachable {
+                message: "connection refused".to_owned(),
+            });
+        }
+        Ok(())
+    }
+
+    fn object(&self, key: &str) -> Result<(ObjectMeta, Bytes), UpstreamError> {
+        self.objects
+            .lock()
+            .get(key)
+            .cloned()
+            .ok_or(UpstreamError::NotFound {
+                missing: Missing::NoSuchKey,
+                request_id: None,
+            })
+    }
+}
+
+#[async_trait]
+impl BlockSource for MemorySource {
+    async fn head(
+        &self,
+        object: &ObjectRef,
+        if_none_match: Option<&str>,
+    ) -> Result<HeadOutcome, UpstreamError> {
+        let key = object.key().to_owned();
+        let conditional = if_none_match.is_some();
+        self.answer(Call::Head { key, conditional }).await?;
+        let (mut meta, _) = self.object(object.key())?;
+        if if_none_match == Some(meta.etag.as_str()) {
+            return Ok(HeadOutcome::NotModified);
+        }
+        meta.checksums = Some(Checksums::default());
+        Ok(HeadOutcome::Found(Box::new(meta)))
+    }
+
+    async fn get(
+        &self,
+        object: &ObjectRef,
+        range: RangeRequest,
+        if_match: Option<&str>,
+        max_bytes: u64,
+        head: &ResponseHead,
+    ) -> Result<RangeRead, UpstreamError> {
+        let key = object.key().to_owned();
+        let header = range.header_value();
+        self.answer(Call::Get { key, range: header }).await?;
+        head.arrived();
+        let (meta, body) = self.object(object.key())?;
+        if if_match.is_some_and(|etag| etag != meta.etag) {
+            return Err(UpstreamError::PreconditionFailed { request_id: None });
+        }
+        let size = meta.size;
+        let (first, last) = match range {
+            RangeRequest::From { first, last } => (first, last.unwrap_or(u64::MAX)),
+            RangeRequest::Suffix { length } => (size.saturating_sub(length), u64::MAX),
+        };
+        if first >= size {
+            return Err(UpstreamError::InvalidRange { request_id: None });
+        }
+        let last = last.min(size - 1);
+        if last - first + 1 > max_bytes {
+            return Err(UpstreamError::invalid_response("more bytes than asked for"));
+        }
+        let body = body.slice(first as usize..=last as usize);
+        Ok(RangeRead { meta, first, body })
+    }
+
+    async fn stream(
+        &self,
+        object: &ObjectRef,
+        range: ByteRange,
+    ) -> Result<StreamedRead, UpstreamError> {
+        let key = object.key().to_owned();
+        self.answer(Call::Stream { key }).await?;
+        let (meta, body) = self.object(object.key())?;
+        let bytes = body.slice(range.first() as usize..=range.last() as usize);
+        let chunks = futures::stream::iter([Ok(bytes)]);
+        Ok(StreamedRead::new(
+            meta,
+            range.first(),
+            range.len_bytes(),
+            chunks,
+        ))
+    }
+}
