@@ -1,5 +1,5 @@
-//! The one table from read-path and upstream errors to S3 error codes, HTTP statuses and
-//! messages, for cached reads and forwarded requests alike.
+//! The one table from authentication, read-path and upstream errors to S3 error codes,
+//! HTTP statuses and messages, for cached reads and forwarded requests alike.
 //!
 //! Errors the upstream sent pass through with their code, status and message; the
 //! upstream's request id is added as `x-portico-upstream-request-id` and logged.
@@ -7,6 +7,7 @@
 use http::{HeaderMap, HeaderValue, Response, StatusCode};
 use s3s::{S3Error, S3ErrorCode};
 
+use crate::auth::AuthError;
 use crate::object::Missing;
 use crate::read::{ErrorSource, ReadError};
 use crate::types::ObjectRefError;
@@ -169,6 +170,103 @@ fn upstream_error(error: &UpstreamError) -> (S3ErrorCode, StatusCode, String) {
             "We encountered an internal error. Please try again.".to_owned(),
         ),
     }
+}
+
+/// The S3 error a client receives when authentication or authorization fails.
+pub fn auth_error(error: &AuthError) -> S3Error {
+    use std::borrow::Cow;
+    let fixed = |code, status, message: &'static str| (code, status, Cow::Borrowed(message));
+    let (code, status, message) = match error {
+        AuthError::Anonymous | AuthError::Denied(_) => fixed(
+            S3ErrorCode::AccessDenied,
+            StatusCode::FORBIDDEN,
+            "Access Denied",
+        ),
+        AuthError::UnsupportedAlgorithm(_) => fixed(
+            S3ErrorCode::InvalidRequest,
+            StatusCode::BAD_REQUEST,
+            "The authorization mechanism you have provided is not supported. Please use AWS4-HMAC-SHA256.",
+        ),
+        AuthError::MalformedHeader(_) | AuthError::MalformedCredential(_) => fixed(
+            S3ErrorCode::AuthorizationHeaderMalformed,
+            StatusCode::BAD_REQUEST,
+            "The authorization header is malformed.",
+        ),
+        AuthError::MalformedQuery(_) => fixed(
+            S3ErrorCode::AuthorizationQueryParametersError,
+            StatusCode::BAD_REQUEST,
+            "The presigned URL's X-Amz-* parameters are malformed.",
+        ),
+        AuthError::MissingDate => fixed(
+            S3ErrorCode::AccessDenied,
+            StatusCode::FORBIDDEN,
+            "AWS authentication requires a valid Date or x-amz-date header",
+        ),
+        AuthError::UnknownKey(_) => fixed(
+            S3ErrorCode::InvalidAccessKeyId,
+            StatusCode::FORBIDDEN,
+            "The AWS Access Key Id you provided does not exist in our records.",
+        ),
+        AuthError::SignatureMismatch => fixed(
+            S3ErrorCode::SignatureDoesNotMatch,
+            StatusCode::FORBIDDEN,
+            "The request signature we calculated does not match the signature you provided. Check your key and signing method.",
+        ),
+        AuthError::Skewed => fixed(
+            S3ErrorCode::RequestTimeTooSkewed,
+            StatusCode::FORBIDDEN,
+            "The difference between the request time and the current time is too large.",
+        ),
+        AuthError::Expired => fixed(
+            S3ErrorCode::AccessDenied,
+            StatusCode::FORBIDDEN,
+            "Request has expired",
+        ),
+        AuthError::MissingContentSha256 => fixed(
+            S3ErrorCode::InvalidRequest,
+            StatusCode::BAD_REQUEST,
+            "Missing required header for this request: x-amz-content-sha256",
+        ),
+        AuthError::InvalidContentSha256 => fixed(
+            S3ErrorCode::InvalidArgument,
+            StatusCode::BAD_REQUEST,
+            "x-amz-content-sha256 must be UNSIGNED-PAYLOAD, STREAMING-UNSIGNED-PAYLOAD-TRAILER, STREAMING-AWS4-HMAC-SHA256-PAYLOAD, STREAMING-AWS4-HMAC-SHA256-PAYLOAD-TRAILER or a SHA-256 in hex.",
+        ),
+        AuthError::HeadersNotSigned(names) => (
+            S3ErrorCode::AccessDenied,
+            StatusCode::FORBIDDEN,
+            Cow::Owned(format!(
+                "There were headers present in the request which were not signed: {names}"
+            )),
+        ),
+        AuthError::WrongRegion {
+            given,
+            expected,
+            presigned,
+        } => {
+            let (code, what) = if *presigned {
+                (
+                    S3ErrorCode::AuthorizationQueryParametersError,
+                    "Error parsing the X-Amz-Credential parameter",
+                )
+            } else {
+                (
+                    S3ErrorCode::AuthorizationHeaderMalformed,
+                    "The authorization header is malformed",
+                )
+            };
+            (
+                code,
+                StatusCode::BAD_REQUEST,
+                Cow::Owned(format!(
+                    "{what}; the region '{given}' is wrong; expecting '{expected}'"
+                )),
+            )
+        }
+    };
+    let mut error = S3Error::with_message(code, message);
+    error.set_status_code(status);
+    error
 }
 
 #[cfg(test)]

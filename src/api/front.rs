@@ -18,7 +18,7 @@ use tracing::field::Empty;
 
 use super::conditions::Preconditions;
 use super::context::{MeteredBody, Record, RequestContext, RequestIds};
-use super::error::error_response;
+use super::error::{auth_error, error_response};
 use super::host::VirtualHosts;
 use super::limits::{RequestLimits, RequestRate, check_key};
 use super::listener::Requests;
@@ -131,7 +131,7 @@ impl Front {
                     tracing::debug!(request_id = context.id(), %error, "authentication failed");
                 }
                 context.set_operation("Unauthenticated");
-                refuse(error.to_s3(), context)
+                refuse(auth_error(&error), context)
             }
         }
     }
@@ -203,7 +203,7 @@ impl Front {
             } else {
                 tracing::debug!(request_id = context.id(), access_key_id = %verified.credential.access_key_id, %error, "request refused");
             }
-            return refuse(error.to_s3(), context);
+            return refuse(auth_error(&error), context);
         }
         match route {
             Route::Cached => {

@@ -12,8 +12,7 @@ pub mod sigv4;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use http::{HeaderMap, Method, StatusCode};
-use s3s::{S3Error, S3ErrorCode};
+use http::{HeaderMap, Method};
 
 pub use credentials::{Access, Credential, CredentialStore, CredentialsError, Scope};
 use sigv4::{CanonicalInput, ChunkSigner, SignatureParts};
@@ -57,105 +56,6 @@ pub enum AuthError {
         expected: String,
         presigned: bool,
     },
-}
-
-impl AuthError {
-    /// The S3 error a client receives.
-    pub fn to_s3(&self) -> S3Error {
-        use std::borrow::Cow;
-        let fixed = |code, status, message: &'static str| (code, status, Cow::Borrowed(message));
-        let (code, status, message) = match self {
-            Self::Anonymous | Self::Denied(_) => fixed(
-                S3ErrorCode::AccessDenied,
-                StatusCode::FORBIDDEN,
-                "Access Denied",
-            ),
-            Self::UnsupportedAlgorithm(_) => fixed(
-                S3ErrorCode::InvalidRequest,
-                StatusCode::BAD_REQUEST,
-                "The authorization mechanism you have provided is not supported. Please use AWS4-HMAC-SHA256.",
-            ),
-            Self::MalformedHeader(_) | Self::MalformedCredential(_) => fixed(
-                S3ErrorCode::AuthorizationHeaderMalformed,
-                StatusCode::BAD_REQUEST,
-                "The authorization header is malformed.",
-            ),
-            Self::MalformedQuery(_) => fixed(
-                S3ErrorCode::AuthorizationQueryParametersError,
-                StatusCode::BAD_REQUEST,
-                "The presigned URL's X-Amz-* parameters are malformed.",
-            ),
-            Self::MissingDate => fixed(
-                S3ErrorCode::AccessDenied,
-                StatusCode::FORBIDDEN,
-                "AWS authentication requires a valid Date or x-amz-date header",
-            ),
-            Self::UnknownKey(_) => fixed(
-                S3ErrorCode::InvalidAccessKeyId,
-                StatusCode::FORBIDDEN,
-                "The AWS Access Key Id you provided does not exist in our records.",
-            ),
-            Self::SignatureMismatch => fixed(
-                S3ErrorCode::SignatureDoesNotMatch,
-                StatusCode::FORBIDDEN,
-                "The request signature we calculated does not match the signature you provided. Check your key and signing method.",
-            ),
-            Self::Skewed => fixed(
-                S3ErrorCode::RequestTimeTooSkewed,
-                StatusCode::FORBIDDEN,
-                "The difference between the request time and the current time is too large.",
-            ),
-            Self::Expired => fixed(
-                S3ErrorCode::AccessDenied,
-                StatusCode::FORBIDDEN,
-                "Request has expired",
-            ),
-            Self::MissingContentSha256 => fixed(
-                S3ErrorCode::InvalidRequest,
-                StatusCode::BAD_REQUEST,
-                "Missing required header for this request: x-amz-content-sha256",
-            ),
-            Self::InvalidContentSha256 => fixed(
-                S3ErrorCode::InvalidArgument,
-                StatusCode::BAD_REQUEST,
-                "x-amz-content-sha256 must be UNSIGNED-PAYLOAD, STREAMING-UNSIGNED-PAYLOAD-TRAILER, STREAMING-AWS4-HMAC-SHA256-PAYLOAD, STREAMING-AWS4-HMAC-SHA256-PAYLOAD-TRAILER or a SHA-256 in hex.",
-            ),
-            Self::HeadersNotSigned(names) => (
-                S3ErrorCode::AccessDenied,
-                StatusCode::FORBIDDEN,
-                Cow::Owned(format!(
-                    "There were headers present in the request which were not signed: {names}"
-                )),
-            ),
-            Self::WrongRegion {
-                given,
-                expected,
-                presigned,
-            } => {
-                let (code, what) = if *presigned {
-                    (
-                        S3ErrorCode::AuthorizationQueryParametersError,
-                        "Error parsing the X-Amz-Credential parameter",
-                    )
-                } else {
-                    (
-                        S3ErrorCode::AuthorizationHeaderMalformed,
-                        "The authorization header is malformed",
-                    )
-                };
-                (
-                    code,
-                    StatusCode::BAD_REQUEST,
-                    Cow::Owned(format!(
-                        "{what}; the region '{given}' is wrong; expecting '{expected}'"
-                    )),
-                )
-            }
-        };
-        let mut error = S3Error::with_message(code, message);
-        error.set_status_code(status);
-        error
-    }
 }
 
 /// How the request body is checked as it streams.
