@@ -28,7 +28,7 @@ use subtle::ConstantTimeEq;
 use tokio::net::TcpListener;
 
 use crate::cache::BlockCache;
-use crate::telemetry::Metrics;
+use crate::telemetry::{BlockLookup, Metrics};
 use crate::types::RangeRequest;
 use crate::upstream::{CredentialProblem, Upstream};
 use crate::warm::{JobState, JobStatus, Maintenance, MaintenanceError, Selector};
@@ -351,9 +351,13 @@ async fn job(
 async fn cache_report(State(state): State<Arc<AdminState>>) -> Response {
     let usage = state.cache.usage();
     let metrics = &state.metrics;
-    let [memory_hits, disk_hits, misses, coalesced] =
-        ["memory_hit", "disk_hit", "miss", "coalesced"]
-            .map(|result| metrics.block_lookups_of(result));
+    let [memory_hits, disk_hits, misses, coalesced] = [
+        BlockLookup::MemoryHit,
+        BlockLookup::DiskHit,
+        BlockLookup::Miss,
+        BlockLookup::Coalesced,
+    ]
+    .map(|result| metrics.block_lookups_of(result));
     let lookups = memory_hits + disk_hits + misses + coalesced;
     let ratio = |count: u64| {
         if lookups == 0 {

@@ -20,7 +20,7 @@ use bytes::Bytes;
 use prometheus_client::metrics::gauge::Gauge;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use crate::telemetry::Metrics;
+use crate::telemetry::{BudgetWait, Metrics};
 
 /// The budget is counted in KiB: one charge may then cover up to 4 TiB (`u32` units).
 const UNIT_BYTES: u64 = 1024;
@@ -59,7 +59,7 @@ impl MemoryBudget {
         if let Some(charge) = self.try_reserve(bytes) {
             return charge;
         }
-        self.metrics.count_budget_wait("waited");
+        self.metrics.count_budget_wait(BudgetWait::Waited);
         self.acquire(bytes).await
     }
 
@@ -70,11 +70,11 @@ impl MemoryBudget {
         }
         match tokio::time::timeout(self.wait, self.acquire(bytes)).await {
             Ok(charge) => {
-                self.metrics.count_budget_wait("waited");
+                self.metrics.count_budget_wait(BudgetWait::Waited);
                 Ok(charge)
             }
             Err(_) => {
-                self.metrics.count_budget_wait("refused");
+                self.metrics.count_budget_wait(BudgetWait::Refused);
                 Err(Exhausted)
             }
         }
@@ -247,7 +247,7 @@ mod tests {
             let budget = budget.clone();
             async move { budget.reserve(3 * 1024).await }
         });
-        while budget.metrics.budget_waits_of("waited") == 0 {
+        while budget.metrics.budget_waits_of(BudgetWait::Waited) == 0 {
             tokio::task::yield_now().await;
         }
         drop(first);

@@ -55,7 +55,7 @@ pub use key::{BlockKey, CacheKey, CacheValue};
 pub use meta::{MetaClock, MetaRecord, MetaState};
 
 use crate::config::CacheConfig;
-use crate::telemetry::Metrics;
+use crate::telemetry::{BlockLookup, Metrics, ServedFrom};
 use crate::types::ObjectRef;
 
 /// Where a block came from, for metrics and the access path.
@@ -70,6 +70,26 @@ pub enum Tier {
 }
 
 impl Tier {
+    /// How a lookup that found its block here is counted.
+    pub fn lookup(self) -> BlockLookup {
+        match self {
+            Self::Memory => BlockLookup::MemoryHit,
+            Self::Disk => BlockLookup::DiskHit,
+            Self::Upstream => BlockLookup::Miss,
+            Self::Coalesced => BlockLookup::Coalesced,
+        }
+    }
+
+    /// How bytes from here are counted when they are served.
+    pub fn served_from(self) -> ServedFrom {
+        match self {
+            Self::Memory => ServedFrom::Memory,
+            Self::Disk => ServedFrom::Disk,
+            Self::Upstream => ServedFrom::Upstream,
+            Self::Coalesced => ServedFrom::Coalesced,
+        }
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Memory => "memory",

@@ -80,12 +80,7 @@ impl ReadPath {
     fn counted(&self, span: &tracing::Span, tier: Tier) {
         span.record("cache.tier", tier.as_str());
         span.record("cache.hit", matches!(tier, Tier::Memory | Tier::Disk));
-        self.inner.metrics.count_block(match tier {
-            Tier::Memory => "memory_hit",
-            Tier::Disk => "disk_hit",
-            Tier::Upstream => "miss",
-            Tier::Coalesced => "coalesced",
-        });
+        self.inner.metrics.count_block(tier.lookup());
     }
 
     /// Bytes `within` block `index` of `target` through the cache (the block is fetched

@@ -15,6 +15,7 @@ use super::{BodyStream, CacheStatus, ObjectRead, ReadError, ReadPath, Tally, Tar
 use crate::budget::Charge;
 use crate::cache::{Part, Tier};
 use crate::object::ObjectMeta;
+use crate::telemetry::ServedFrom;
 use crate::types::{ByteRange, ObjectRef, RangeRequest, Selection};
 
 impl ReadPath {
@@ -206,10 +207,10 @@ impl ReadPath {
         if part.tier == Tier::Disk {
             // A disk hit may include pieces memory held: the disk served the rest.
             let memory = (part.memory_bytes as u64).min(total);
-            metrics.count_served(Tier::Disk.as_str(), total - memory);
-            metrics.count_served(Tier::Memory.as_str(), memory);
+            metrics.count_served(ServedFrom::Disk, total - memory);
+            metrics.count_served(ServedFrom::Memory, memory);
         } else {
-            metrics.count_served(part.tier.as_str(), total);
+            metrics.count_served(part.tier.served_from(), total);
         }
         for slice in part.slices {
             if sender.send(Ok(slice)).await.is_err() {

@@ -24,7 +24,7 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use tokio::time::Instant;
 
-use crate::telemetry::Metrics;
+use crate::telemetry::{HedgeOutcome, Metrics};
 use crate::upstream::ResponseHead;
 
 /// Latencies the hedge quantile is computed over.
@@ -124,10 +124,10 @@ impl Hedger {
             return self.timed(started, &head, first.await);
         }
         if !self.spend() {
-            self.metrics.count_hedge("over_budget");
+            self.metrics.count_hedge(HedgeOutcome::OverBudget);
             return self.timed(started, &head, first.await);
         }
-        self.metrics.count_hedge("sent");
+        self.metrics.count_hedge(HedgeOutcome::Sent);
         let hedge_started = Instant::now();
         let hedge_head = ResponseHead::default();
         let second = request(hedge_head.clone());
@@ -164,7 +164,7 @@ impl Hedger {
         result: Result<T, E>,
     ) -> Result<T, E> {
         if result.is_ok() {
-            self.metrics.count_hedge("won");
+            self.metrics.count_hedge(HedgeOutcome::Won);
         }
         self.timed(started, head, result)
     }

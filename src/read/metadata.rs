@@ -12,7 +12,7 @@ use super::{MetaSource, ReadError, ReadPath, Target};
 use crate::cache::Tier;
 use crate::cache::{MetaRecord, MetaState};
 use crate::object::ObjectMeta;
-use crate::telemetry::TRACE_TARGET;
+use crate::telemetry::{MetadataLookup, TRACE_TARGET};
 use crate::types::BlockIndex;
 use crate::types::{ByteRange, ObjectRef, RangeRequest};
 use crate::upstream::{HeadOutcome, ResponseHead, UpstreamError};
@@ -177,7 +177,7 @@ impl ReadPath {
                 if inner.clock.is_fresh(record, inner.settings.metadata_ttl)
                     && (!checksums || meta.checksums.is_some()) =>
             {
-                inner.metrics.count_metadata("fresh");
+                inner.metrics.count_metadata(MetadataLookup::Fresh);
                 Some(Ok(meta.clone()))
             }
             MetaState::Missing(missing)
@@ -185,7 +185,7 @@ impl ReadPath {
                     .clock
                     .is_fresh_negative(record, inner.settings.negative_ttl) =>
             {
-                inner.metrics.count_metadata("negative");
+                inner.metrics.count_metadata(MetadataLookup::Negative);
                 Some(Err(ReadError::NotFound(*missing, None)))
             }
             _ => None,
@@ -272,7 +272,7 @@ impl ReadPath {
                 missing,
                 request_id,
             }) => {
-                self.inner.metrics.count_metadata("missing");
+                self.inner.metrics.count_metadata(MetadataLookup::Missing);
                 if !self.inner.settings.negative_ttl.is_zero() {
                     self.store_meta(object, generation, MetaState::Missing(missing));
                 } else {
@@ -304,16 +304,20 @@ impl ReadPath {
         let etag = (!known.etag.is_empty()).then_some(known.etag.as_str());
         match self.inner.source.head(object, etag).await? {
             HeadOutcome::NotModified => {
-                self.inner.metrics.count_metadata("revalidated");
+                self.inner
+                    .metrics
+                    .count_metadata(MetadataLookup::Revalidated);
                 Ok((known.clone(), true))
             }
             HeadOutcome::Found(meta) if meta.same_object(known) => {
-                self.inner.metrics.count_metadata("revalidated");
+                self.inner
+                    .metrics
+                    .count_metadata(MetadataLookup::Revalidated);
                 // The HEAD also reported the checksums.
                 Ok((Arc::new(*meta), true))
             }
             HeadOutcome::Found(meta) => {
-                self.inner.metrics.count_metadata("changed");
+                self.inner.metrics.count_metadata(MetadataLookup::Changed);
                 Ok((Arc::new(*meta), false))
             }
         }
@@ -322,7 +326,7 @@ impl ReadPath {
     async fn head_fresh(&self, object: &ObjectRef) -> Result<Arc<ObjectMeta>, UpstreamError> {
         match self.inner.source.head(object, None).await? {
             HeadOutcome::Found(meta) => {
-                self.inner.metrics.count_metadata("fetched");
+                self.inner.metrics.count_metadata(MetadataLookup::Fetched);
                 Ok(Arc::new(*meta))
             }
             HeadOutcome::NotModified => Err(UpstreamError::invalid_response(
@@ -361,7 +365,7 @@ impl ReadPath {
             }
             Err(error) => return Err(error),
         };
-        self.inner.metrics.count_metadata("fetched");
+        self.inner.metrics.count_metadata(MetadataLookup::Fetched);
         let target = Target::new(object, Arc::new(read.meta), block_size);
         // Without an ETag nothing names the version these bytes belong to.
         if target.meta.etag.is_empty() {

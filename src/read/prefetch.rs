@@ -18,6 +18,7 @@ use parking_lot::Mutex;
 use tokio::time::Instant;
 
 use super::{ReadPath, Target};
+use crate::telemetry::PrefetchOutcome;
 use crate::types::{BlockIndex, BlockLayout, ByteRange, ObjectRef};
 
 /// How far a read may start before or after where the previous one ended and still
@@ -184,18 +185,18 @@ impl ReadPath {
         let budget = slots.available_permits() as u64;
         let observation = detector.observe(key, target.layout, bytes, budget);
         let metrics = &self.inner.metrics;
-        metrics.count_prefetch("used", observation.used);
-        metrics.count_prefetch("wasted", observation.wasted);
+        metrics.count_prefetch(PrefetchOutcome::Used, observation.used);
+        metrics.count_prefetch(PrefetchOutcome::Wasted, observation.wasted);
         for index in observation.prefetch {
             let room = self
                 .inner
                 .budget
                 .try_reserve(target.layout.block_len(index));
             let (Ok(slot), Some(charge)) = (slots.clone().try_acquire_owned(), room) else {
-                metrics.count_prefetch("skipped", 1);
+                metrics.count_prefetch(PrefetchOutcome::Skipped, 1);
                 continue;
             };
-            metrics.count_prefetch("issued", 1);
+            metrics.count_prefetch(PrefetchOutcome::Issued, 1);
             let this = self.clone();
             let target = target.clone();
             tokio::spawn(async move {

@@ -18,6 +18,7 @@ use super::{BodyStream, ReadError, ReadPath, Tally};
 use crate::budget::Charge;
 use crate::cache::Tier;
 use crate::object::ObjectMeta;
+use crate::telemetry::ServedFrom;
 use crate::types::{ByteRange, ObjectRef};
 use crate::upstream::UpstreamError;
 
@@ -64,7 +65,7 @@ impl ReadPath {
             while let Some(chunk) = read.next_chunk().await {
                 match chunk {
                     Ok(chunk) => {
-                        metrics.count_served(Tier::Upstream.as_str(), chunk.len() as u64);
+                        metrics.count_served(ServedFrom::Upstream, chunk.len() as u64);
                         if sender.send(Ok(chunk)).await.is_err() {
                             return;
                         }

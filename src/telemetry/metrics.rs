@@ -10,6 +10,10 @@ use parking_lot::Mutex;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::{Family, MetricConstructor};
+
+use super::labels::{
+    BlockLookup, BudgetWait, HedgeOutcome, MetadataLookup, PrefetchOutcome, ServedFrom,
+};
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
@@ -346,34 +350,39 @@ impl Metrics {
         text
     }
 
-    pub fn count_block(&self, result: &'static str) {
+    pub fn count_block(&self, result: BlockLookup) {
+        let result = result.as_str();
         self.block_lookups
             .get_or_create(&ResultLabel { result })
             .inc();
     }
 
-    /// Block lookups so far with `result` (memory_hit, disk_hit, miss, coalesced).
-    pub fn block_lookups_of(&self, result: &'static str) -> u64 {
+    /// Block lookups so far with `result`.
+    pub fn block_lookups_of(&self, result: BlockLookup) -> u64 {
+        let result = result.as_str();
         self.block_lookups
             .get_or_create(&ResultLabel { result })
             .get()
     }
 
-    pub fn count_prefetch(&self, outcome: &'static str, blocks: u64) {
+    pub fn count_prefetch(&self, outcome: PrefetchOutcome, blocks: u64) {
         if blocks > 0 {
+            let result = outcome.as_str();
             self.prefetch_blocks
-                .get_or_create(&ResultLabel { result: outcome })
+                .get_or_create(&ResultLabel { result })
                 .inc_by(blocks);
         }
     }
 
-    pub fn count_metadata(&self, result: &'static str) {
+    pub fn count_metadata(&self, result: MetadataLookup) {
+        let result = result.as_str();
         self.metadata_lookups
             .get_or_create(&ResultLabel { result })
             .inc();
     }
 
-    pub fn count_served(&self, source: &'static str, bytes: u64) {
+    pub fn count_served(&self, source: ServedFrom, bytes: u64) {
+        let source = source.as_str();
         self.served_bytes
             .get_or_create(&SourceLabel { source })
             .inc_by(bytes);
@@ -412,16 +421,18 @@ impl Metrics {
             .inc();
     }
 
-    pub fn count_budget_wait(&self, outcome: &'static str) {
+    pub fn count_budget_wait(&self, outcome: BudgetWait) {
+        let result = outcome.as_str();
         self.budget_waits
-            .get_or_create(&ResultLabel { result: outcome })
+            .get_or_create(&ResultLabel { result })
             .inc();
     }
 
-    /// Budget requests so far with `outcome` (waited, refused).
-    pub fn budget_waits_of(&self, outcome: &'static str) -> u64 {
+    /// Budget requests so far with `outcome`.
+    pub fn budget_waits_of(&self, outcome: BudgetWait) -> u64 {
+        let result = outcome.as_str();
         self.budget_waits
-            .get_or_create(&ResultLabel { result: outcome })
+            .get_or_create(&ResultLabel { result })
             .get()
     }
 
@@ -429,7 +440,8 @@ impl Metrics {
         self.uncached_reads.inc();
     }
 
-    pub fn count_hedge(&self, result: &'static str) {
+    pub fn count_hedge(&self, result: HedgeOutcome) {
+        let result = result.as_str();
         self.upstream_hedges
             .get_or_create(&ResultLabel { result })
             .inc();

@@ -6,9 +6,13 @@
 //! turns off, so without an OTLP endpoint no layer is interested in them and creating one
 //! costs a cached callsite check — tracing is free when it is not configured.
 
+mod labels;
 mod metrics;
 mod otlp;
 
+pub use labels::{
+    BlockLookup, BudgetWait, HedgeOutcome, MetadataLookup, PrefetchOutcome, ServedFrom,
+};
 pub use metrics::Metrics;
 
 /// Lets a repeated log line through at most once per interval (the first at once), so a

@@ -4,8 +4,8 @@ use super::*;
 fn rendered_metrics_carry_portico_names_and_labels() {
     let metrics = Metrics::new();
     metrics.record_request("GetObject", 206, 0.01);
-    metrics.count_block("memory_hit");
-    metrics.count_served("disk", 4096);
+    metrics.count_block(BlockLookup::MemoryHit);
+    metrics.count_served(ServedFrom::Disk, 4096);
     metrics.record_upstream("GetObject", 200, 0.02);
     metrics.upstream_received_bytes.inc_by(10);
     let text = metrics.render();

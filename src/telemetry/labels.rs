@@ -1,0 +1,133 @@
+//! The values a metric's label may take, as types: a call site cannot count a result the
+//! metric does not document, and each value is spelt once.
+
+/// An enum of label values, each with the one string it is exported as.
+macro_rules! label_values {
+    ($(#[$doc:meta])* $name:ident { $($variant:ident => $value:literal),+ $(,)? }) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+        pub enum $name {
+            $($variant),+
+        }
+
+        impl $name {
+            pub const ALL: &[Self] = &[$(Self::$variant),+];
+
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $(Self::$variant => $value),+
+                }
+            }
+        }
+    };
+}
+
+label_values!(
+    /// How a block lookup was answered (`portico_cache_block_lookups_total{result}`).
+    BlockLookup {
+        MemoryHit => "memory_hit",
+        DiskHit => "disk_hit",
+        Miss => "miss",
+        Coalesced => "coalesced",
+    }
+);
+
+label_values!(
+    /// Where object bytes sent to clients came from (`portico_served_bytes_total{source}`).
+    ServedFrom {
+        Memory => "memory",
+        Disk => "disk",
+        Upstream => "upstream",
+        Coalesced => "coalesced",
+    }
+);
+
+label_values!(
+    /// How object metadata was found (`portico_metadata_lookups_total{result}`).
+    MetadataLookup {
+        Fresh => "fresh",
+        Negative => "negative",
+        Revalidated => "revalidated",
+        Changed => "changed",
+        Fetched => "fetched",
+        Missing => "missing",
+    }
+);
+
+label_values!(
+    /// What happened to prefetched blocks (`portico_prefetch_blocks_total{result}`).
+    PrefetchOutcome {
+        Issued => "issued",
+        Skipped => "skipped",
+        Used => "used",
+        Wasted => "wasted",
+    }
+);
+
+label_values!(
+    /// Hedged block fetches (`portico_upstream_hedges_total{result}`).
+    HedgeOutcome {
+        Sent => "sent",
+        Won => "won",
+        OverBudget => "over_budget",
+    }
+);
+
+label_values!(
+    /// Requests for memory budget that could not be granted at once
+    /// (`portico_memory_budget_waits_total{result}`).
+    BudgetWait {
+        Waited => "waited",
+        Refused => "refused",
+    }
+);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The operator's metric table names every value a label can take.
+    #[test]
+    fn every_label_value_is_documented_with_its_metric() {
+        let table = include_str!("../../docs/operations.md");
+        let row = |metric: &str| {
+            table
+                .lines()
+                .find(|line| line.starts_with(&format!("| `{metric}`")))
+                .unwrap_or_else(|| panic!("{metric} has no row in docs/operations.md"))
+        };
+        let documented = |metric: &str, values: Vec<&str>| {
+            let row = row(metric);
+            for value in values {
+                assert!(
+                    row.contains(&format!("`{value}`")),
+                    "{metric}: `{value}` is not documented"
+                );
+            }
+        };
+        documented(
+            "portico_cache_block_lookups_total",
+            BlockLookup::ALL.iter().map(|v| v.as_str()).collect(),
+        );
+        documented(
+            "portico_served_bytes_total",
+            ServedFrom::ALL.iter().map(|v| v.as_str()).collect(),
+        );
+        documented(
+            "portico_cache_metadata_lookups_total",
+            MetadataLookup::ALL.iter().map(|v| v.as_str()).collect(),
+        );
+        documented(
+            "portico_prefetch_blocks_total",
+            PrefetchOutcome::ALL.iter().map(|v| v.as_str()).collect(),
+        );
+        documented(
+            "portico_upstream_hedges_total",
+            HedgeOutcome::ALL.iter().map(|v| v.as_str()).collect(),
+        );
+        documented(
+            "portico_memory_budget_waits_total",
+            BudgetWait::ALL.iter().map(|v| v.as_str()).collect(),
+        );
+    }
+}
