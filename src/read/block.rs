@@ -7,7 +7,7 @@ use bytes::Bytes;
 use tracing::Instrument;
 use tracing::field::Empty;
 
-use super::metadata::Probed;
+use super::metadata::Discovered;
 use super::{BlockSource, ReadError, ReadPath, Target};
 use crate::budget::Charge;
 use crate::cache::{LookupError, Part, Tier};
@@ -19,23 +19,25 @@ use crate::upstream::{ResponseHead, UpstreamError};
 impl ReadPath {
     /// The part of block `index` of `target` inside `bytes`: from a block the metadata
     /// discovery read, else [`Self::block`].
-    pub(super) async fn block_or_probed(
+    pub(super) async fn block_or_discovered(
         &self,
         target: &Target,
         index: BlockIndex,
         bytes: ByteRange,
         charge: Charge,
-        probed: &Probed,
+        discovered: &Discovered,
     ) -> Result<Part, ReadError> {
         let within = target.layout.slice_within(index, bytes);
-        match probed.block(index) {
+        match discovered.block(index) {
             Some(block) => {
                 let span = lookup_span(index);
-                self.counted(&span, probed.tier);
+                self.counted(&span, discovered.tier);
                 let slice = slice_of(&block, within).ok_or_else(|| {
-                    ReadError::Internal(format!("the probed block {index} is shorter than asked"))
+                    ReadError::Internal(format!(
+                        "the discovered block {index} is shorter than asked"
+                    ))
                 })?;
-                Ok(Part::whole(charge.attach(slice), probed.tier))
+                Ok(Part::whole(charge.attach(slice), discovered.tier))
             }
             None => self.block(target, index, within, charge).await,
         }

@@ -10,7 +10,7 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tracing::Instrument;
 
-use super::metadata::{Probe, Probed};
+use super::metadata::{Discovered, FirstRead};
 use super::{BodyStream, CacheStatus, ObjectRead, ReadError, ReadPath, Tally, Target};
 use crate::budget::Charge;
 use crate::cache::{Part, Tier};
@@ -25,7 +25,7 @@ impl ReadPath {
         object: &ObjectRef,
         checksums: bool,
     ) -> Result<Arc<ObjectMeta>, ReadError> {
-        self.resolve_meta(object, Probe::Head, checksums).await
+        self.resolve_meta(object, FirstRead::Head, checksums).await
     }
 
     /// [`Self::head`], with what the cache did for the `Cache-Status` header.
@@ -34,11 +34,11 @@ impl ReadPath {
         object: &ObjectRef,
         checksums: bool,
     ) -> Result<(Arc<ObjectMeta>, CacheStatus), ReadError> {
-        let (meta, probed) = self.resolve(object, Probe::Head, checksums).await?;
+        let (meta, discovered) = self.resolve(object, FirstRead::Head, checksums).await?;
         let status = if meta.etag.is_empty() {
-            CacheStatus::bypass(&probed)
+            CacheStatus::bypass(&discovered)
         } else {
-            CacheStatus::new(&probed, None)
+            CacheStatus::new(&discovered, None)
         };
         Ok((meta, status))
     }
@@ -53,12 +53,12 @@ impl ReadPath {
         checksums: bool,
     ) -> Result<ObjectRead, ReadError> {
         let block_size = self.inner.settings.block_size;
-        let probe = Probe::for_range(range, block_size);
+        let first_read = FirstRead::for_range(range, block_size);
         let mut retried = false;
         loop {
             // Taken before the metadata: an unknown object's first block arrives with it.
             let mut charge = self.inner.budget.reserve_within(block_size).await?;
-            let (meta, probed) = self.resolve(object, probe, checksums).await?;
+            let (meta, discovered) = self.resolve(object, first_read, checksums).await?;
             let selection = Selection::resolve(range, meta.size)?;
             let Some(bytes) = selection.bytes(meta.size) else {
                 return Ok(ObjectRead {
@@ -66,17 +66,17 @@ impl ReadPath {
                     selection,
                     body: empty_body(),
                     tally: Arc::default(),
-                    status: CacheStatus::new(&probed, None),
+                    status: CacheStatus::new(&discovered, None),
                 });
             };
             charge.shrink_to(bytes.len_bytes().min(block_size));
             let started = if meta.etag.is_empty() {
-                let status = CacheStatus::bypass(&probed);
+                let status = CacheStatus::bypass(&discovered);
                 self.stream_uncached(object, &meta, bytes, charge)
                     .await
                     .map(|(body, tally)| (body, tally, status))
             } else {
-                self.stream_cached(object, &meta, bytes, charge, probed)
+                self.stream_cached(object, &meta, bytes, charge, discovered)
                     .await
             };
             match started {
@@ -100,24 +100,24 @@ impl ReadPath {
     }
 
     /// Starts streaming `bytes` of the version `meta` names from its blocks (or from
-    /// `probed`), reading the first one (charged to `charge`) before it returns.
+    /// `discovered`), reading the first one (charged to `charge`) before it returns.
     async fn stream_cached(
         &self,
         object: &ObjectRef,
         meta: &Arc<ObjectMeta>,
         bytes: ByteRange,
         charge: Charge,
-        probed: Probed,
+        discovered: Discovered,
     ) -> Result<(BodyStream, Arc<Tally>, CacheStatus), ReadError> {
         let target = Target::new(object, meta.clone(), self.inner.settings.block_size);
         let first_index = target.layout.block_of(bytes.first());
         let first_block = self
-            .block_or_probed(&target, first_index, bytes, charge, &probed)
+            .block_or_discovered(&target, first_index, bytes, charge, &discovered)
             .await?;
-        let status = CacheStatus::new(&probed, Some(first_block.tier));
+        let status = CacheStatus::new(&discovered, Some(first_block.tier));
         self.prefetch_after(&target, bytes);
         let tally = Arc::new(Tally::default());
-        let body = self.stream(target, bytes, first_block, probed, tally.clone());
+        let body = self.stream(target, bytes, first_block, discovered, tally.clone());
         Ok((body, tally, status))
     }
 
@@ -128,7 +128,7 @@ impl ReadPath {
         target: Target,
         bytes: ByteRange,
         first_block: Part,
-        probed: Probed,
+        discovered: Discovered,
         tally: Arc<Tally>,
     ) -> BodyStream {
         let (sender, receiver) = mpsc::channel(1);
@@ -163,9 +163,10 @@ impl ReadPath {
                     blocks.next();
                     let this = this.clone();
                     let target = target.clone();
-                    let probed = probed.clone();
+                    let discovered = discovered.clone();
                     fetches.push_back(async move {
-                        let block = this.block_or_probed(&target, index, bytes, charge, &probed);
+                        let block =
+                            this.block_or_discovered(&target, index, bytes, charge, &discovered);
                         (index, block.await)
                     });
                 }

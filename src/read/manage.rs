@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use futures::StreamExt;
 
-use super::metadata::Probe;
+use super::metadata::FirstRead;
 use super::{ReadError, ReadPath, Target};
 use crate::cache::MetaRecord;
 use crate::object::ObjectMeta;
@@ -78,7 +78,7 @@ impl ReadPath {
         object: &ObjectRef,
         range: Option<RangeRequest>,
     ) -> Result<u64, ReadError> {
-        let meta = self.resolve_meta(object, Probe::Head, true).await?;
+        let meta = self.resolve_meta(object, FirstRead::Head, true).await?;
         Ok(Selection::resolve(range, meta.size)?.len_bytes(meta.size))
     }
 
@@ -93,7 +93,7 @@ impl ReadPath {
     ) -> Result<(), ReadError> {
         // A HEAD with the stored checksums: every later GET or HEAD of the object, whole
         // or ranged, is then answered without asking the upstream.
-        let meta = self.resolve_meta(object, Probe::Head, true).await?;
+        let meta = self.resolve_meta(object, FirstRead::Head, true).await?;
         let selection = Selection::resolve(range, meta.size)?;
         let Some(bytes) = selection.bytes(meta.size) else {
             return Ok(());

@@ -19,7 +19,7 @@ use crate::upstream::{HeadOutcome, ResponseHead, UpstreamError};
 
 /// What the first upstream request for an object with unknown metadata asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Probe {
+pub(super) enum FirstRead {
     /// A HEAD: the caller needs no bytes.
     Head,
     /// The block at this index (a GET from a known offset).
@@ -28,7 +28,7 @@ pub(super) enum Probe {
     Tail,
 }
 
-impl Probe {
+impl FirstRead {
     pub(super) fn for_range(range: Option<RangeRequest>, block_size: u64) -> Self {
         match range {
             None => Self::Block(0),
@@ -38,7 +38,7 @@ impl Probe {
     }
 }
 
-pub(super) type Discovery = Result<(Arc<ObjectMeta>, Probed), ReadError>;
+pub(super) type Discovery = Result<(Arc<ObjectMeta>, Discovered), ReadError>;
 
 /// How a request's metadata was found, and the whole blocks the upstream GET that
 /// discovered an unknown object's metadata read on the way (cached before the metadata,
@@ -46,7 +46,7 @@ pub(super) type Discovery = Result<(Arc<ObjectMeta>, Probed), ReadError>;
 /// request that led the discovery serves those as fetched from the upstream, and one that
 /// waited for it as coalesced: neither found them in the cache, so neither counts a hit.
 #[derive(Clone)]
-pub(super) struct Probed {
+pub(super) struct Discovered {
     pub(super) blocks: Arc<[(BlockIndex, Bytes)]>,
     pub(super) tier: Tier,
     pub(super) source: MetaSource,
@@ -54,7 +54,7 @@ pub(super) struct Probed {
     pub(super) ttl: Option<std::time::Duration>,
 }
 
-impl Default for Probed {
+impl Default for Discovered {
     fn default() -> Self {
         Self {
             blocks: Arc::new([]),
@@ -65,11 +65,11 @@ impl Default for Probed {
     }
 }
 
-impl Probed {
+impl Discovered {
     pub(super) fn block(&self, index: BlockIndex) -> Option<Bytes> {
         self.blocks
             .iter()
-            .find(|(probed, _)| *probed == index)
+            .find(|(discovered, _)| *discovered == index)
             .map(|(_, bytes)| bytes.clone())
     }
 }
@@ -83,26 +83,31 @@ impl ReadPath {
     pub(super) async fn resolve_meta(
         &self,
         object: &ObjectRef,
-        probe: Probe,
+        first_read: FirstRead,
         checksums: bool,
     ) -> Result<Arc<ObjectMeta>, ReadError> {
-        Ok(self.resolve(object, probe, checksums).await?.0)
+        Ok(self.resolve(object, first_read, checksums).await?.0)
     }
 
-    /// [`Self::resolve_meta`], with the blocks an upstream probe read on the way.
+    /// [`Self::resolve_meta`], with the blocks its first upstream read brought.
     pub(super) async fn resolve(
         &self,
         object: &ObjectRef,
-        probe: Probe,
+        first_read: FirstRead,
         checksums: bool,
     ) -> Discovery {
         let span = tracing::info_span!(target: TRACE_TARGET, "metadata.lookup", s3.bucket = object.bucket(), s3.key = object.key());
-        self.lookup_meta(object, probe, checksums)
+        self.lookup_meta(object, first_read, checksums)
             .instrument(span)
             .await
     }
 
-    async fn lookup_meta(&self, object: &ObjectRef, probe: Probe, checksums: bool) -> Discovery {
+    async fn lookup_meta(
+        &self,
+        object: &ObjectRef,
+        first_read: FirstRead,
+        checksums: bool,
+    ) -> Discovery {
         let inner = &self.inner;
         // Read before the cache: a write that lands after this makes the result unusable
         // for caching and sends later readers to a fresh discovery.
@@ -117,7 +122,7 @@ impl ReadPath {
         if let Some(record) = &cached
             && let Some(answer) = self.fresh(record, checksums)
         {
-            return answer.map(|meta| (meta, self.fresh_probe(record)));
+            return answer.map(|meta| (meta, self.fresh_discovery(record)));
         }
         let known = cached.as_ref().and_then(MetaRecord::meta).cloned();
         let this = self.clone();
@@ -132,27 +137,27 @@ impl ReadPath {
                 if let Some(record) = &settled
                     && let Some(answer) = this.fresh(record, checksums)
                 {
-                    return answer.map(|meta| (meta, this.fresh_probe(record)));
+                    return answer.map(|meta| (meta, this.fresh_discovery(record)));
                 }
-                this.discover(&object, generation, known, probe, checksums)
+                this.discover(&object, generation, known, first_read, checksums)
                     .await
             })
             .await;
-        let (meta, mut probed) =
+        let (meta, mut discovered) =
             result.map_err(|error| ReadError::Internal(error.to_string()))??;
         if !led {
-            probed.tier = Tier::Coalesced;
+            discovered.tier = Tier::Coalesced;
         }
-        Ok((meta, probed))
+        Ok((meta, discovered))
     }
 
     /// How a fresh cached record was found: no blocks, and what is left of its TTL.
-    fn fresh_probe(&self, record: &MetaRecord) -> Probed {
+    fn fresh_discovery(&self, record: &MetaRecord) -> Discovered {
         let inner = &self.inner;
-        Probed {
+        Discovered {
             source: MetaSource::Fresh,
             ttl: inner.clock.remaining(record, inner.settings.metadata_ttl),
-            ..Probed::default()
+            ..Discovered::default()
         }
     }
 
@@ -198,11 +203,11 @@ impl ReadPath {
         object: &ObjectRef,
         generation: u64,
         known: Option<Arc<ObjectMeta>>,
-        probe: Probe,
+        first_read: FirstRead,
         checksums: bool,
     ) -> Discovery {
-        let unprobed = |meta| (meta, Probed::default());
-        let outcome = match (&known, probe) {
+        let without_blocks = |meta| (meta, Discovered::default());
+        let outcome = match (&known, first_read) {
             (Some(known), _) if !checksums || known.checksums.is_some() => self
                 .revalidate(object, known)
                 .await
@@ -214,25 +219,27 @@ impl ReadPath {
                     };
                     (
                         meta,
-                        Probed {
+                        Discovered {
                             source,
-                            ..Probed::default()
+                            ..Discovered::default()
                         },
                     )
                 }),
             // Only a HEAD reports checksums.
-            (Some(_), _) | (None, Probe::Head) => self.head_fresh(object).await.map(unprobed),
-            (None, Probe::Block(_) | Probe::Tail) => {
+            (Some(_), _) | (None, FirstRead::Head) => {
+                self.head_fresh(object).await.map(without_blocks)
+            }
+            (None, FirstRead::Block(_) | FirstRead::Tail) => {
                 // The GET comes first even when a HEAD must follow: its errors carry the
                 // S3 code a GET answers with, a HEAD's do not.
-                match self.probe_get(object, probe).await {
-                    Ok((probed_meta, probed)) if checksums => {
+                match self.discover_by_get(object, first_read).await {
+                    Ok((discovered_meta, discovered)) if checksums => {
                         self.head_fresh(object).await.map(|meta| {
-                            // The probed bytes only serve the version the HEAD reports.
-                            if meta.same_object(&probed_meta) {
-                                (meta, probed)
+                            // The discovered bytes only serve the version the HEAD reports.
+                            if meta.same_object(&discovered_meta) {
+                                (meta, discovered)
                             } else {
-                                unprobed(meta)
+                                without_blocks(meta)
                             }
                         })
                     }
@@ -248,25 +255,25 @@ impl ReadPath {
             // stale, so the next lookup asks the upstream again.
             tracing::warn!(%object, %error, "upstream failed to revalidate; serving the cached version");
             self.inner.metrics.stale_serves.inc();
-            let stale = Probed {
+            let stale = Discovered {
                 source: MetaSource::Stale,
-                ..Probed::default()
+                ..Discovered::default()
             };
             return Ok((known.clone(), stale));
         }
         match outcome {
-            Ok((meta, mut probed)) => {
+            Ok((meta, mut discovered)) => {
                 // The blocks before the metadata: a request that finds the metadata must
                 // find them too, or it fetches them again.
                 let target = Target::new(object, meta.clone(), self.inner.settings.block_size);
-                for (index, block) in probed.blocks.iter() {
+                for (index, block) in discovered.blocks.iter() {
                     self.inner
                         .cache
                         .insert_block(target.key(*index), block.clone());
                 }
                 self.store_meta(object, generation, MetaState::Found(meta.clone()));
-                probed.ttl = self.full_ttl();
-                Ok((meta, probed))
+                discovered.ttl = self.full_ttl();
+                Ok((meta, discovered))
             }
             Err(UpstreamError::NotFound {
                 missing,
@@ -336,21 +343,21 @@ impl ReadPath {
     }
 
     /// One ranged GET that returns the metadata and the first block the caller needs.
-    async fn probe_get(
+    async fn discover_by_get(
         &self,
         object: &ObjectRef,
-        probe: Probe,
-    ) -> Result<(Arc<ObjectMeta>, Probed), UpstreamError> {
+        first_read: FirstRead,
+    ) -> Result<(Arc<ObjectMeta>, Discovered), UpstreamError> {
         let block_size = self.inner.settings.block_size;
-        let range = match probe {
-            Probe::Block(index) => {
+        let range = match first_read {
+            FirstRead::Block(index) => {
                 let first = index.saturating_mul(block_size);
                 RangeRequest::From {
                     first,
                     last: Some(first.saturating_add(block_size - 1)),
                 }
             }
-            Probe::Tail | Probe::Head => RangeRequest::Suffix { length: block_size },
+            FirstRead::Tail | FirstRead::Head => RangeRequest::Suffix { length: block_size },
         };
         let read = match self
             .inner
@@ -361,7 +368,7 @@ impl ReadPath {
             Ok(read) => read,
             // The offset is past the end (or the object is empty): learn the size from a HEAD.
             Err(UpstreamError::InvalidRange { .. }) => {
-                return Ok((self.head_fresh(object).await?, Probed::default()));
+                return Ok((self.head_fresh(object).await?, Discovered::default()));
             }
             Err(error) => return Err(error),
         };
@@ -369,15 +376,15 @@ impl ReadPath {
         let target = Target::new(object, Arc::new(read.meta), block_size);
         // Without an ETag nothing names the version these bytes belong to.
         if target.meta.etag.is_empty() {
-            return Ok((target.meta, Probed::default()));
+            return Ok((target.meta, Discovered::default()));
         }
         let blocks = whole_blocks(&target, read.first, &read.body);
-        let probed = Probed {
+        let discovered = Discovered {
             blocks: blocks.into(),
             tier: Tier::Upstream,
-            ..Probed::default()
+            ..Discovered::default()
         };
-        Ok((target.meta, probed))
+        Ok((target.meta, discovered))
     }
 }
 

@@ -1,7 +1,7 @@
 //! What the cache did for one request: where its metadata came from and the
 //! `Cache-Status` header that says so.
 
-use super::metadata::Probed;
+use super::metadata::Discovered;
 use crate::cache::Tier;
 
 /// Where a request's object metadata came from.
@@ -34,20 +34,20 @@ pub struct CacheStatus {
 }
 
 impl CacheStatus {
-    pub(super) fn new(probed: &Probed, first_block: Option<Tier>) -> Self {
+    pub(super) fn new(discovered: &Discovered, first_block: Option<Tier>) -> Self {
         Self {
-            source: probed.source,
+            source: discovered.source,
             first_block,
-            collapsed: probed.tier == Tier::Coalesced || first_block == Some(Tier::Coalesced),
+            collapsed: discovered.tier == Tier::Coalesced || first_block == Some(Tier::Coalesced),
             bypass: false,
-            ttl: probed.ttl,
+            ttl: discovered.ttl,
         }
     }
 
-    pub(super) fn bypass(probed: &Probed) -> Self {
+    pub(super) fn bypass(discovered: &Discovered) -> Self {
         Self {
             bypass: true,
-            ..Self::new(probed, Some(Tier::Upstream))
+            ..Self::new(discovered, Some(Tier::Upstream))
         }
     }
 }
