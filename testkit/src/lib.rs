@@ -8,6 +8,7 @@ pub mod load;
 pub mod minio;
 pub mod portico;
 pub mod process;
+pub mod raw;
 pub mod sign;
 
 use aws_sdk_s3::Client;
@@ -24,6 +25,11 @@ use minio::{ACCESS_KEY, SECRET_KEY};
 /// An S3 client for `endpoint` with the rig's credentials; `retries` off makes errors
 /// surface at once.
 pub fn s3_client(endpoint: &str, retries: bool) -> Client {
+    s3_client_as(endpoint, ACCESS_KEY, SECRET_KEY, retries)
+}
+
+/// An S3 client for `endpoint` signing with `key` and `secret`.
+pub fn s3_client_as(endpoint: &str, key: &str, secret: &str, retries: bool) -> Client {
     let retry = if retries {
         RetryConfig::standard()
     } else {
@@ -34,7 +40,7 @@ pub fn s3_client(endpoint: &str, retries: bool) -> Client {
         .region(Region::new("us-east-1"))
         .endpoint_url(endpoint)
         .force_path_style(true)
-        .credentials_provider(Credentials::new(ACCESS_KEY, SECRET_KEY, None, None, "test"))
+        .credentials_provider(Credentials::new(key, secret, None, None, "test"))
         .retry_config(retry)
         .http_client(sdk_http_client())
         .build();

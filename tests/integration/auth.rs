@@ -9,7 +9,7 @@ use aws_sdk_s3::error::ProvideErrorMetadata;
 use aws_sdk_s3::primitives::ByteStream;
 use portico_testkit::sign::{EMPTY_SHA256, Signed, Signer};
 
-use crate::support::{Rig, crc32_base64, http_request, random_bytes, raw_request, s3_client};
+use crate::support::{Rig, crc32_base64, http_request, random_bytes, raw_request, s3_client_as};
 
 /// Status and S3 error code of a raw request's response.
 pub(crate) async fn outcome(method: &str, url: &str, headers: &[(&str, &str)]) -> (u16, String) {
@@ -191,7 +191,7 @@ async fn every_authentication_failure_gets_s3_s_code_and_every_valid_form_succee
     // A read-only credential reads, and cannot write.
     assert_eq!(signed_get(&reader, &url).await.0, 200);
     assert_eq!(signed_get(&limited, &url).await.0, 200);
-    let read_only = s3_client_for(endpoint, "reader", "reader-secret");
+    let read_only = s3_client_as(endpoint, "reader", "reader-secret", false);
     let error = read_only
         .put_object()
         .bucket(&bucket)
@@ -230,17 +230,6 @@ async fn every_authentication_failure_gets_s3_s_code_and_every_valid_form_succee
         upstream_bytes(&rig, &bucket, "presigned-put").await,
         b"hello"
     );
-}
-
-pub(crate) fn s3_client_for(endpoint: &str, key: &str, secret: &str) -> aws_sdk_s3::Client {
-    let config = s3_client(endpoint, false)
-        .config()
-        .to_builder()
-        .credentials_provider(aws_sdk_s3::config::Credentials::new(
-            key, secret, None, None, "test",
-        ))
-        .build();
-    aws_sdk_s3::Client::from_conf(config)
 }
 
 pub(crate) async fn upstream_bytes(rig: &Rig, bucket: &str, key: &str) -> Vec<u8> {

@@ -9,25 +9,7 @@ use aws_sdk_s3::primitives::ByteStream;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::support::{Rig, failed_get, random_bytes, signed_request};
-
-/// Sends `request` on a new connection and reads until the server closes it or 10 s
-/// pass: (status, everything received as text, time taken). Status 0: no response.
-async fn exchange(address: &str, request: &[u8]) -> (u16, String, Duration) {
-    let started = Instant::now();
-    let mut stream = TcpStream::connect(address).await.expect("connect");
-    // The server may answer and close before it has read everything.
-    let _ = stream.write_all(request).await;
-    let mut received = Vec::new();
-    let _ = tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut received)).await;
-    let text = String::from_utf8_lossy(&received).into_owned();
-    let status = text
-        .strip_prefix("HTTP/1.1 ")
-        .and_then(|rest| rest.get(..3))
-        .and_then(|code| code.parse().ok())
-        .unwrap_or(0);
-    (status, text, started.elapsed())
-}
+use crate::support::{Rig, failed_get, random_bytes, raw_exchange, signed_request};
 
 fn host_of(url: &str) -> &str {
     url.trim_start_matches("http://")
@@ -75,7 +57,7 @@ async fn oversized_requests_and_long_keys_get_s3_errors_and_nothing_reaches_upst
         "GET /{bucket}/small.txt HTTP/1.1\r\nHost: {address}\r\nx-pad: {}\r\n\r\n",
         "p".repeat(1 << 20)
     );
-    let (status, _, _) = exchange(&address, huge.as_bytes()).await;
+    let (status, _, _) = raw_exchange(&address, huge.as_bytes()).await;
     assert_eq!(status, 431);
 
     // A 20 KB URI.
@@ -286,7 +268,7 @@ async fn slow_and_idle_clients_are_cut_off_while_others_are_served() {
         "PUT /{}/stalled.bin HTTP/1.1\r\nHost: {address}\r\nContent-Length: 1000\r\n\r\n0123456789",
         rig.bucket
     );
-    let (status, _, waited) = exchange(&address, stall.as_bytes()).await;
+    let (status, _, waited) = raw_exchange(&address, stall.as_bytes()).await;
     assert_eq!(status, 0, "no response to an unfinished upload");
     assert!(
         waited >= Duration::from_secs(2) && waited < Duration::from_secs(5),
@@ -308,7 +290,7 @@ async fn slow_and_idle_clients_are_cut_off_while_others_are_served() {
         "GET /{}/small.txt HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n",
         rig.bucket
     );
-    let (status, text, waited) = exchange(&address, request.as_bytes()).await;
+    let (status, text, waited) = raw_exchange(&address, request.as_bytes()).await;
     assert_eq!(status, 200, "{text}");
     assert!(text.ends_with("0123456789"));
     assert!(
@@ -464,7 +446,7 @@ async fn one_client_cannot_hold_every_connection_and_pings_keep_none_open() {
     let closed = closed.expect("a PING-only HTTP/2 connection is closed");
     assert!(closed >= Duration::from_millis(700), "{closed:?}");
     // The silent HTTP/1 connections went the same way, freeing 127.0.0.1's share.
-    let (status, text, _) = exchange(&address, request.as_bytes()).await;
+    let (status, text, _) = raw_exchange(&address, request.as_bytes()).await;
     assert_eq!(status, 200, "{text}");
 }
 

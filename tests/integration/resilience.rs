@@ -12,10 +12,6 @@ use portico_testkit::truncate_files;
 
 const KIB: usize = 1024;
 
-async fn metric(rig: &Rig, sample: &str) -> f64 {
-    rig.portico().metric(sample).await
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn a_slow_block_fetch_is_hedged_and_the_slow_request_cancelled() {
     let rig = Rig::start("hedge", |settings| {
@@ -35,16 +31,19 @@ async fn a_slow_block_fetch_is_hedged_and_the_slow_request_cancelled() {
         assert!(round < 5, "every warm-up round was hedged");
         let key = format!("warm-{round}.bin");
         rig.put(&key, &warm).await;
-        let hedged_before = metric(&rig, sent).await;
+        let hedged_before = rig.portico().metric(sent).await;
         assert!(rig.get(&key, None).await == warm);
-        if round > 0 && metric(&rig, sent).await == hedged_before {
+        if round > 0 && rig.portico().metric(sent).await == hedged_before {
             break;
         }
     }
     // Metadata first, so the next GET is a plain block fetch.
     rig.head("slow.bin").await;
     rig.forwarder.take();
-    let (sent_before, won_before) = (metric(&rig, sent).await, metric(&rig, won).await);
+    let (sent_before, won_before) = (
+        rig.portico().metric(sent).await,
+        rig.portico().metric(won).await,
+    );
 
     rig.forwarder
         .inject(&[Fault::Delay(Duration::from_secs(5))]);
@@ -66,8 +65,8 @@ async fn a_slow_block_fetch_is_hedged_and_the_slow_request_cancelled() {
             .all(|seen| seen.range.as_deref() == Some("bytes=0-65535")),
         "{gets:?}"
     );
-    assert_eq!(metric(&rig, sent).await - sent_before, 1.0);
-    assert_eq!(metric(&rig, won).await - won_before, 1.0);
+    assert_eq!(rig.portico().metric(sent).await - sent_before, 1.0);
+    assert_eq!(rig.portico().metric(won).await - won_before, 1.0);
     // The slow request's connection was closed, well before its delay ran out.
     let deadline = Instant::now() + Duration::from_secs(3);
     while rig.forwarder.cancelled() == 0 && Instant::now() < deadline {
@@ -97,7 +96,7 @@ async fn stale_metadata_is_served_while_the_upstream_is_down() {
     assert!(rig.get("cached.bin", Some("bytes=100-199")).await == cached[100..200]);
     let head = rig.head("cached.bin").await;
     assert_eq!(head.content_length(), Some(cached.len() as i64));
-    assert!(metric(&rig, "portico_stale_serves_total").await >= 3.0);
+    assert!(rig.portico().metric("portico_stale_serves_total").await >= 3.0);
     // Known metadata but no cached bytes: nothing to serve.
     let client = s3_client(&rig.portico().s3, false);
     let (status, _) = failed_get(&client, &rig.bucket, "uncached.bin", None).await;
@@ -109,7 +108,10 @@ async fn stale_metadata_is_served_while_the_upstream_is_down() {
     let client = s3_client(&rig.portico().s3, false);
     let (status, _) = failed_get(&client, &rig.bucket, "cached.bin", None).await;
     assert_eq!(status, 503);
-    assert_eq!(metric(&rig, "portico_stale_serves_total").await, 0.0);
+    assert_eq!(
+        rig.portico().metric("portico_stale_serves_total").await,
+        0.0
+    );
 
     rig.forwarder.restart().await;
     assert!(rig.get("cached.bin", None).await == cached);
@@ -146,12 +148,17 @@ async fn a_failed_disk_turns_the_cache_memory_only_and_every_byte_stays_right() 
         assert!(rig.get(key, None).await == *expected, "{key}");
     }
     assert_eq!(
-        metric(&rig, "portico_cache_degraded").await,
+        rig.portico().metric("portico_cache_degraded").await,
         1.0,
         "{}",
         rig.portico().logs()
     );
-    assert!(metric(&rig, "portico_cache_disk_errors_total{operation=\"read\"}").await >= 1.0);
+    assert!(
+        rig.portico()
+            .metric("portico_cache_disk_errors_total{operation=\"read\"}")
+            .await
+            >= 1.0
+    );
     let (status, body) = rig.portico().admin_get("/readyz").await;
     assert_eq!(status, 200, "degraded is still ready: {body}");
     assert!(

@@ -7,8 +7,8 @@ use aws_sdk_s3::error::ProvideErrorMetadata;
 use aws_sdk_s3::primitives::ByteStream;
 use portico_testkit::sign::{EMPTY_SHA256, Signer};
 
-use crate::auth::{s3_client_for, upstream_bytes};
-use crate::support::{Rig, raw_request};
+use crate::auth::upstream_bytes;
+use crate::support::{Rig, raw_request, s3_client_as};
 
 const DOMAIN: &str = "s3.portico.test";
 
@@ -178,8 +178,8 @@ async fn bucket_administration_needs_the_admin_scope() {
     let rig = &scoped.rig;
     let endpoint = rig.portico().s3.clone();
     let bucket = rig.bucket.clone();
-    let limited = s3_client_for(&endpoint, "limited", "limited-secret");
-    let operator = s3_client_for(&endpoint, "operator", "operator-secret");
+    let limited = s3_client_as(&endpoint, "limited", "limited-secret", false);
+    let operator = s3_client_as(&endpoint, "operator", "operator-secret", false);
     let policy = format!(
         r#"{{"Version":"2012-10-17","Statement":[{{"Effect":"Allow","Principal":{{"AWS":["*"]}},"Action":["s3:GetObject"],"Resource":["arn:aws:s3:::{bucket}/*"]}}]}}"#
     );

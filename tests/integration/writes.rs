@@ -11,7 +11,9 @@ use aws_sdk_s3::types::{
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
-use crate::support::{Rig, crc32_base64, failed_get, http_chunked, random_bytes, raw_request};
+use crate::support::{
+    Rig, aws_chunked, crc32_base64, failed_get, http_chunked, random_bytes, raw_request,
+};
 
 const MIB: usize = 1024 * 1024;
 
@@ -177,24 +179,6 @@ async fn write_through_serves_a_fresh_upload_without_an_upstream_get() {
             .await
             >= 5.0
     );
-}
-
-fn aws_chunked(data: &[u8], chunk: usize, signed: bool, trailer: Option<(&str, &str)>) -> Vec<u8> {
-    let signature =
-        ";chunk-signature=0000000000000000000000000000000000000000000000000000000000000000";
-    let extension = if signed { signature } else { "" };
-    let mut out = Vec::new();
-    for piece in data.chunks(chunk) {
-        out.extend_from_slice(format!("{:x}{extension}\r\n", piece.len()).as_bytes());
-        out.extend_from_slice(piece);
-        out.extend_from_slice(b"\r\n");
-    }
-    out.extend_from_slice(format!("0{extension}\r\n").as_bytes());
-    if let Some((name, value)) = trailer {
-        out.extend_from_slice(format!("{name}:{value}\r\n").as_bytes());
-    }
-    out.extend_from_slice(b"\r\n");
-    out
 }
 
 #[tokio::test(flavor = "multi_thread")]

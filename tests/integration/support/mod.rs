@@ -12,10 +12,8 @@ use portico_testkit::create_bucket;
 use portico_testkit::forwarder::Forwarder;
 use portico_testkit::minio::minio;
 use portico_testkit::portico::{Portico, Settings};
-pub use portico_testkit::{http_request, random_bytes, s3_client, signed_request};
-use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
+pub use portico_testkit::raw::{aws_chunked, http_chunked, raw_exchange, raw_request};
+pub use portico_testkit::{http_request, random_bytes, s3_client, s3_client_as, signed_request};
 
 /// The status and S3 error code of a GET that must fail.
 pub async fn failed_get(
@@ -162,45 +160,6 @@ impl Rig {
     pub fn upstream_heads(&self) -> usize {
         self.forwarder.object_requests("HEAD").len()
     }
-}
-
-/// Sends a raw HTTP/1.1 request and returns the response status (0 if none came).
-pub async fn raw_request(address: &str, head: &str, body: &[u8]) -> u16 {
-    let mut stream = TcpStream::connect(address).await.expect("connect");
-    stream.write_all(head.as_bytes()).await.expect("send head");
-    stream.write_all(body).await.expect("send body");
-    let mut response = Vec::new();
-    let mut buffer = [0u8; 4096];
-    loop {
-        let read = tokio::time::timeout(Duration::from_secs(30), stream.read(&mut buffer))
-            .await
-            .expect("response in time")
-            .expect("read");
-        response.extend_from_slice(&buffer[..read]);
-        let text = String::from_utf8_lossy(&response);
-        // Skip interim 100 Continue responses.
-        let final_head = text
-            .split("\r\n\r\n")
-            .find(|head| head.starts_with("HTTP/1.1 ") && !head.starts_with("HTTP/1.1 100"));
-        if let Some(head) = final_head {
-            return head[9..12].parse().unwrap_or(0);
-        }
-        if read == 0 {
-            return 0;
-        }
-    }
-}
-
-/// Wraps `body` in HTTP/1.1 chunked transfer coding.
-pub fn http_chunked(body: &[u8]) -> Vec<u8> {
-    let mut out = Vec::new();
-    for piece in body.chunks(100_000) {
-        out.extend_from_slice(format!("{:x}\r\n", piece.len()).as_bytes());
-        out.extend_from_slice(piece);
-        out.extend_from_slice(b"\r\n");
-    }
-    out.extend_from_slice(b"0\r\n\r\n");
-    out
 }
 
 pub fn crc32_base64(data: &[u8]) -> String {
