@@ -304,47 +304,36 @@ async fn a_failed_revalidation_serves_the_cached_version_only_when_allowed() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_block_fetch_without_a_response_head_is_hedged() {
-    let source = Arc::new(MemorySource::default());
-    let settings = ReadSettings {
-        hedge_quantile: 0.9,
-        ..settings()
-    };
-    let read = read_path(&source, settings).await;
-    // 30 block fetches teach the hedger the source's time to first byte.
-    source.put("warmup", body(31 * BLOCK as usize, 1), 1);
-    get(&read, "warmup", None).await;
-    let expected = body(2 * BLOCK as usize, 1);
-    source.put("slow", expected.clone(), 1);
-    source.stall_next("slow", &block_range(1));
-    let started = tokio::time::Instant::now();
-    let (bytes, _) = get(&read, "slow", None).await;
-    assert!(bytes == expected);
-    // The stalled fetch was sent again after the hedge delay and the copy answered.
-    assert_eq!(source.gets_of("slow", &block_range(1)), 2);
-    assert!(
-        started.elapsed() < Duration::from_secs(1),
-        "{:?}",
-        started.elapsed()
-    );
-}
-
-#[tokio::test(start_paused = true)]
-async fn a_hedge_is_not_sent_before_the_hedger_has_seen_enough_fetches() {
-    let source = Arc::new(MemorySource::default());
-    let settings = ReadSettings {
-        hedge_quantile: 0.9,
-        ..settings()
-    };
-    let read = read_path(&source, settings).await;
-    let expected = body(2 * BLOCK as usize, 1);
-    source.put("slow", expected.clone(), 1);
-    source.stall_next("slow", &block_range(1));
-    let started = tokio::time::Instant::now();
-    let (bytes, _) = get(&read, "slow", None).await;
-    assert!(bytes == expected);
-    assert_eq!(source.gets_of("slow", &block_range(1)), 1);
-    assert!(started.elapsed() >= STALL);
+async fn a_block_fetch_without_a_response_head_is_hedged_once_fetch_times_are_known() {
+    for warmed in [true, false] {
+        let source = Arc::new(MemorySource::default());
+        let settings = ReadSettings {
+            hedge_quantile: 0.9,
+            ..settings()
+        };
+        let read = read_path(&source, settings).await;
+        if warmed {
+            // 30 block fetches teach the hedger the source's time to first byte.
+            source.put("warmup", body(31 * BLOCK as usize, 1), 1);
+            get(&read, "warmup", None).await;
+        }
+        let expected = body(2 * BLOCK as usize, 1);
+        source.put("slow", expected.clone(), 1);
+        source.stall_next("slow", &block_range(1));
+        let started = tokio::time::Instant::now();
+        let (bytes, _) = get(&read, "slow", None).await;
+        assert!(bytes == expected);
+        let elapsed = started.elapsed();
+        if warmed {
+            // The stalled fetch was sent again after the hedge delay; the copy answered.
+            assert_eq!(source.gets_of("slow", &block_range(1)), 2);
+            assert!(elapsed < Duration::from_secs(1), "{elapsed:?}");
+        } else {
+            // Too few fetches seen to know what is slow: nothing is hedged.
+            assert_eq!(source.gets_of("slow", &block_range(1)), 1);
+            assert!(elapsed >= STALL, "{elapsed:?}");
+        }
+    }
 }
 
 #[tokio::test(start_paused = true)]
