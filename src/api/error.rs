@@ -7,6 +7,7 @@
 use http::{HeaderMap, HeaderValue, Response, StatusCode};
 use s3s::{S3Error, S3ErrorCode};
 
+use super::chunked::{BodyError, ChunkedError};
 use crate::auth::AuthError;
 use crate::object::Missing;
 use crate::read::{ErrorSource, ReadError};
@@ -269,10 +270,185 @@ pub fn auth_error(error: &AuthError) -> S3Error {
     error
 }
 
+/// What the S3 surface itself refuses in a request, before the read path or the upstream
+/// sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RequestError {
+    /// The request target is not an S3 address.
+    InvalidUri(String),
+    UriTooLong {
+        bytes: usize,
+        limit: usize,
+    },
+    HeaderSectionTooLarge {
+        bytes: usize,
+        limit: usize,
+    },
+    KeyTooLong {
+        bytes: usize,
+        limit: usize,
+    },
+    /// The credential's request rate is spent.
+    SlowDown,
+    /// `Host` and the request target's authority are missing, repeated or disagree.
+    BadHost(&'static str),
+    /// The request body broke off before it was read.
+    UnreadableBody(String),
+    /// A DeleteObjects list over the limit.
+    ListTooLong,
+    MalformedXml,
+    /// An `aws-chunked` body without `x-amz-decoded-content-length`.
+    MissingDecodedLength,
+    ContentLengthNotANumber,
+    /// A GetObject that names no object (s3s routed it without Portico's address).
+    NotAnObject,
+    InvalidRange,
+    PreconditionFailed,
+    NotModified,
+}
+
+impl From<RequestError> for S3Error {
+    fn from(error: RequestError) -> Self {
+        use RequestError as E;
+        let (code, status, message) = match error {
+            E::InvalidUri(message) => (S3ErrorCode::InvalidURI, None, message),
+            E::UriTooLong { bytes, limit } => (
+                S3ErrorCode::InvalidURI,
+                None,
+                format!("Couldn't parse the specified URI: it is {bytes} bytes long, the limit is {limit}."),
+            ),
+            E::HeaderSectionTooLarge { bytes, limit } => (
+                S3ErrorCode::RequestHeaderSectionTooLarge,
+                None,
+                format!("Your request header section exceeds the maximum allowed size ({bytes} bytes, the limit is {limit})."),
+            ),
+            E::KeyTooLong { bytes, limit } => (
+                S3ErrorCode::KeyTooLongError,
+                None,
+                format!("Your key is too long: {bytes} bytes, the limit is {limit}."),
+            ),
+            E::SlowDown => (
+                S3ErrorCode::SlowDown,
+                None,
+                "Please reduce your request rate.".to_owned(),
+            ),
+            E::BadHost(message) => (
+                S3ErrorCode::InvalidRequest,
+                Some(StatusCode::BAD_REQUEST),
+                message.to_owned(),
+            ),
+            E::UnreadableBody(cause) => (
+                S3ErrorCode::IncompleteBody,
+                None,
+                format!("The request body could not be read: {cause}"),
+            ),
+            E::ListTooLong => (
+                S3ErrorCode::MaxMessageLengthExceeded,
+                None,
+                "Your request was too big.".to_owned(),
+            ),
+            E::MalformedXml => (
+                S3ErrorCode::MalformedXML,
+                None,
+                "The XML you provided was not well-formed or did not validate against our published schema.".to_owned(),
+            ),
+            E::MissingDecodedLength => (
+                S3ErrorCode::MissingContentLength,
+                None,
+                "You must provide the x-amz-decoded-content-length header with an aws-chunked payload.".to_owned(),
+            ),
+            E::ContentLengthNotANumber => (
+                S3ErrorCode::InvalidArgument,
+                None,
+                "Content-Length is not a number.".to_owned(),
+            ),
+            E::NotAnObject => (
+                S3ErrorCode::InvalidRequest,
+                None,
+                "The request does not address an object.".to_owned(),
+            ),
+            E::InvalidRange => (
+                S3ErrorCode::InvalidArgument,
+                None,
+                "The Range header is not valid.".to_owned(),
+            ),
+            E::PreconditionFailed => (
+                S3ErrorCode::PreconditionFailed,
+                Some(StatusCode::PRECONDITION_FAILED),
+                "At least one of the pre-conditions you specified did not hold".to_owned(),
+            ),
+            E::NotModified => (
+                S3ErrorCode::NotModified,
+                Some(StatusCode::NOT_MODIFIED),
+                "Not Modified".to_owned(),
+            ),
+        };
+        // `None`: the status s3s gives the code.
+        let mut s3_error = S3Error::with_message(code, message);
+        if let Some(status) = status {
+            s3_error.set_status_code(status);
+        }
+        s3_error
+    }
+}
+
+/// The client's error for a request body that failed while it streamed upstream.
+pub fn body_error(error: &BodyError) -> S3Error {
+    let (code, status) = match error {
+        BodyError::Client(_) => (S3ErrorCode::IncompleteBody, StatusCode::BAD_REQUEST),
+        BodyError::Chunked(ChunkedError::SignatureMismatch) => {
+            (S3ErrorCode::SignatureDoesNotMatch, StatusCode::FORBIDDEN)
+        }
+        BodyError::Chunked(_) => (S3ErrorCode::InvalidRequest, StatusCode::BAD_REQUEST),
+        BodyError::Sha256Mismatch => (
+            S3ErrorCode::Custom("XAmzContentSHA256Mismatch".into()),
+            StatusCode::BAD_REQUEST,
+        ),
+    };
+    let mut s3_error = S3Error::with_message(code, error.to_string());
+    s3_error.set_status_code(status);
+    s3_error
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::types::Unsatisfiable;
+
+    #[test]
+    fn request_errors_answer_with_the_code_and_status_s3_uses() {
+        let cases = [
+            (RequestError::SlowDown, "SlowDown", 503),
+            (
+                RequestError::MissingDecodedLength,
+                "MissingContentLength",
+                411,
+            ),
+            (
+                RequestError::KeyTooLong {
+                    bytes: 1025,
+                    limit: 1024,
+                },
+                "KeyTooLongError",
+                400,
+            ),
+            (RequestError::MalformedXml, "MalformedXML", 400),
+            (
+                RequestError::BadHost("two Host headers"),
+                "InvalidRequest",
+                400,
+            ),
+            (RequestError::PreconditionFailed, "PreconditionFailed", 412),
+            (RequestError::NotModified, "NotModified", 304),
+            (RequestError::InvalidUri("no".to_owned()), "InvalidURI", 400),
+        ];
+        for (error, code, status) in cases {
+            let s3 = S3Error::from(error.clone());
+            assert_eq!(s3.code().as_str(), code, "{error:?}");
+            let response = error_response(s3, "id");
+            assert_eq!(response.status().as_u16(), status, "{error:?}");
+        }
+    }
 
     fn parts(error: ReadError) -> (String, u16, Option<String>, Option<String>) {
         let s3 = s3_error(&error, "REQ1");

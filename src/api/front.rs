@@ -11,14 +11,14 @@ use std::time::{Duration, Instant, SystemTime};
 
 use http::{HeaderName, HeaderValue, Request, Response};
 use hyper::body::Incoming;
+use s3s::S3Error;
 use s3s::service::S3Service;
-use s3s::{S3Error, S3ErrorCode};
 use tracing::Instrument;
 use tracing::field::Empty;
 
 use super::conditions::Preconditions;
 use super::context::{MeteredBody, Record, RequestContext, RequestIds};
-use super::error::{auth_error, error_response};
+use super::error::{RequestError, auth_error, error_response};
 use super::host::VirtualHosts;
 use super::limits::{RequestLimits, RequestRate, check_key};
 use super::listener::Requests;
@@ -175,8 +175,7 @@ impl Front {
         let address = match Address::parse(request.uri(), host, self.hosts.as_ref()) {
             Ok(address) => address,
             Err(error) => {
-                let error = S3Error::with_message(S3ErrorCode::InvalidURI, error.to_string());
-                return refuse(error, context);
+                return refuse(RequestError::InvalidUri(error.to_string()).into(), context);
             }
         };
         let credential = request
@@ -247,11 +246,7 @@ fn refuse(error: S3Error, context: &RequestContext) -> Dispatched {
 /// header, if sent, must equal. Anything else could be authorized for one bucket and
 /// served from another by a parser that reads the other field.
 fn request_host<B>(request: &Request<B>) -> Result<Option<&str>, S3Error> {
-    let bad = |message: &'static str| {
-        let mut error = S3Error::with_message(S3ErrorCode::InvalidRequest, message);
-        error.set_status_code(http::StatusCode::BAD_REQUEST);
-        error
-    };
+    let bad = |message: &'static str| S3Error::from(RequestError::BadHost(message));
     let mut hosts = request.headers().get_all(http::header::HOST).iter();
     let header = match (hosts.next(), hosts.next()) {
         (None, _) => None,

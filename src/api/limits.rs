@@ -4,9 +4,10 @@
 
 use http::Request;
 use parking_lot::Mutex;
-use s3s::{S3Error, S3ErrorCode};
+use s3s::S3Error;
 use tokio::time::Instant;
 
+use super::error::RequestError;
 use crate::config::ServerConfig;
 
 /// S3's limit on the UTF-8 length of an object key.
@@ -36,13 +37,11 @@ impl RequestLimits {
             .path_and_query()
             .map_or(0, |path| path.as_str().len());
         if uri_bytes > self.max_url_bytes {
-            return Err(S3Error::with_message(
-                S3ErrorCode::InvalidURI,
-                format!(
-                    "Couldn't parse the specified URI: it is {uri_bytes} bytes long, the limit is {}.",
-                    self.max_url_bytes
-                ),
-            ));
+            return Err(RequestError::UriTooLong {
+                bytes: uri_bytes,
+                limit: self.max_url_bytes,
+            }
+            .into());
         }
         // As sent on the wire: "name: value\r\n" per header, plus the request line.
         let header_bytes = request
@@ -54,13 +53,11 @@ impl RequestLimits {
             + uri_bytes
             + 12;
         if header_bytes > self.max_header_bytes {
-            return Err(S3Error::with_message(
-                S3ErrorCode::RequestHeaderSectionTooLarge,
-                format!(
-                    "Your request header section exceeds the maximum allowed size ({header_bytes} bytes, the limit is {}).",
-                    self.max_header_bytes
-                ),
-            ));
+            return Err(RequestError::HeaderSectionTooLarge {
+                bytes: header_bytes,
+                limit: self.max_header_bytes,
+            }
+            .into());
         }
         Ok(())
     }
@@ -69,13 +66,11 @@ impl RequestLimits {
 /// Refuses a key longer than S3 allows; its bytes are never used for anything else.
 pub fn check_key(key: &str) -> Result<(), S3Error> {
     if key.len() > MAX_KEY_BYTES {
-        return Err(S3Error::with_message(
-            S3ErrorCode::KeyTooLongError,
-            format!(
-                "Your key is too long: {} bytes, the limit is {MAX_KEY_BYTES}.",
-                key.len()
-            ),
-        ));
+        return Err(RequestError::KeyTooLong {
+            bytes: key.len(),
+            limit: MAX_KEY_BYTES,
+        }
+        .into());
     }
     Ok(())
 }
@@ -106,10 +101,7 @@ impl RequestRate {
         *tokens = (*tokens + elapsed.as_secs_f64() * self.per_second).min(self.per_second);
         *refilled = now;
         if *tokens < 1.0 {
-            return Err(S3Error::with_message(
-                S3ErrorCode::SlowDown,
-                "Please reduce your request rate.",
-            ));
+            return Err(RequestError::SlowDown.into());
         }
         *tokens -= 1.0;
         Ok(())
@@ -119,6 +111,7 @@ impl RequestRate {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use s3s::S3ErrorCode;
     use std::time::Duration;
 
     fn limits() -> RequestLimits {

@@ -11,15 +11,15 @@ use s3s::dto::{
     ChecksumMode, ChecksumType, ETag, GetObjectInput, GetObjectOutput, HeadObjectInput,
     HeadObjectOutput, Metadata, Range, StreamingBlob, Timestamp, TimestampFormat,
 };
-use s3s::{S3, S3Error, S3ErrorCode, S3Request, S3Response, S3Result};
+use s3s::{S3, S3Error, S3Request, S3Response, S3Result};
 
 use std::time::{Duration, UNIX_EPOCH};
 
-use http::{HeaderMap, HeaderValue, StatusCode};
+use http::{HeaderMap, HeaderValue};
 
 use super::conditions::{Preconditions, Verdict};
 use super::context::RequestContext;
-use super::error::{invalid_object, s3_error};
+use super::error::{RequestError, invalid_object, s3_error};
 use super::route::Address;
 use crate::object::{Checksums, ObjectMeta};
 use crate::read::{ReadError, ReadPath};
@@ -144,10 +144,7 @@ fn object_ref<T>(
         ..
     }) = request.extensions.get::<Address>()
     else {
-        let mut error = S3Error::with_message(
-            S3ErrorCode::InvalidRequest,
-            "The request does not address an object.",
-        );
+        let mut error = S3Error::from(RequestError::NotAnObject);
         error.set_request_id(request_id);
         return Err(error);
     };
@@ -164,8 +161,7 @@ fn precondition_error(verdict: Verdict, meta: &ObjectMeta, request_id: &str) -> 
     let mut error = match verdict {
         Verdict::Proceed => return None,
         Verdict::NotModified => {
-            let mut error = S3Error::with_message(S3ErrorCode::NotModified, "Not Modified");
-            error.set_status_code(StatusCode::NOT_MODIFIED);
+            let mut error = S3Error::from(RequestError::NotModified);
             let mut headers = HeaderMap::new();
             if let Ok(etag) = HeaderValue::from_str(&meta.etag) {
                 headers.insert(http::header::ETAG, etag);
@@ -182,14 +178,7 @@ fn precondition_error(verdict: Verdict, meta: &ObjectMeta, request_id: &str) -> 
             error.set_headers(headers);
             error
         }
-        Verdict::PreconditionFailed => {
-            let mut error = S3Error::with_message(
-                S3ErrorCode::PreconditionFailed,
-                "At least one of the pre-conditions you specified did not hold",
-            );
-            error.set_status_code(StatusCode::PRECONDITION_FAILED);
-            error
-        }
+        Verdict::PreconditionFailed => RequestError::PreconditionFailed.into(),
     };
     error.set_request_id(request_id);
     Some(error)
@@ -315,10 +304,7 @@ impl S3 for PorticoS3 {
                 match parsed {
                     Some(range) => Some(RangeRequest::from(range)),
                     None => {
-                        let mut error = S3Error::with_message(
-                            S3ErrorCode::InvalidArgument,
-                            "The Range header is not valid.",
-                        );
+                        let mut error = S3Error::from(RequestError::InvalidRange);
                         error.set_request_id(&request_id);
                         return Err(error);
                     }

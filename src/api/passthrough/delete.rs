@@ -4,8 +4,9 @@
 use bytes::Bytes;
 use http_body_util::BodyExt;
 use quick_xml::events::Event;
-use s3s::{S3Error, S3ErrorCode};
+use s3s::S3Error;
 
+use crate::api::error::RequestError;
 use crate::types::{ObjectRef, ObjectRefError};
 use crate::upstream::Payload;
 
@@ -19,18 +20,10 @@ pub(super) async fn collect_bounded(payload: Payload, limit: usize) -> Result<By
     };
     let mut collected = bytes::BytesMut::new();
     while let Some(frame) = body.frame().await {
-        let frame = frame.map_err(|error| {
-            S3Error::with_message(
-                S3ErrorCode::IncompleteBody,
-                format!("The request body could not be read: {error}"),
-            )
-        })?;
+        let frame = frame.map_err(|error| RequestError::UnreadableBody(error.to_string()))?;
         if let Ok(data) = frame.into_data() {
             if collected.len() + data.len() > limit {
-                return Err(S3Error::with_message(
-                    S3ErrorCode::MaxMessageLengthExceeded,
-                    "Your request was too big.",
-                ));
+                return Err(RequestError::ListTooLong.into());
             }
             collected.extend_from_slice(&data);
         }
@@ -40,12 +33,7 @@ pub(super) async fn collect_bounded(payload: Payload, limit: usize) -> Result<By
 
 /// The objects a DeleteObjects request names: each key, with its version id when given.
 pub(super) fn deleted_objects(list: &[u8]) -> Result<Vec<(String, Option<String>)>, S3Error> {
-    let malformed = || {
-        S3Error::with_message(
-            S3ErrorCode::MalformedXML,
-            "The XML you provided was not well-formed or did not validate against our published schema.",
-        )
-    };
+    let malformed = || S3Error::from(RequestError::MalformedXml);
     let mut reader = quick_xml::Reader::from_reader(list);
     let mut objects = Vec::new();
     let (mut key, mut version): (Option<String>, Option<String>) = (None, None);

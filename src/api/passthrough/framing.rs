@@ -3,14 +3,15 @@
 //! Portico's own signature), and which headers go with it.
 
 use bytes::Bytes;
-use http::{HeaderMap, HeaderValue, StatusCode};
+use http::{HeaderMap, HeaderValue};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
-use s3s::{S3Error, S3ErrorCode};
+use s3s::S3Error;
 
 use crate::BoxError;
 use crate::api::checked::HoldLast;
-use crate::api::chunked::{BodyError, ChunkedError, DecodedBody, EncodedBody, ErrorSlot};
+use crate::api::chunked::{BodyError, DecodedBody, EncodedBody, ErrorSlot};
+use crate::api::error::{self, RequestError};
 use crate::auth::sigv4::ChunkSigner;
 use crate::upstream::{Payload, UpstreamBody};
 
@@ -61,12 +62,7 @@ impl Framing {
         if aws_chunked {
             let decoded_length = header("x-amz-decoded-content-length")
                 .and_then(|value| value.trim().parse().ok())
-                .ok_or_else(|| {
-                    S3Error::with_message(
-                        S3ErrorCode::MissingContentLength,
-                        "You must provide the x-amz-decoded-content-length header with an aws-chunked payload.",
-                    )
-                })?;
+                .ok_or(RequestError::MissingDecodedLength)?;
             let trailer =
                 content_sha256.ends_with("-TRAILER") || headers.contains_key("x-amz-trailer");
             return Ok(Self::AwsChunked {
@@ -75,12 +71,12 @@ impl Framing {
             });
         }
         let length = match header("content-length") {
-            Some(value) => Some(value.trim().parse::<u64>().map_err(|_| {
-                S3Error::with_message(
-                    S3ErrorCode::InvalidArgument,
-                    "Content-Length is not a number.",
-                )
-            })?),
+            Some(value) => Some(
+                value
+                    .trim()
+                    .parse::<u64>()
+                    .map_err(|_| RequestError::ContentLengthNotANumber)?,
+            ),
             None => None,
         };
         let empty = length == Some(0) || (length.is_none() && ended);
@@ -205,21 +201,7 @@ pub(super) fn full_body(bytes: Bytes) -> UpstreamBody {
 
 /// The client's error when its body was at fault, else `None`.
 pub(super) fn body_error(errors: &ErrorSlot) -> Option<S3Error> {
-    let error = errors.get()?;
-    let (code, status) = match error {
-        BodyError::Client(_) => (S3ErrorCode::IncompleteBody, StatusCode::BAD_REQUEST),
-        BodyError::Chunked(ChunkedError::SignatureMismatch) => {
-            (S3ErrorCode::SignatureDoesNotMatch, StatusCode::FORBIDDEN)
-        }
-        BodyError::Chunked(_) => (S3ErrorCode::InvalidRequest, StatusCode::BAD_REQUEST),
-        BodyError::Sha256Mismatch => (
-            S3ErrorCode::Custom("XAmzContentSHA256Mismatch".into()),
-            StatusCode::BAD_REQUEST,
-        ),
-    };
-    let mut s3_error = S3Error::with_message(code, error.to_string());
-    s3_error.set_status_code(status);
-    Some(s3_error)
+    errors.get().map(|error| error::body_error(&error))
 }
 
 #[cfg(test)]
