@@ -1,5 +1,6 @@
-//! The one table from authentication, read-path and upstream errors to S3 error codes,
-//! HTTP statuses and messages, for cached reads and forwarded requests alike.
+//! The one table from errors to S3 error codes, HTTP statuses and messages: the S3
+//! surface's own refusals ([`RequestError`]), authentication, request bodies, the read
+//! path and the upstream, for cached reads and forwarded requests alike.
 //!
 //! Errors the upstream sent pass through with their code, status and message; the
 //! upstream's request id is added as `x-portico-upstream-request-id` and logged.
