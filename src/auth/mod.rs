@@ -268,7 +268,8 @@ fn check_time(parts: &SignatureParts, now: SystemTime) -> Result<(), AuthError> 
     let skew = MAX_CLOCK_SKEW.as_secs() as i64;
     match parts.expires {
         Some(expires) => {
-            if now > signed.saturating_add(expires as i64) {
+            // `X-Amz-Expires=0` is valid for no time at all: S3 refuses it as expired.
+            if expires == 0 || now > signed.saturating_add(expires as i64) {
                 return Err(AuthError::Expired);
             }
             if signed > now + skew {

@@ -66,6 +66,12 @@ fn presigned_urls_expire() {
         check_time(&presigned, at("20260101T113000Z")),
         Err(AuthError::Skewed)
     );
+    // A URL valid for no time at all has expired when it is signed, as S3 says.
+    let instant = parts("20260101T120000Z", Some(0));
+    assert_eq!(
+        check_time(&instant, at("20260101T120000Z")),
+        Err(AuthError::Expired)
+    );
 }
 
 #[test]

@@ -4,6 +4,7 @@
 //! Invariants: a ranged read returns exactly the bytes its `Content-Range` names, never
 //! more than the caller's limit, or an error; every request is counted in the metrics.
 
+mod blank_key;
 mod client;
 mod error;
 mod forward;
@@ -227,17 +228,23 @@ impl Upstream {
         max_bytes: u64,
         head: &ResponseHead,
     ) -> Result<(OpenedRange, u16), UpstreamError> {
-        let mut output = self
+        let (key, restore) = blank_key::sdk_key(object.key());
+        let request = self
             .client
             .get_object()
             .bucket(object.bucket())
-            .key(object.key())
+            .key(key)
             .set_version_id(object.version().map(str::to_owned))
             .range(range)
-            .set_if_match(if_match.map(str::to_owned))
-            .send()
-            .await
-            .map_err(UpstreamError::from_sdk)?;
+            .set_if_match(if_match.map(str::to_owned));
+        let sent = match restore {
+            Some(restore) => {
+                let restore = move |request: &mut _| restore.apply(request);
+                request.customize().mutate_request(restore).send().await
+            }
+            None => request.send().await,
+        };
+        let mut output = sent.map_err(UpstreamError::from_sdk)?;
         head.arrived();
         let content_length = output
             .content_length()
@@ -284,15 +291,25 @@ impl Upstream {
         let started = Instant::now();
         let span =
             tracing::info_span!(target: TRACE_TARGET, "upstream.head", http.status_code = Empty);
-        let result = self
+        let (key, restore) = blank_key::sdk_key(object.key());
+        let request = self
             .client
             .head_object()
             .bucket(object.bucket())
-            .key(object.key())
+            .key(key)
             .set_version_id(object.version().map(str::to_owned))
             .checksum_mode(ChecksumMode::Enabled)
-            .set_if_none_match(if_none_match.map(str::to_owned))
-            .send()
+            .set_if_none_match(if_none_match.map(str::to_owned));
+        let sent = async {
+            match restore {
+                Some(restore) => {
+                    let restore = move |request: &mut _| restore.apply(request);
+                    request.customize().mutate_request(restore).send().await
+                }
+                None => request.send().await,
+            }
+        };
+        let result = sent
             .instrument(span.clone())
             .await
             .map_err(UpstreamError::from_sdk);

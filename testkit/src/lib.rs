@@ -215,6 +215,18 @@ pub async fn signed_request(
     url: &str,
     headers: &[(&str, &str)],
 ) -> (u16, http::HeaderMap, Bytes) {
+    signed_send(method, url, headers, Bytes::new()).await
+}
+
+/// [`http_send`] signed with SigV4 by the test credentials: an empty `body` signs its
+/// hash, any other is sent as `UNSIGNED-PAYLOAD`. A `host` entry in `headers` is signed
+/// instead of the URL's authority. For requests an S3 SDK will not send (keys it refuses).
+pub async fn signed_send(
+    method: &str,
+    url: &str,
+    headers: &[(&str, &str)],
+    body: Bytes,
+) -> (u16, http::HeaderMap, Bytes) {
     let uri: http::Uri = url.parse().expect("URL");
     let authority = uri.authority().expect("URL with a host").to_string();
     let mut all: Vec<(&str, &str)> = headers.to_vec();
@@ -224,10 +236,15 @@ pub async fn signed_request(
     {
         all.push(("host", &authority));
     }
-    let signed = sign::Signer::default().sign(method, url, &all, sign::EMPTY_SHA256);
+    let payload = if body.is_empty() {
+        sign::EMPTY_SHA256
+    } else {
+        "UNSIGNED-PAYLOAD"
+    };
+    let signed = sign::Signer::default().sign(method, url, &all, payload);
     let mut with_signature: Vec<(&str, &str)> = headers.to_vec();
     for (name, value) in &signed.headers {
         with_signature.push((name, value));
     }
-    http_request(method, url, &with_signature).await
+    http_send(method, url, &with_signature, body).await
 }

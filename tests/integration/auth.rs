@@ -116,6 +116,8 @@ async fn every_authentication_failure_gets_s3_s_code_and_every_valid_form_succee
     }
     .presign("GET", &url, &host, Duration::from_secs(3600));
     let presigned = Signer::default().presign("GET", &url, &host, Duration::from_secs(300));
+    let for_no_time = Signer::default().presign("GET", &url, &host, Duration::ZERO);
+    let over_a_week = Signer::default().presign("GET", &url, &host, Duration::from_secs(604_801));
     let tampered = presigned.replacen("/object?", "/other?", 1);
     let other_bucket_url = format!("{endpoint}/{}/object", rig.bucket);
 
@@ -143,6 +145,18 @@ async fn every_authentication_failure_gets_s3_s_code_and_every_valid_form_succee
             outcome("GET", &expired, &[]).await,
             403,
             "AccessDenied",
+        ),
+        (
+            "presigned URL valid for 0 s",
+            outcome("GET", &for_no_time, &[]).await,
+            403,
+            "AccessDenied",
+        ),
+        (
+            "presigned URL valid for over a week",
+            outcome("GET", &over_a_week, &[]).await,
+            400,
+            "AuthorizationQueryParametersError",
         ),
         (
             "tampered presigned URL",
