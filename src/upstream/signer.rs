@@ -96,13 +96,17 @@ impl Signer {
                 message: error.to_string(),
             })?
             .into();
+        // Values are signed as the bytes they are: S3 takes UTF-8 in `x-amz-meta-*`.
         let invalid_header = |_| UpstreamError::Request {
-            message: "a header value is not visible ASCII".to_owned(),
+            message: "a header value is not UTF-8".to_owned(),
         };
         let headers = request
             .headers()
             .iter()
-            .map(|(name, value)| Ok((name.as_str(), value.to_str().map_err(invalid_header)?)))
+            .map(|(name, value)| {
+                let value = std::str::from_utf8(value.as_bytes()).map_err(invalid_header)?;
+                Ok((name.as_str(), value))
+            })
             .collect::<Result<Vec<_>, UpstreamError>>()?;
         let signable_body = match body {
             BodySignature::Empty => SignableBody::empty(),

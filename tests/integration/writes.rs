@@ -13,6 +13,7 @@ use tokio::net::TcpStream;
 
 use crate::support::{
     Rig, aws_chunked, crc32_base64, failed_get, http_chunked, random_bytes, raw_request,
+    signed_request, signed_send,
 };
 
 const MIB: usize = 1024 * 1024;
@@ -409,4 +410,37 @@ async fn every_write_a_client_can_send_invalidates_what_it_changed() {
 /// Percent-encodes a query value (base64's `+`, `/` and `=`).
 fn urlencoding(value: &str) -> String {
     percent_encoding::utf8_percent_encode(value, percent_encoding::NON_ALPHANUMERIC).to_string()
+}
+
+/// UTF-8 in `x-amz-meta-*` reaches the upstream as the client sent it, and comes back.
+#[tokio::test]
+async fn utf8_user_metadata_is_stored_as_sent() {
+    let rig = Rig::start("utf8meta", |_| {}).await;
+    let value = "Grüße, 日本語 ✓";
+    let url = format!("{}/{}/greeting.txt", rig.portico().s3, rig.bucket);
+    let headers = [("x-amz-meta-greeting", value)];
+    let (status, _, body) = signed_send("PUT", &url, &headers, "hello".into()).await;
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+    let origin = format!(
+        "{}/{}/greeting.txt",
+        portico_testkit::minio::minio().endpoint(),
+        rig.bucket
+    );
+    // The upstream returns non-ASCII metadata as an RFC 2047 encoded word, as S3 does;
+    // Portico answers with the same bytes.
+    let mut answers = Vec::new();
+    for (source, url) in [("the upstream", &origin), ("Portico", &url)] {
+        let (status, headers, _) = signed_request("HEAD", url, &[]).await;
+        assert_eq!(status, 200, "HEAD from {source}");
+        let stored = headers["x-amz-meta-greeting"].as_bytes().to_vec();
+        answers.push(stored);
+    }
+    assert_eq!(answers[0], answers[1], "Portico and the upstream differ");
+    let word = String::from_utf8(answers[0].clone()).unwrap();
+    let encoded = word
+        .strip_prefix("=?UTF-8?b?")
+        .and_then(|rest| rest.strip_suffix("?="))
+        .unwrap_or_else(|| panic!("not an encoded word: {word}"));
+    let decoded = aws_smithy_types::base64::decode(encoded).unwrap();
+    assert_eq!(decoded, value.as_bytes(), "what the upstream stored");
 }
