@@ -153,6 +153,7 @@ async fn boto3_reads_writes_lists_deletes_and_presigns_through_portico() {
     .await;
     for step in [
         "put/get/head ok",
+        "gzip ok",
         "multipart ok",
         "list ok",
         "presigned ok",

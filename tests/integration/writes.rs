@@ -444,3 +444,34 @@ async fn utf8_user_metadata_is_stored_as_sent() {
     let decoded = aws_smithy_types::base64::decode(encoded).unwrap();
     assert_eq!(decoded, value.as_bytes(), "what the upstream stored");
 }
+
+/// A gzip-encoded body in `aws-chunked` framing (what SDKs send with a trailing
+/// checksum) is stored with `Content-Encoding: gzip`: the `aws-chunked` coding is the
+/// transfer's, not the object's.
+#[tokio::test]
+async fn a_gzip_body_in_aws_chunked_framing_keeps_its_content_encoding() {
+    let rig = Rig::start("gzipchunked", |_| {}).await;
+    let data = random_bytes(200_000, 9);
+    rig.client
+        .put_object()
+        .bucket(&rig.bucket)
+        .key("data.gz")
+        .content_encoding("gzip")
+        .checksum_algorithm(aws_sdk_s3::types::ChecksumAlgorithm::Crc32)
+        .body(data.clone().into())
+        .send()
+        .await
+        .expect("PUT through Portico");
+    for (source, client) in [("the upstream", &rig.direct), ("Portico", &rig.client)] {
+        let output = client
+            .get_object()
+            .bucket(&rig.bucket)
+            .key("data.gz")
+            .send()
+            .await
+            .unwrap_or_else(|error| panic!("GET from {source}: {error:?}"));
+        assert_eq!(output.content_encoding(), Some("gzip"), "from {source}");
+        let body = output.body.collect().await.unwrap().into_bytes();
+        assert!(body[..] == data[..], "bytes from {source}");
+    }
+}
