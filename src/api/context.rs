@@ -47,12 +47,12 @@ struct RequestTarget {
 impl RequestContext {
     /// A new request's context; `reported` when a trace or the access log reports it,
     /// `range` its `Range` header (kept only then).
-    pub(super) fn new(id: String, reported: bool, range: Option<String>) -> Self {
+    pub(super) fn new(id: String, reported: bool, range: Option<&str>) -> Self {
         Self(Arc::new(ContextInner {
             id,
             operation: OnceLock::new(),
             reported,
-            range: range.filter(|_| reported),
+            range: range.filter(|_| reported).map(str::to_owned),
             target: OnceLock::new(),
             tally: OnceLock::new(),
             cache_status: OnceLock::new(),

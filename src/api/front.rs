@@ -316,8 +316,7 @@ impl hyper::service::Service<Request<Incoming>> for Front {
         let range = request
             .headers()
             .get(http::header::RANGE)
-            .and_then(|value| value.to_str().ok())
-            .map(str::to_owned);
+            .and_then(|value| value.to_str().ok());
         let context = RequestContext::new(self.ids.next(), reported, range);
         span.record("s3.request_id", context.id());
         request.extensions_mut().insert(context.clone());

@@ -265,11 +265,12 @@ impl ReadPath {
             Ok((meta, mut discovered)) => {
                 // The blocks before the metadata: a request that finds the metadata must
                 // find them too, or it fetches them again.
-                let target = Target::new(object, meta.clone(), self.inner.settings.block_size);
-                for (index, block) in discovered.blocks.iter() {
-                    self.inner
-                        .cache
-                        .insert_block(target.key(*index), block.clone());
+                if !discovered.blocks.is_empty() {
+                    let target = Target::new(object, meta.clone(), self.inner.settings.block_size);
+                    for (index, block) in discovered.blocks.iter() {
+                        let key = target.key(*index);
+                        self.inner.cache.insert_block(key, block.clone());
+                    }
                 }
                 self.store_meta(object, generation, MetaState::Found(meta.clone()));
                 discovered.ttl = self.full_ttl();

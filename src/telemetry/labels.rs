@@ -11,7 +11,8 @@ macro_rules! label_values {
         }
 
         impl $name {
-            /// Every value, as exported.
+            /// Every value, as exported (the documentation test reads them).
+            #[cfg(test)]
             pub const VALUES: &[&str] = &[$($value),+];
 
             pub fn as_str(self) -> &'static str {
