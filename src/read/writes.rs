@@ -165,10 +165,20 @@ mod tests {
         let before = generations.current(&first);
         generations.bump(&first);
         assert_eq!(generations.current(&first), before + 1);
-        let untouched = (0..100)
+        let bumped: *const AtomicU64 = generations.shard(&first);
+        let others: Vec<ObjectRef> = (0..100)
             .map(|index| ObjectRef::new("b", &format!("other-{index}")).unwrap())
-            .filter(|object| generations.current(object) == 0)
+            .collect();
+        for object in &others {
+            let shares_the_shard = std::ptr::eq(generations.shard(object), bumped);
+            let expected = if shares_the_shard { before + 1 } else { 0 };
+            assert_eq!(generations.current(object), expected, "{object:?}");
+        }
+        // The shards are spread: almost every other object keeps its own generation.
+        let sharing = others
+            .iter()
+            .filter(|object| std::ptr::eq(generations.shard(object), bumped))
             .count();
-        assert!(untouched >= 99, "{untouched}");
+        assert!(sharing < 10, "{sharing} of 100 objects share one shard");
     }
 }
