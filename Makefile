@@ -52,8 +52,13 @@ fmt-check:
 clippy:
 	cargo clippy --workspace --all-targets -- -D warnings
 
+## build: target/debug/portico, built as `cargo test` builds it. The tests switch on features
+## of shared dependencies (tokio's test-util, the test kit's hyper and aws-sdk-s3 features),
+## so a plain `cargo build` would compile some fifty crates a second time after `make test`
+## (and the other way round). Compiling the test targets too costs less than that, once, and
+## lets `make run` and `make test` share every compiled crate.
 build:
-	cargo build --bin portico
+	cargo test --workspace --no-run
 
 ## release: the optimised binary (target/release/portico); docker/Dockerfile runs exactly this
 release:
