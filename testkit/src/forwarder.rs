@@ -2,7 +2,8 @@
 //! Portico asks the upstream. It records every request, and can be stopped (the port
 //! refuses connections and open connections are cut) and started again on the same port.
 //! Faults can be injected into the next object GETs: an error status, a connection
-//! closed without a response, or a delay before forwarding. Requests the client gave up
+//! closed without a response, a delay before forwarding, or a body that is cut, short or
+//! over-long. Requests the client gave up
 //! on (closed its connection before the response) are counted. For benchmarks, every
 //! request can be delayed (an object store's time to first byte) and response body bytes
 //! are counted. ETags can be removed from responses, like an origin that sends none.
@@ -53,6 +54,15 @@ pub enum Fault {
     Reset,
     /// Wait this long, then forward.
     Delay(std::time::Duration),
+    /// Forward the headers as sent, then only this many body bytes, and close the
+    /// connection (a transfer cut in the middle).
+    CutBody(usize),
+    /// Forward only this many body bytes with a `Content-Length` that matches them, so
+    /// the response is well-formed but shorter than its `Content-Range` says.
+    ShortBody(usize),
+    /// Forward the body with this many bytes appended and a `Content-Length` that counts
+    /// them, so the response is well-formed but longer than its `Content-Range` says.
+    LongBody(usize),
 }
 
 type Reply = Result<http::Response<BoxBody<Bytes, hyper::Error>>, ForwardError>;
@@ -185,12 +195,12 @@ impl Forwarder {
         self.serve(listener);
     }
 
-    /// Delays every request by `latency` before forwarding it (0 turns it off).
     /// From now on, responses carry no `ETag` (an origin that sends none).
     pub fn strip_etags(&self) {
         self.counters.strip_etags.store(true, Ordering::Relaxed);
     }
 
+    /// Delays every request by `latency` before forwarding it (0 turns it off).
     pub fn set_latency(&self, latency: std::time::Duration) {
         let nanos = u64::try_from(latency.as_nanos()).unwrap_or(u64::MAX);
         self.counters.latency_nanos.store(nanos, Ordering::SeqCst);
@@ -290,7 +300,7 @@ impl Shared {
                 unfinished.0 = None;
                 return Ok(error_response(status));
             }
-            None => {}
+            Some(Fault::CutBody(_) | Fault::ShortBody(_) | Fault::LongBody(_)) | None => {}
         }
         let is_head = request.method() == http::Method::HEAD;
         let latency = self.counters.latency_nanos.load(Ordering::Relaxed);
@@ -316,12 +326,51 @@ impl Shared {
             .unwrap_or(0);
         self.counters.requests.fetch_add(1, Ordering::Relaxed);
         self.counters.bytes.fetch_add(length, Ordering::Relaxed);
-        let mut response = response.map(BodyExt::boxed);
+        let mut response = match fault {
+            Some(fault @ (Fault::CutBody(_) | Fault::ShortBody(_) | Fault::LongBody(_))) => {
+                damage_body(response, fault).await?
+            }
+            _ => response.map(BodyExt::boxed),
+        };
         if self.counters.strip_etags.load(Ordering::Relaxed) {
             response.headers_mut().remove(http::header::ETAG);
         }
         Ok(response)
     }
+}
+
+/// `response` with its body damaged as `fault` says.
+async fn damage_body(
+    response: http::Response<Incoming>,
+    fault: Fault,
+) -> Result<http::Response<BoxBody<Bytes, hyper::Error>>, ForwardError> {
+    let (mut parts, body) = response.into_parts();
+    let body = body
+        .collect()
+        .await
+        .map_err(|error| ForwardError(error.to_string()))?
+        .to_bytes();
+    let body = match fault {
+        // The original Content-Length stays: the server finds the body short of it and
+        // closes the connection after the bytes it has.
+        Fault::CutBody(keep) => body.slice(..keep.min(body.len())),
+        Fault::ShortBody(keep) => body.slice(..keep.min(body.len())),
+        Fault::LongBody(extra) => {
+            let mut longer = body.to_vec();
+            longer.resize(body.len() + extra, b'x');
+            Bytes::from(longer)
+        }
+        Fault::Status(_) | Fault::Reset | Fault::Delay(_) => body,
+    };
+    if !matches!(fault, Fault::CutBody(_)) {
+        parts
+            .headers
+            .insert(http::header::CONTENT_LENGTH, body.len().into());
+    }
+    // A body of unknown length, so the server sends it under the header's Content-Length.
+    let frames = futures::stream::iter([Ok(hyper::body::Frame::data(body))]);
+    let body = http_body_util::StreamBody::new(frames).boxed();
+    Ok(http::Response::from_parts(parts, body))
 }
 
 /// An S3 error response with `status`.

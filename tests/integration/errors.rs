@@ -178,3 +178,78 @@ async fn upstream_5xx_and_resets_are_retried_until_attempts_run_out() {
         "and it reads once the upstream recovers"
     );
 }
+
+/// An upstream body cut in the middle, or well-formed but shorter or longer than its
+/// `Content-Range` says, is never cached and never reaches a client as a complete
+/// response: the read either gets every byte right (Portico fetched the block again) or
+/// fails visibly, and the next read is byte-exact.
+#[tokio::test]
+async fn a_cut_short_or_over_long_upstream_body_is_never_cached_nor_served_whole() {
+    const BLOCK: usize = 1024 * 1024;
+    let rig = Rig::start("bodies", |_| {}).await;
+    let data = random_bytes(3 * BLOCK, 33);
+    let faults = [
+        ("cut", Fault::CutBody(1000)),
+        ("short", Fault::ShortBody(1000)),
+        ("long", Fault::LongBody(7)),
+    ];
+    for (name, _) in &faults {
+        rig.put(&format!("{name}-cold.bin"), &data).await;
+        rig.put(&format!("{name}-warm.bin"), &data).await;
+    }
+    let tail = 2 * BLOCK + 5..2 * BLOCK + 100;
+    let tail_range = format!("bytes={}-{}", tail.start, tail.end - 1);
+    for (name, fault) in faults {
+        // The first block of a cold object (read by the discovery), and a later block of
+        // an object whose first block is cached (the block step).
+        let cold = format!("{name}-cold.bin");
+        let warm = format!("{name}-warm.bin");
+        assert!(rig.get(&warm, Some("bytes=0-0")).await == data[..1]);
+        for (key, range, expected) in [
+            (&cold, None, &data[..]),
+            (&warm, Some(tail_range.as_str()), &data[tail.clone()]),
+        ] {
+            rig.forwarder.take();
+            rig.forwarder.inject(&[fault]);
+            let first = read(&rig, key, range).await;
+            if let Ok(body) = &first {
+                assert!(body == expected, "{key} {range:?}: wrong bytes served");
+            }
+            let gets = rig.upstream_gets();
+            assert!(
+                gets >= 2,
+                "{key} {range:?}: the damaged block was fetched again ({gets} GETs)"
+            );
+            let again = read(&rig, key, range).await;
+            assert!(
+                again.as_deref() == Ok(expected),
+                "{key} {range:?}: the read after the fault is byte-exact"
+            );
+        }
+        // Whatever was cached is the objects' bytes.
+        assert!(rig.get(&cold, None).await == data, "{cold}");
+        assert!(rig.get(&warm, None).await == data, "{warm}");
+    }
+    let logs = rig.portico().logs();
+    assert!(!logs.contains("panicked"), "{logs}");
+}
+
+/// A GET through Portico: the body, or why the read failed (an error status or a body
+/// that ended early).
+async fn read(rig: &Rig, key: &str, range: Option<&str>) -> Result<Vec<u8>, String> {
+    let output = rig
+        .client
+        .get_object()
+        .bucket(&rig.bucket)
+        .key(key)
+        .set_range(range.map(str::to_owned))
+        .send()
+        .await
+        .map_err(|error| format!("{error:?}"))?;
+    let body = output
+        .body
+        .collect()
+        .await
+        .map_err(|error| error.to_string())?;
+    Ok(body.into_bytes().to_vec())
+}
