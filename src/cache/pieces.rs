@@ -72,16 +72,27 @@ impl BlockCache {
         {
             return Ok(Some((bytes.clone(), Tier::Memory)));
         }
+        let listed = self.hybrid.storage().may_contains(&key);
         let value = match self.hybrid.storage().load(&key).await? {
             Load::Entry { value, .. } => value,
             Load::Piece { piece, .. } => piece.value().clone(),
-            Load::Miss | Load::Throttled => return Ok(None),
+            Load::Miss => {
+                // foyer drops an entry whose checksum or header fails from its index and
+                // answers a miss; an entry that is simply absent was never listed.
+                if listed && !self.hybrid.storage().may_contains(&key) {
+                    self.found_corrupt(&key);
+                }
+                return Ok(None);
+            }
+            Load::Throttled => return Ok(None),
         };
         self.health.read_succeeded();
         let CacheValue::Block(bytes) = value else {
+            self.found_corrupt(&key);
             return Ok(None);
         };
         if bytes.len() != length {
+            self.found_corrupt(&key);
             return Ok(None);
         }
         if self.doorkeeper.second_touch(&key) {
@@ -93,6 +104,17 @@ impl BlockCache {
             self.metrics.memory_admissions.inc();
         }
         Ok(Some((bytes, Tier::Disk)))
+    }
+
+    /// Counts a piece that failed verification on its way back from disk and drops it,
+    /// so the block is fetched again and stored anew.
+    fn found_corrupt(&self, key: &CacheKey) {
+        self.metrics.disk_corrupt_pieces.inc();
+        self.hybrid.storage().delete(key);
+        tracing::warn!(
+            ?key,
+            "a block piece on disk failed verification; it is fetched again"
+        );
     }
 
     /// Whether the cache holds all of a block of `block_len` bytes (whole in memory, or

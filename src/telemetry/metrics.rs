@@ -110,6 +110,8 @@ pub struct Metrics {
     pub disk_readmissions: Counter,
     /// Block pieces read from disk for the second time, kept in memory.
     pub memory_admissions: Counter,
+    /// Block pieces the disk tier listed that failed verification when read back.
+    pub disk_corrupt_pieces: Counter,
 }
 
 impl Default for Metrics {
@@ -146,6 +148,7 @@ impl Metrics {
             budget_waits: Family::default(),
             disk_readmissions: Counter::default(),
             memory_admissions: Counter::default(),
+            disk_corrupt_pieces: Counter::default(),
             uncached_reads: Counter::default(),
         };
         registry.register(
@@ -237,6 +240,11 @@ impl Metrics {
             "portico_cache_memory_admissions",
             "Block pieces read from disk a second time (within the doorkeeper's memory), kept in the memory tier; a piece read once is not",
             metrics.memory_admissions.clone(),
+        );
+        registry.register(
+            "portico_cache_disk_corrupt_pieces",
+            "Block pieces the disk tier listed that failed verification when read back (entry checksum, header, or length): dropped and fetched again, never served",
+            metrics.disk_corrupt_pieces.clone(),
         );
         registry.register(
             "portico_cache_disk_errors",

@@ -103,9 +103,19 @@ impl Rig {
 
     /// Stops Portico with SIGTERM and starts it again on the same cache directory.
     pub async fn restart_portico(&mut self) {
+        self.stop_portico().await;
+        self.start_portico().await;
+    }
+
+    /// Stops Portico with SIGTERM (and waits for it to exit).
+    pub async fn stop_portico(&mut self) {
         if let Some(portico) = self.portico.take() {
             portico.stop().await;
         }
+    }
+
+    /// Starts Portico on the rig's settings and cache directory.
+    pub async fn start_portico(&mut self) {
         let portico = Portico::start(binary(), &self.settings).await;
         self.client = s3_client(&portico.s3, true);
         self.portico = Some(portico);
