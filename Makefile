@@ -29,7 +29,7 @@ APT_UPDATE := $(SUDO) apt-get update -q
 # Lists are refreshed first: on a fresh machine they are empty or stale.
 APT_INSTALL := $(APT_UPDATE) && $(SUDO) apt-get install -y -q
 
-.PHONY: run test ci fmt-check clippy build release bench fuzz tools clean-demo
+.PHONY: run test ci fmt-check clippy build release bench fuzz conformance tools clean-demo
 
 ## run: build Portico and start it in front of a local MinIO with demo data (Ctrl-C stops
 ## both). Needs only MinIO (built once) and curl: nothing the tests need is installed.
@@ -80,6 +80,13 @@ bench: tools $(NGINX)
 ## each (default 60); not part of `make test`
 fuzz: $(CARGO_FUZZ)
 	PATH="$(dir $(CARGO_FUZZ)):$$PATH" scripts/fuzz.sh
+
+## conformance: the differential test (tests/integration/conformance.rs) for
+## CONFORMANCE_CASES cases (default 1000; `make test` runs 40); PORTICO_CONFORMANCE_SEED
+## picks another sequence
+CONFORMANCE_CASES ?= 1000
+conformance: $(MINIO)
+	PORTICO_CONFORMANCE_CASES=$(CONFORMANCE_CASES) cargo test --test integration -- conformance --nocapture
 
 $(CARGO_FUZZ):
 	@echo "Installing cargo-fuzz $(CARGO_FUZZ_VERSION) into $(TOOLS_DIR) (first time only)"

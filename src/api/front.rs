@@ -210,6 +210,7 @@ impl Front {
                 let mut request = request;
                 let conditions = Preconditions::take_from(request.headers_mut());
                 request.extensions_mut().insert(conditions);
+                super::range::normalize(request.headers_mut());
                 request.extensions_mut().insert(address);
                 let call = hyper::service::Service::call(&self.s3, request);
                 Box::pin(async move {

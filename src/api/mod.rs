@@ -11,6 +11,7 @@ mod host;
 mod limits;
 mod listener;
 mod passthrough;
+mod range;
 pub(crate) mod route;
 pub(crate) mod s3;
 mod tls;

@@ -15,7 +15,7 @@ use s3s::{S3, S3Error, S3Request, S3Response, S3Result};
 
 use std::time::{Duration, UNIX_EPOCH};
 
-use http::{HeaderMap, HeaderValue};
+use http::{HeaderMap, HeaderName, HeaderValue};
 
 use super::conditions::{Preconditions, Verdict};
 use super::context::RequestContext;
@@ -173,6 +173,24 @@ fn precondition_error(verdict: Verdict, meta: &ObjectMeta, request_id: &str) -> 
                 let modified = httpdate::fmt_http_date(UNIX_EPOCH + Duration::from_secs(secs));
                 if let Ok(value) = HeaderValue::from_str(&modified) {
                     headers.insert(http::header::LAST_MODIFIED, value);
+                }
+            }
+            // RFC 9110 15.4.5: a 304 repeats the caching headers a 200 would carry; S3
+            // adds the version id.
+            let repeated = [
+                (http::header::CACHE_CONTROL, &meta.cache_control),
+                (http::header::EXPIRES, &meta.expires),
+                (
+                    HeaderName::from_static("x-amz-version-id"),
+                    &meta.version_id,
+                ),
+            ];
+            for (name, value) in repeated {
+                if let Some(value) = value
+                    .as_deref()
+                    .and_then(|value| HeaderValue::from_str(value).ok())
+                {
+                    headers.insert(name, value);
                 }
             }
             error.set_headers(headers);

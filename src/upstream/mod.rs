@@ -251,6 +251,8 @@ impl Upstream {
             .and_then(|length| u64::try_from(length).ok())
             .ok_or_else(|| UpstreamError::invalid_response("response has no Content-Length"))?;
         let (first, size, status) = match output.content_range() {
+            // MinIO's answer to a suffix range of an empty object: the whole (empty) object.
+            Some(EMPTY_OBJECT_RANGE) if content_length == 0 => (0, 0, 206),
             Some(header) => {
                 let (first, last, size) = parse_content_range(header).ok_or_else(|| {
                     UpstreamError::invalid_response(format!("unparsable Content-Range {header:?}"))
@@ -430,6 +432,10 @@ impl Upstream {
 }
 
 /// Parses `bytes first-last/size` into `(first, last, size)`.
+/// The `Content-Range` MinIO sends with a 206 to a suffix range of an empty object (no
+/// range of an empty object is valid; S3 answers such a read with 200).
+const EMPTY_OBJECT_RANGE: &str = "bytes 0--1/0";
+
 fn parse_content_range(header: &str) -> Option<(u64, u64, u64)> {
     let rest = header.trim().strip_prefix("bytes ")?;
     let (span, size) = rest.split_once('/')?;

@@ -9,6 +9,7 @@ mod auth;
 mod clients;
 mod coalescing;
 mod conditionals;
+mod conformance;
 mod corruption;
 mod dependencies;
 mod errors;
