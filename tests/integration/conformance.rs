@@ -109,8 +109,11 @@ async fn portico_answers_generated_request_sequences_as_minio_does() {
     if let Err(failure) = result {
         panic!("seed {seed:#x}, {cases} cases: {failure}");
     }
+    // No 5xx of Portico's own (an upstream's 5xx would have failed the comparison or been
+    // MinIO's too).
     let logs = rig.portico().logs();
     assert!(!logs.contains("panicked"), "{logs}");
+    assert!(!logs.contains("status: 500"), "{logs}");
 }
 
 /// Failures the generated sequences found, shrunk, kept as fixed cases.
@@ -172,14 +175,24 @@ fn deliberate_difference(
         Op::Get { read, .. } | Op::Head { read, .. } => Some(read),
         _ => None,
     };
-    if read.is_some_and(|read| read.range.as_deref() == Some("bytes=-0"))
+    if read.is_some_and(|read| read.conditional.is_some())
         && direct.status == 416
-        && portico.status == 404
+        && matches!(portico.status, 304 | 412)
     {
         return Some(
-            "`bytes=-0` (a zero-length suffix) of a key or version that does not exist: \
-             MinIO refuses the range before it looks the object up (416); Portico looks the \
-             object up first and answers 404, as for every other range",
+            "a failed precondition with an unsatisfiable range: Portico answers the \
+             precondition (304, 412) as RFC 9110 §13.2.2 orders them, MinIO the range (416)",
+        );
+    }
+    if read.is_some_and(|read| read.range.as_deref().is_some_and(never_satisfiable))
+        && direct.status == 416
+        && matches!(portico.status, 404 | 412)
+    {
+        return Some(
+            "a range no object satisfies (`bytes=-0`, or the last byte before the first): \
+             MinIO refuses it (416) before it looks the object up or evaluates If-Match; \
+             Portico looks the object up and evaluates preconditions first (404, 412), as \
+             RFC 9110 §13.2.2 orders them and as for every other range",
         );
     }
     if let Op::Get { key, .. } | Op::Head { key, .. } = op
@@ -203,7 +216,7 @@ fn deliberate_difference(
         })
     });
     let empty_suffix = |observed: &Observed| {
-        observed.body.as_ref().is_some_and(Bytes::is_empty)
+        observed.body.as_ref().is_none_or(Bytes::is_empty)
             && observed.headers.get("content-length").map(String::as_str) == Some("0")
     };
     if direct.status == 206
@@ -219,7 +232,8 @@ fn deliberate_difference(
         );
     }
     if expires_not_a_date
-        && (portico.status, portico.code.as_deref()) == (400, Some("InvalidArgument"))
+        && portico.status == 400
+        && matches!(portico.code.as_deref(), None | Some("InvalidArgument"))
     {
         return Some(
             "response-expires must be an HTTP date: Portico refuses other text with 400 \
@@ -238,6 +252,25 @@ fn deliberate_difference(
         );
     }
     None
+}
+
+/// `bytes=-0`, or `bytes=FIRST-LAST` with `LAST < FIRST`.
+fn never_satisfiable(range: &str) -> bool {
+    let Some(spec) = range.strip_prefix("bytes=") else {
+        return false;
+    };
+    if spec == "-0" {
+        return true;
+    }
+    let number = |text: &str| {
+        text.bytes()
+            .all(|byte| byte.is_ascii_digit())
+            .then(|| text.parse::<u64>().ok())
+            .flatten()
+    };
+    spec.split_once('-')
+        .and_then(|(first, last)| Some((number(first)?, number(last)?)))
+        .is_some_and(|(first, last)| last < first)
 }
 
 fn describe(observed: &Observed) -> String {
