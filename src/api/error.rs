@@ -152,6 +152,13 @@ fn upstream_error(error: &UpstreamError) -> (S3ErrorCode, StatusCode, String) {
                 S3ErrorCode::from_bytes(code.as_bytes()).unwrap_or(S3ErrorCode::InternalError);
             (code, status, message.clone())
         }
+        UpstreamError::UnsignableHeader { name } => (
+            S3ErrorCode::InvalidArgument,
+            StatusCode::BAD_REQUEST,
+            format!(
+                "The value of header {name} is not UTF-8. Portico signs header values as text and cannot forward it."
+            ),
+        ),
         UpstreamError::Unreachable { .. } => (
             S3ErrorCode::ServiceUnavailable,
             StatusCode::SERVICE_UNAVAILABLE,

@@ -41,6 +41,10 @@ pub enum UpstreamError {
     /// The request could not be built (a value the SDK refuses to send).
     #[error("cannot build the upstream request: {message}")]
     Request { message: String },
+    /// A client header value that is not UTF-8: the signer signs header values as text,
+    /// so it cannot be forwarded.
+    #[error("the value of header {name} is not UTF-8")]
+    UnsignableHeader { name: String },
     /// Portico has no credential to sign upstream requests with: none configured, and the
     /// credential chain (environment, profile, web identity, container, instance) found
     /// none.
@@ -88,6 +92,7 @@ impl UpstreamError {
             | Self::Unreachable { .. }
             | Self::InvalidResponse { .. }
             | Self::Request { .. }
+            | Self::UnsignableHeader { .. }
             | Self::NoCredential { .. } => None,
         }
     }
@@ -125,6 +130,7 @@ impl UpstreamError {
             Self::Unreachable { .. }
             | Self::InvalidResponse { .. }
             | Self::Request { .. }
+            | Self::UnsignableHeader { .. }
             | Self::NoCredential { .. } => 0,
         }
     }

@@ -97,14 +97,15 @@ impl Signer {
             })?
             .into();
         // Values are signed as the bytes they are: S3 takes UTF-8 in `x-amz-meta-*`.
-        let invalid_header = |_| UpstreamError::Request {
-            message: "a header value is not UTF-8".to_owned(),
-        };
         let headers = request
             .headers()
             .iter()
             .map(|(name, value)| {
-                let value = std::str::from_utf8(value.as_bytes()).map_err(invalid_header)?;
+                let value = std::str::from_utf8(value.as_bytes()).map_err(|_| {
+                    UpstreamError::UnsignableHeader {
+                        name: name.as_str().to_owned(),
+                    }
+                })?;
                 Ok((name.as_str(), value))
             })
             .collect::<Result<Vec<_>, UpstreamError>>()?;

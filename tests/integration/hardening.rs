@@ -535,3 +535,29 @@ async fn slow_readers_hold_a_bounded_budget_and_a_get_beyond_it_gets_slow_down()
     }
     assert_eq!(inflight().await, 0.0);
 }
+
+/// A header value that is not UTF-8 (Latin-1 metadata) cannot be signed upstream: the
+/// client gets 400 InvalidArgument naming the header (was 500), and nothing is written.
+#[tokio::test]
+async fn a_header_value_that_is_not_utf8_is_refused_with_400_naming_it() {
+    let rig = Rig::start("latin1", |settings| settings.without_auth()).await;
+    let address = host_of(&rig.portico().s3).to_owned();
+    let mut request = format!(
+        "PUT /{}/latin1.txt HTTP/1.1\r\nHost: {address}\r\nContent-Length: 5\r\nConnection: close\r\nx-amz-meta-city: ",
+        rig.bucket
+    )
+    .into_bytes();
+    request.extend_from_slice(b"Bogot\xe1\r\n\r\nhello");
+    let (status, response, _) = raw_exchange(&address, &request).await;
+    assert_eq!(status, 400, "{response}");
+    assert_eq!(code_of(&response), Some("InvalidArgument"), "{response}");
+    assert!(response.contains("x-amz-meta-city"), "{response}");
+    let head = rig
+        .direct
+        .head_object()
+        .bucket(&rig.bucket)
+        .key("latin1.txt")
+        .send()
+        .await;
+    assert!(head.is_err(), "nothing was written");
+}
