@@ -15,11 +15,10 @@ mod regressions;
 
 use std::collections::{BTreeMap, HashMap};
 
-use aws_sdk_s3::types::{BucketVersioningStatus, VersioningConfiguration};
 use bytes::Bytes;
 use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestRng, TestRunner};
 
-use crate::support::{Rig, random_bytes, signed_send};
+use crate::support::{Rig, enable_versioning, random_bytes, signed_send};
 use generate::{Body, Case, Conditional, Op, PART, Read, Version};
 use portico_testkit::create_bucket;
 use portico_testkit::minio::minio;
@@ -54,17 +53,7 @@ async fn sides(prefix: &str) -> (Rig, [Target; 2]) {
     let rig = Rig::start(prefix, |_| {}).await;
     let direct_bucket = create_bucket(&rig.direct, "conformance-direct").await;
     for bucket in [&rig.bucket, &direct_bucket] {
-        rig.direct
-            .put_bucket_versioning()
-            .bucket(bucket)
-            .versioning_configuration(
-                VersioningConfiguration::builder()
-                    .status(BucketVersioningStatus::Enabled)
-                    .build(),
-            )
-            .send()
-            .await
-            .expect("enable versioning");
+        enable_versioning(&rig.direct, bucket).await;
     }
     let targets = [
         Target {

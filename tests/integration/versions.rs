@@ -4,27 +4,11 @@
 use aws_sdk_s3::Client;
 use aws_sdk_s3::error::ProvideErrorMetadata;
 use aws_sdk_s3::primitives::ByteStream;
-use aws_sdk_s3::types::{
-    BucketVersioningStatus, ChecksumAlgorithm, ChecksumMode, VersioningConfiguration,
-};
+use aws_sdk_s3::types::{ChecksumAlgorithm, ChecksumMode};
 
-use crate::support::{Rig, failed, random_bytes, signed_request};
+use crate::support::{Rig, enable_versioning, failed, random_bytes, signed_request};
 
 const MIB: usize = 1024 * 1024;
-
-async fn enable_versioning(rig: &Rig) {
-    rig.direct
-        .put_bucket_versioning()
-        .bucket(&rig.bucket)
-        .versioning_configuration(
-            VersioningConfiguration::builder()
-                .status(BucketVersioningStatus::Enabled)
-                .build(),
-        )
-        .send()
-        .await
-        .expect("enable versioning");
-}
 
 /// Uploads directly to MinIO and returns the new version id.
 async fn put_version(rig: &Rig, key: &str, data: &[u8]) -> String {
@@ -76,7 +60,7 @@ async fn failed_version_get(
 #[tokio::test(flavor = "multi_thread")]
 async fn versioned_reads_are_cached_under_their_version() {
     let rig = Rig::start("versions", |_| {}).await;
-    enable_versioning(&rig).await;
+    enable_versioning(&rig.direct, &rig.bucket).await;
     let first = random_bytes(2 * MIB + 100, 21);
     let second = random_bytes(3 * MIB + 7, 22);
     let v1 = put_version(&rig, "object", &first).await;

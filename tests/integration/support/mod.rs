@@ -174,6 +174,21 @@ impl Rig {
     }
 }
 
+/// Turns versioning on for `bucket` (through MinIO directly).
+pub async fn enable_versioning(direct: &Client, bucket: &str) {
+    direct
+        .put_bucket_versioning()
+        .bucket(bucket)
+        .versioning_configuration(
+            aws_sdk_s3::types::VersioningConfiguration::builder()
+                .status(aws_sdk_s3::types::BucketVersioningStatus::Enabled)
+                .build(),
+        )
+        .send()
+        .await
+        .expect("enable versioning");
+}
+
 pub fn crc32_base64(data: &[u8]) -> String {
     aws_smithy_types::base64::encode(crc32fast::hash(data).to_be_bytes())
 }
