@@ -164,6 +164,18 @@ fn deliberate_difference(
         Op::Get { read, .. } | Op::Head { read, .. } => Some(read),
         _ => None,
     };
+    let dot_segment = |value: &str| value.split('/').any(|part| part == "." || part == "..");
+    if read.is_some_and(|read| read.overrides.iter().any(|(_, value)| dot_segment(value)))
+        && direct.code.as_deref() == Some("XMinioInvalidResourceName")
+        && portico.status < 500
+    {
+        return Some(
+            "a response-* override whose value is `.` or `..` (or has such a segment): \
+             MinIO refuses it as a resource name (400 XMinioInvalidResourceName) though it \
+             names no resource; Portico treats it as any other value (applies it, or \
+             answers what S3 answers for the object: 404, 304, ...), as S3 does",
+        );
+    }
     if read.is_some_and(|read| read.conditional.is_some())
         && direct.status == 416
         && matches!(portico.status, 304 | 412)
@@ -199,11 +211,6 @@ fn deliberate_difference(
             );
         }
     }
-    let expires_not_a_date = read.is_some_and(|read| {
-        read.overrides.iter().any(|(name, value)| {
-            name == "response-expires" && httpdate::parse_http_date(value).is_err()
-        })
-    });
     let empty_suffix = |observed: &Observed| {
         observed.body.as_ref().is_none_or(Bytes::is_empty)
             && observed.headers.get("content-length").map(String::as_str) == Some("0")
@@ -220,6 +227,11 @@ fn deliberate_difference(
              object, as S3 does",
         );
     }
+    let expires_not_a_date = read.is_some_and(|read| {
+        read.overrides.iter().any(|(name, value)| {
+            name == "response-expires" && httpdate::parse_http_date(value).is_err()
+        })
+    });
     if expires_not_a_date
         && portico.status == 400
         && matches!(portico.code.as_deref(), None | Some("InvalidArgument"))
