@@ -353,8 +353,7 @@ async fn damage_body(
     let body = match fault {
         // The original Content-Length stays: the server finds the body short of it and
         // closes the connection after the bytes it has.
-        Fault::CutBody(keep) => body.slice(..keep.min(body.len())),
-        Fault::ShortBody(keep) => body.slice(..keep.min(body.len())),
+        Fault::CutBody(keep) | Fault::ShortBody(keep) => body.slice(..keep.min(body.len())),
         Fault::LongBody(extra) => {
             let mut longer = body.to_vec();
             longer.resize(body.len() + extra, b'x');

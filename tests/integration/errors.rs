@@ -211,7 +211,7 @@ async fn a_cut_short_or_over_long_upstream_body_is_never_cached_nor_served_whole
         ] {
             rig.forwarder.take();
             rig.forwarder.inject(&[fault]);
-            let first = read(&rig, key, range).await;
+            let first = rig.try_get(key, range).await;
             if let Ok(body) = &first {
                 assert!(body == expected, "{key} {range:?}: wrong bytes served");
             }
@@ -220,7 +220,7 @@ async fn a_cut_short_or_over_long_upstream_body_is_never_cached_nor_served_whole
                 gets >= 2,
                 "{key} {range:?}: the damaged block was fetched again ({gets} GETs)"
             );
-            let again = read(&rig, key, range).await;
+            let again = rig.try_get(key, range).await;
             assert!(
                 again.as_deref() == Ok(expected),
                 "{key} {range:?}: the read after the fault is byte-exact"
@@ -232,24 +232,4 @@ async fn a_cut_short_or_over_long_upstream_body_is_never_cached_nor_served_whole
     }
     let logs = rig.portico().logs();
     assert!(!logs.contains("panicked"), "{logs}");
-}
-
-/// A GET through Portico: the body, or why the read failed (an error status or a body
-/// that ended early).
-async fn read(rig: &Rig, key: &str, range: Option<&str>) -> Result<Vec<u8>, String> {
-    let output = rig
-        .client
-        .get_object()
-        .bucket(&rig.bucket)
-        .key(key)
-        .set_range(range.map(str::to_owned))
-        .send()
-        .await
-        .map_err(|error| format!("{error:?}"))?;
-    let body = output
-        .body
-        .collect()
-        .await
-        .map_err(|error| error.to_string())?;
-    Ok(body.into_bytes().to_vec())
 }

@@ -146,6 +146,14 @@ impl Rig {
 
     /// GETs through Portico with an optional `Range` header value.
     pub async fn get(&self, key: &str, range: Option<&str>) -> Vec<u8> {
+        self.try_get(key, range)
+            .await
+            .unwrap_or_else(|error| panic!("GET {key} {range:?}: {error}"))
+    }
+
+    /// [`Rig::get`] that may fail: the body, or why the read failed (an error status or
+    /// a body that ended early).
+    pub async fn try_get(&self, key: &str, range: Option<&str>) -> Result<Vec<u8>, String> {
         let output = self
             .client
             .get_object()
@@ -154,14 +162,13 @@ impl Rig {
             .set_range(range.map(str::to_owned))
             .send()
             .await
-            .unwrap_or_else(|error| panic!("GET {key} {range:?}: {error:?}"));
-        output
+            .map_err(|error| format!("{error:?}"))?;
+        let body = output
             .body
             .collect()
             .await
-            .expect("GET body")
-            .into_bytes()
-            .to_vec()
+            .map_err(|error| format!("GET body: {error}"))?;
+        Ok(body.into_bytes().to_vec())
     }
 
     /// Object GETs (not probes) the upstream received since the last `take`.
