@@ -1,8 +1,9 @@
 //! The admin listener: `/healthz` (the process answers), `/readyz` (Portico can serve:
 //! the cache is open and it is not shutting down; `degraded` while the disk tier is off,
 //! and a line on the upstream's health, which does not decide readiness) and `/metrics`
-//! (Prometheus/OpenMetrics text), all open; and the admin API under `/admin/` — purge,
-//! warm jobs and cache usage, JSON in and out — which needs `Authorization: Bearer
+//! (Prometheus/OpenMetrics text), all open; and the admin API under `/admin/` — purge
+//! (on every member in cluster mode), warm jobs, cache usage and the cluster's members,
+//! JSON in and out — which needs `Authorization: Bearer
 //! <admin.token>` (refused outright while no token is configured).
 //!
 //! The upstream is probed at most once per [`PROBE_INTERVAL`], however often `/readyz` and
@@ -28,6 +29,7 @@ use subtle::ConstantTimeEq;
 use tokio::net::TcpListener;
 
 use crate::cache::BlockCache;
+use crate::cluster::{Cluster, PurgeRequest};
 use crate::telemetry::{BlockLookup, Metrics};
 use crate::types::RangeRequest;
 use crate::upstream::{CredentialProblem, Upstream};
@@ -44,6 +46,8 @@ pub struct AdminState {
     /// The bearer token `/admin/` requires; `None` disables those endpoints.
     token: Option<String>,
     maintenance: Maintenance,
+    /// The cluster, in cluster mode: purges go to every member.
+    cluster: Option<Arc<Cluster>>,
     /// Fired once shutdown has begun.
     stopping: Shutdown,
 }
@@ -55,6 +59,7 @@ impl AdminState {
         upstream: Arc<Upstream>,
         token: &str,
         maintenance: Maintenance,
+        cluster: Option<Arc<Cluster>>,
         stopping: Shutdown,
     ) -> Self {
         Self {
@@ -64,6 +69,7 @@ impl AdminState {
             last_probe: tokio::sync::Mutex::new(None),
             token: (!token.is_empty()).then(|| token.to_owned()),
             maintenance,
+            cluster,
             stopping,
         }
     }
@@ -121,7 +127,8 @@ pub fn router(state: Arc<AdminState>, serves: Serves) -> Router {
             .route("/admin/purge", post(purge))
             .route("/admin/warm", post(warm))
             .route("/admin/jobs/{id}", get(job))
-            .route("/admin/cache", get(cache_report));
+            .route("/admin/cache", get(cache_report))
+            .route("/admin/cluster", get(cluster_report));
     }
     router
         .layer(middleware::from_fn_with_state(state.clone(), guard_admin))
@@ -261,7 +268,8 @@ impl IntoResponse for AdminError {
 }
 
 /// `POST /admin/purge`: forgets the metadata and blocks of a key, or of every object the
-/// upstream lists under a prefix.
+/// upstream lists under a prefix. In cluster mode on every member: the answer lists each
+/// member's result, and is 502 when one failed (the purge stands where it succeeded).
 async fn purge(
     State(state): State<Arc<AdminState>>,
     body: Result<Json<ActionBody>, JsonRejection>,
@@ -273,11 +281,57 @@ async fn purge(
         ));
     }
     let purged = state.maintenance.purge(&body.selector()?).await?;
-    Ok(Json(json!({
+    let mut answer = json!({
         "objects": purged.objects,
         "blocks": purged.blocks,
-    }))
-    .into_response())
+    });
+    let Some(cluster) = &state.cluster else {
+        return Ok(Json(answer).into_response());
+    };
+    let request = PurgeRequest {
+        bucket: body.bucket,
+        key: body.key,
+        prefix: body.prefix,
+    };
+    let mut complete = true;
+    let mut members = vec![json!({
+        "member": cluster.identity().as_ref(),
+        "objects": purged.objects,
+        "blocks": purged.blocks,
+    })];
+    for (member, result) in cluster.purge_members(&request).await {
+        members.push(match result {
+            Ok(mut purged) => {
+                purged["member"] = member.as_ref().into();
+                purged
+            }
+            Err(error) => {
+                complete = false;
+                tracing::warn!(%member, %error, "purge not passed on to a cluster member");
+                json!({ "member": member.as_ref(), "error": error })
+            }
+        });
+    }
+    answer["members"] = members.into();
+    let status = if complete {
+        StatusCode::OK
+    } else {
+        StatusCode::BAD_GATEWAY
+    };
+    Ok((status, Json(answer)).into_response())
+}
+
+/// `GET /admin/cluster`: the members, their health and ownership share; 404 when cluster
+/// mode is off.
+async fn cluster_report(State(state): State<Arc<AdminState>>) -> Response {
+    match &state.cluster {
+        Some(cluster) => Json(cluster.report().await).into_response(),
+        None => AdminError {
+            status: StatusCode::NOT_FOUND,
+            message: "cluster mode is off (cluster.enabled = false)".to_owned(),
+        }
+        .into_response(),
+    }
 }
 
 /// `POST /admin/warm`: starts a background job that loads a key or a prefix (optionally

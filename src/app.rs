@@ -13,8 +13,9 @@ use crate::admin::{self, AdminState};
 use crate::api;
 use crate::budget::MemoryBudget;
 use crate::cache::{BlockCache, CacheError};
+use crate::cluster::{self, Cluster, PeerState};
 use crate::config::Config;
-use crate::read::{ReadPath, ReadSettings};
+use crate::read::{Peers, ReadPath, ReadSettings};
 use crate::shutdown::{self, Shutdown};
 use crate::telemetry::Metrics;
 use crate::upstream::{self, Upstream};
@@ -53,6 +54,8 @@ pub struct Bound {
     pub admin: SocketAddr,
     /// The admin API's own listener, when `admin.api_listen` is set.
     pub admin_api: Option<SocketAddr>,
+    /// The peer listener, in cluster mode.
+    pub cluster: Option<SocketAddr>,
 }
 
 /// Binds the listener configured under `key`.
@@ -74,6 +77,8 @@ pub struct Listeners {
     pub admin: TcpListener,
     /// The admin API's own listener (`admin.api_listen`).
     pub admin_api: Option<TcpListener>,
+    /// The peer listener (`cluster.listen`), in cluster mode.
+    pub cluster: Option<TcpListener>,
 }
 
 impl Listeners {
@@ -85,6 +90,11 @@ impl Listeners {
             admin_api: match config.admin.api_listen.0 {
                 Some(address) => Some(bind("admin.api_listen", address).await?),
                 None => None,
+            },
+            cluster: if config.cluster.enabled {
+                Some(bind("cluster.listen", config.cluster.listen).await?)
+            } else {
+                None
             },
         })
     }
@@ -98,6 +108,10 @@ impl Listeners {
                 .admin_api
                 .as_ref()
                 .and_then(|api| api.local_addr().ok()),
+            cluster: self
+                .cluster
+                .as_ref()
+                .and_then(|peer| peer.local_addr().ok()),
         }
     }
 }
@@ -120,7 +134,7 @@ pub async fn run_until_signal(
 /// `on_ready` receives the bound addresses once every listener accepts connections.
 pub async fn run(
     config: Config,
-    listeners: Listeners,
+    mut listeners: Listeners,
     shutdown: impl Future<Output = ()>,
     on_ready: impl FnOnce(Bound),
 ) -> Result<(), AppError> {
@@ -137,6 +151,10 @@ pub async fn run(
         config.server.inflight_wait.get(),
         metrics.clone(),
     );
+    let cluster = match config.cluster.enabled {
+        true => Some(Cluster::start(&config.cluster, metrics.clone(), stopping.clone()).await),
+        false => None,
+    };
     let read = ReadPath::new(
         cache.clone(),
         upstream.clone(),
@@ -144,6 +162,7 @@ pub async fn run(
         read_settings(&config),
         budget,
         stopping.clone(),
+        cluster.clone().map(|cluster| cluster as Arc<dyn Peers>),
     );
     let maintenance = Maintenance::new(
         read.clone(),
@@ -154,6 +173,16 @@ pub async fn run(
 
     let server_tls = server_tls(&config, &stopping)?;
     let bound = listeners.bound(&config, server_tls.is_some());
+    let peer_task = listeners.cluster.take().map(|listener| {
+        let state = Arc::new(PeerState {
+            read: read.clone(),
+            maintenance: maintenance.clone(),
+            metrics: metrics.clone(),
+            secret: config.cluster.secret.clone(),
+            block_size: config.cache.block_size.bytes(),
+        });
+        tokio::spawn(cluster::serve(listener, state, stopping.clone()))
+    });
     let forwarder = Arc::new(upstream::Forwarder::new(
         &config.upstream,
         &shared,
@@ -176,6 +205,7 @@ pub async fn run(
         upstream,
         &config.admin.token,
         maintenance,
+        cluster,
         stopping.clone(),
     ));
     let (admin_serves, api_task) = match listeners.admin_api {
@@ -196,7 +226,7 @@ pub async fn run(
         admin_serves,
         stopping,
     ));
-    tracing::info!(s3 = %bound.s3, admin = %bound.admin, "portico is serving");
+    tracing::info!(s3 = %bound.s3, admin = %bound.admin, peers = ?bound.cluster, "portico is serving");
     on_ready(bound);
 
     shutdown.await;
@@ -215,6 +245,11 @@ pub async fn run(
     }
     if let Err(error) = admin_task.await {
         tracing::error!(%error, "admin listener task failed");
+    }
+    if let Some(peer_task) = peer_task
+        && let Err(error) = peer_task.await
+    {
+        tracing::error!(%error, "peer listener task failed");
     }
     cache.close().await?;
     tracing::info!("cache closed; goodbye");

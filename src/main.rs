@@ -102,8 +102,12 @@ fn main() -> ExitCode {
             .admin_api
             .map(|address| format!(" admin_api=http://{address}"))
             .unwrap_or_default();
+        let peers = bound
+            .cluster
+            .map(|address| format!(" peers=http://{address}"))
+            .unwrap_or_default();
         println!(
-            "portico listening s3={scheme}://{} admin=http://{}{api}",
+            "portico listening s3={scheme}://{} admin=http://{}{api}{peers}",
             bound.s3, bound.admin
         );
     };

@@ -94,6 +94,15 @@ fn to_usize(bytes: u64) -> usize {
     usize::try_from(bytes).unwrap_or(usize::MAX)
 }
 
+/// Where a fetched block is kept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Keep {
+    /// In memory, and its pieces on disk: a block this node owns.
+    Everywhere,
+    /// In memory only: a block another cluster member owns (and keeps on its disk).
+    Memory,
+}
+
 /// The block and metadata cache. Cheap to clone.
 #[derive(Clone)]
 pub struct BlockCache {
@@ -260,6 +269,9 @@ impl BlockCache {
     /// is cached; a piece read from disk for the second time is kept in memory. Otherwise
     /// the whole block is fetched, kept in memory and queued for the disk in pieces.
     ///
+    /// With [`Keep::Memory`] (a block another cluster member owns) nothing of the block is
+    /// written to disk, neither when it is fetched nor when memory serves it.
+    ///
     /// `fetch` runs in a spawned task: a caller that goes away does not cancel it for the
     /// others, and its result is cached.
     pub async fn block<F, Fut, E>(
@@ -267,6 +279,7 @@ impl BlockCache {
         key: &BlockKey,
         block_len: usize,
         within: Range<usize>,
+        keep: Keep,
         fetch: F,
     ) -> Result<Part, LookupError<E>>
     where
@@ -286,7 +299,9 @@ impl BlockCache {
         // A memory hit must not go through `get_or_fetch`, which counts and coalesces.
         if let Some(entry) = self.hybrid.memory().get(&cache_key) {
             let bytes = block_of(&entry, block_len)?;
-            self.readmit(&key, &bytes);
+            if keep == Keep::Everywhere {
+                self.readmit(&key, &bytes);
+            }
             return Ok(Part::whole(bytes.slice(within), Tier::Memory));
         }
         match self.pieces(&key, block_len, within.clone()).await {
@@ -303,7 +318,7 @@ impl BlockCache {
         let fetch = move || async move {
             flag.store(true, Ordering::Release);
             let bytes = fetch.await?;
-            if bytes.len() == block_len {
+            if bytes.len() == block_len && keep == Keep::Everywhere {
                 cache.store_pieces(&stored, &bytes);
             }
             Ok::<_, E>(CacheValue::Block(bytes))

@@ -44,7 +44,9 @@ impl BlockCache {
         F: FnOnce() -> Fut,
         Fut: Future<Output = Result<Bytes, FetchFailed>> + Send + 'static,
     {
-        let part = self.block(&block_key(index), len, 0..len, fetch).await?;
+        let part = self
+            .block(&block_key(index), len, 0..len, Keep::Everywhere, fetch)
+            .await?;
         Ok((part.slices.concat().into(), part.tier))
     }
 }
@@ -221,7 +223,7 @@ async fn part(
     within: Range<usize>,
 ) -> (Bytes, Tier, usize) {
     let found = cache
-        .block(&mib_block(index), len, within, || async {
+        .block(&mib_block(index), len, within, Keep::Everywhere, || async {
             Err::<Bytes, _>(FetchFailed("must come from the cache"))
         })
         .await
@@ -293,9 +295,13 @@ async fn a_range_is_read_from_the_pieces_it_overlaps_byte_exact_after_a_restart(
     }
     // A range outside the block is an error, never a panic.
     let error = cache
-        .block(&mib_block(0), 1 << 20, 10..(1 << 20) + 1, || async {
-            Err::<Bytes, _>(FetchFailed("must not run"))
-        })
+        .block(
+            &mib_block(0),
+            1 << 20,
+            10..(1 << 20) + 1,
+            Keep::Everywhere,
+            || async { Err::<Bytes, _>(FetchFailed("must not run")) },
+        )
         .await
         .unwrap_err();
     assert!(matches!(
@@ -333,9 +339,13 @@ async fn a_piece_read_from_disk_twice_is_kept_in_memory_and_once_is_not() {
         (data.slice(piece - 3..piece + 3), Tier::Disk)
     );
     let found = cache
-        .block(&mib_block(0), 1 << 20, piece - 3..piece + 5, || async {
-            Err::<Bytes, _>(FetchFailed("must come from the cache"))
-        })
+        .block(
+            &mib_block(0),
+            1 << 20,
+            piece - 3..piece + 5,
+            Keep::Everywhere,
+            || async { Err::<Bytes, _>(FetchFailed("must come from the cache")) },
+        )
         .await
         .unwrap();
     assert_eq!(
@@ -374,6 +384,7 @@ async fn a_block_missing_a_piece_is_fetched_whole_and_its_pieces_rewritten() {
             &mib_block(0),
             1 << 20,
             piece..3 * piece,
+            Keep::Everywhere,
             move || async move {
                 counted.fetch_add(1, Ordering::SeqCst);
                 Ok::<_, FetchFailed>(source)
@@ -535,4 +546,49 @@ async fn negative_metadata_is_not_persisted() {
     }
     let cache = open(dir.path(), ByteSize::mib(4)).await;
     assert_eq!(cache.meta(&object).await.unwrap(), None);
+}
+
+#[tokio::test]
+async fn a_block_kept_in_memory_only_never_reaches_the_disk() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = piece_config(dir.path());
+    let cache = BlockCache::open(&config, Arc::new(Metrics::new()))
+        .await
+        .unwrap();
+    let data = patterned(1 << 20, 9);
+    let fetches = Arc::new(AtomicUsize::new(0));
+    for (index, keep) in [(0, Keep::Memory), (1, Keep::Everywhere)] {
+        // The fetch, then a memory hit (which queues pieces a disk lacks, for owned blocks).
+        for _ in 0..2 {
+            let (counted, source) = (fetches.clone(), data.clone());
+            let found = cache
+                .block(
+                    &mib_block(index),
+                    1 << 20,
+                    0..1 << 20,
+                    keep,
+                    move || async move {
+                        counted.fetch_add(1, Ordering::SeqCst);
+                        Ok::<_, FetchFailed>(source)
+                    },
+                )
+                .await
+                .unwrap();
+            assert_eq!(found.slices.concat(), data);
+        }
+    }
+    assert_eq!(fetches.load(Ordering::SeqCst), 2, "one fetch per block");
+    // Reopened, memory is empty: what is held is on disk.
+    cache.close().await.unwrap();
+    let cache = BlockCache::open(&config, Arc::new(Metrics::new()))
+        .await
+        .unwrap();
+    assert!(
+        !cache.holds(&mib_block(0), 1 << 20),
+        "a block another member owns went to disk"
+    );
+    assert!(
+        cache.holds(&mib_block(1), 1 << 20),
+        "an owned block's pieces are on disk"
+    );
 }

@@ -40,6 +40,7 @@ impl Config {
             &mut shown.upstream.secret_access_key,
             &mut shown.auth.secret_access_key,
             &mut shown.admin.token,
+            &mut shown.cluster.secret,
         ] {
             if !secret.is_empty() {
                 *secret = "<redacted>".to_owned();

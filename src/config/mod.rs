@@ -10,6 +10,7 @@
 
 mod auth;
 mod cache;
+mod cluster;
 mod load;
 mod log;
 mod server;
@@ -24,6 +25,7 @@ use serde::{Deserialize, Serialize};
 
 pub use auth::{AuthConfig, AuthMode};
 pub use cache::{CacheConfig, PrefetchConfig};
+pub use cluster::{ClusterConfig, MIN_SECRET_BYTES};
 pub use log::{LogConfig, LogFormat};
 pub use server::{AdminConfig, ServerConfig};
 pub use units::{ByteSize, HumanDuration, MetadataTtl, OptionalAddress};
@@ -43,6 +45,7 @@ pub struct Config {
     pub prefetch: PrefetchConfig,
     pub auth: AuthConfig,
     pub log: LogConfig,
+    pub cluster: ClusterConfig,
 }
 
 impl Config {
@@ -62,6 +65,12 @@ impl Config {
         self.cache.validate()?;
         self.upstream.validate()?;
         self.auth.validate()?;
+        let mut listeners = vec![
+            ("server.listen", self.server.listen),
+            ("admin.listen", self.admin.listen),
+        ];
+        listeners.extend(self.admin.api_listen.0.map(|api| ("admin.api_listen", api)));
+        self.cluster.validate(&listeners)?;
         self.server.validate(self.cache.block_size)
     }
 }

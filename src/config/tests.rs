@@ -226,3 +226,47 @@ fn every_key_has_an_environment_name() {
     )));
     assert!(keys.len() >= 18, "{keys:?}");
 }
+
+#[test]
+fn cluster_mode_needs_members_an_identity_among_them_and_a_secret() {
+    let member_env = [
+        ("PORTICO_CLUSTER_ENABLED", "true"),
+        ("PORTICO_CLUSTER_LISTEN", "127.0.0.1:9100"),
+        ("PORTICO_CLUSTER_MEMBERS", "127.0.0.1:9100,127.0.0.1:9101"),
+        ("PORTICO_CLUSTER_SECRET", "sixteen-bytes-or-more"),
+    ];
+    let config = load_text("", &member_env).unwrap();
+    assert_eq!(config.cluster.members.len(), 2, "a comma-separated list");
+    assert_eq!(config.cluster.identity(), "127.0.0.1:9100");
+    assert!(!config.to_redacted_toml().contains("sixteen-bytes-or-more"));
+
+    let cases: [(&str, &str); 7] = [
+        ("members = []\n", "exactly one"),
+        (
+            "members_dns = \"portico-peers:9100\"\n",
+            "cluster.members and cluster.members_dns",
+        ),
+        ("members = [\"127.0.0.1:9101\"]\n", "is not among them"),
+        ("members = [\"127.0.0.1\"]\n", "cluster.members"),
+        ("secret = \"short\"\n", "cluster.secret"),
+        ("listen = \"0.0.0.0:9100\"\n", "cluster.advertise"),
+        ("listen = \"127.0.0.1:9090\"\n", "admin.listen"),
+    ];
+    for (line, expected) in cases {
+        let text = "[cluster]\nenabled = true\nlisten = \"127.0.0.1:9100\"\nmembers = [\"127.0.0.1:9100\"]\nsecret = \"sixteen-bytes-or-more\"\n";
+        // The case's line replaces the default's line for the same key.
+        let key = line.split(' ').next().unwrap();
+        let text: String = text
+            .lines()
+            .filter(|existing| !existing.starts_with(&format!("{key} ")))
+            .map(|existing| format!("{existing}\n"))
+            .chain([line.to_owned()])
+            .collect();
+        let error = load_text(&text, &[]).unwrap_err().to_string();
+        assert!(error.contains(expected), "{line:?}: {error}");
+    }
+
+    let dns = "[cluster]\nenabled = true\nadvertise = \"10.0.0.5:9100\"\nlisten = \"0.0.0.0:9100\"\nmembers_dns = \"portico-peers.default.svc:9100\"\nsecret = \"sixteen-bytes-or-more\"\n";
+    let config = load_text(dns, &[]).unwrap();
+    assert_eq!(config.cluster.identity(), "10.0.0.5:9100");
+}

@@ -8,13 +8,19 @@ use tracing::Instrument;
 use tracing::field::Empty;
 
 use super::metadata::Discovered;
-use super::{BlockSource, ReadError, ReadPath, Target};
+use super::{BlockSource, PeerError, PeerId, Peers, ReadError, ReadPath, Target};
 use crate::budget::Charge;
-use crate::cache::{LookupError, Part, Tier};
+use crate::cache::{Keep, LookupError, Part, Tier};
 use crate::object::ObjectMeta;
-use crate::telemetry::TRACE_TARGET;
+use crate::telemetry::{Metrics, PeerResult, TRACE_TARGET};
 use crate::types::{BlockIndex, ByteRange, ObjectRef};
 use crate::upstream::{ResponseHead, UpstreamError};
+
+/// Members asked for one block at most before it is fetched from the source.
+const MEMBERS_ASKED: usize = 3;
+
+/// The member a block is fetched from, when another one owns it.
+type Owner = Option<(Arc<dyn Peers>, PeerId)>;
 
 impl ReadPath {
     /// The part of block `index` of `target` inside `bytes`: from a block the metadata
@@ -54,7 +60,7 @@ impl ReadPath {
     ) -> Result<Part, ReadError> {
         let span = lookup_span(index);
         let part = self
-            .cache_block(target, index, within)
+            .cache_block(target, index, within, self.owner(target, index))
             .instrument(span.clone())
             .await?;
         self.counted(&span, part.tier);
@@ -62,6 +68,45 @@ impl ReadPath {
             slices: charge.attach_all(part.slices),
             ..part
         })
+    }
+
+    /// Block `index` of the version `meta` names, whole, for a member that asked this node
+    /// (its owner) for it: from the cache, or fetched from this node's own source once —
+    /// never from another member, so members whose views of the membership differ for a
+    /// moment cannot send a request round in circles.
+    pub async fn serve_peer(
+        &self,
+        object: &ObjectRef,
+        meta: Arc<ObjectMeta>,
+        index: BlockIndex,
+    ) -> Result<Part, ReadError> {
+        let target = Target::new(object, meta, self.inner.settings.block_size);
+        if target.layout.block_range(index).is_none() {
+            return Err(ReadError::Internal(format!(
+                "block {index} is outside the object"
+            )));
+        }
+        let length = target.layout.block_len(index);
+        let charge = self.inner.budget.reserve_within(length).await?;
+        let span = lookup_span(index);
+        let whole = 0..usize::try_from(length).unwrap_or(usize::MAX);
+        let part = self
+            .cache_block(&target, index, whole, None)
+            .instrument(span.clone())
+            .await?;
+        self.counted(&span, part.tier);
+        Ok(Part {
+            slices: charge.attach_all(part.slices),
+            ..part
+        })
+    }
+
+    /// The member that owns block `index` of `target`, when cluster mode is on and it is
+    /// not this node.
+    pub(super) fn owner(&self, target: &Target, index: BlockIndex) -> Owner {
+        let peers = self.inner.peers.as_ref()?;
+        let owner = peers.owner(&target.object, target.layout.block_size(), index)?;
+        Some((peers.clone(), owner))
     }
 
     /// Caches block `index` of `target` unless the cache holds it already (a prefetch or
@@ -75,7 +120,9 @@ impl ReadPath {
         if self.inner.cache.holds(&target.key(index), length) {
             return Ok(());
         }
-        self.cache_block(target, index, 0..length).await.map(drop)
+        self.cache_block(target, index, 0..length, self.owner(target, index))
+            .await
+            .map(drop)
     }
 
     /// Records where a block came from on its lookup span and in the lookup metric.
@@ -86,12 +133,15 @@ impl ReadPath {
     }
 
     /// Bytes `within` block `index` of `target` through the cache (the block is fetched
-    /// and cached on a miss), their length checked.
+    /// and cached on a miss), their length checked. A block `owner` (another member)
+    /// owns is fetched from it and kept in memory only; when the owner fails, from the
+    /// source.
     async fn cache_block(
         &self,
         target: &Target,
         index: BlockIndex,
         within: std::ops::Range<usize>,
+        owner: Owner,
     ) -> Result<Part, ReadError> {
         let object = &target.object;
         let range = target
@@ -99,20 +149,33 @@ impl ReadPath {
             .block_range(index)
             .ok_or_else(|| ReadError::Internal(format!("block {index} is outside the object")))?;
         let key = target.key(index);
+        let keep = match &owner {
+            None => Keep::Everywhere,
+            Some(_) => Keep::Memory,
+        };
+        let keep_in_memory = owner
+            .as_ref()
+            .is_none_or(|(peers, _)| peers.keep_in_memory());
         let fetch = {
-            let source = self.inner.source.clone();
+            let fetch = BlockFetch {
+                source: self.inner.source.clone(),
+                object: object.clone(),
+                meta: target.meta.clone(),
+                range,
+                index,
+                block_size: target.layout.block_size(),
+                metrics: self.inner.metrics.clone(),
+            };
             let hedger = self.inner.hedger.clone();
-            let object = object.clone();
-            let meta = target.meta.clone();
             move || {
                 // Created where the lookup starts the fetch, so it is the lookup's child
                 // even though the fetch runs in a task of its own.
-                let span = tracing::info_span!(target: TRACE_TARGET, "upstream.fetch", http.range = %range.header_value());
+                let span = tracing::info_span!(target: TRACE_TARGET, "upstream.fetch", http.range = %range.header_value(), peer = owner.as_ref().map(|(_, peer)| tracing::field::display(peer.clone())));
                 async move {
+                    // The owner is asked first; a hedge goes to the source.
+                    let mut owner = owner;
                     hedger
-                        .run(|head| {
-                            fetch_block(source.clone(), object.clone(), meta.clone(), range, head)
-                        })
+                        .run(|head| fetch.clone().run(owner.take(), head))
                         .await
                 }
                 .instrument(span)
@@ -123,7 +186,7 @@ impl ReadPath {
         let result = match self
             .inner
             .cache
-            .block(&key, block_len, within.clone(), fetch.clone())
+            .block(&key, block_len, within.clone(), keep, fetch.clone())
             .await
         {
             Ok(found) => Ok(found),
@@ -138,6 +201,11 @@ impl ReadPath {
             }
         };
         let part = result?;
+        // Only what this lookup fetched from the owner: a block the cache held is kept
+        // by this node as its owner, and so is one whose owner failed meanwhile.
+        if !keep_in_memory && part.tier == Tier::Upstream && self.owner(target, index).is_some() {
+            self.inner.cache.remove_block(&key);
+        }
         let got = part.total_bytes();
         if got != wanted {
             return Err(ReadError::Internal(format!(
@@ -157,28 +225,77 @@ fn lookup_span(index: BlockIndex) -> tracing::Span {
     tracing::info_span!(target: TRACE_TARGET, "block.lookup", block.index = index, cache.tier = Empty, cache.hit = Empty)
 }
 
-/// Fetches one block of the version `meta` describes; a different version is an error.
-async fn fetch_block(
+/// One block of the version `meta` describes, to be fetched.
+#[derive(Clone)]
+struct BlockFetch {
     source: Arc<dyn BlockSource>,
     object: ObjectRef,
     meta: Arc<ObjectMeta>,
     range: ByteRange,
-    head: ResponseHead,
-) -> Result<Bytes, UpstreamError> {
-    let if_match = (!meta.etag.is_empty()).then_some(meta.etag.as_str());
-    let read = source
-        .get(&object, range.into(), if_match, range.len_bytes(), &head)
-        .await?;
-    if read.meta.etag != meta.etag || read.meta.size != meta.size {
-        return Err(UpstreamError::PreconditionFailed { request_id: None });
+    index: BlockIndex,
+    block_size: u64,
+    metrics: Arc<Metrics>,
+}
+
+impl BlockFetch {
+    /// The block from `owner` when one is given and answers, else from the source; a
+    /// different version is an error.
+    async fn run(self, owner: Owner, head: ResponseHead) -> Result<Bytes, UpstreamError> {
+        let Self {
+            source,
+            object,
+            meta,
+            range,
+            index,
+            block_size,
+            metrics,
+        } = self;
+        if let Some((peers, mut peer)) = owner {
+            // A member that fails is passed over from then on: the block goes to the next
+            // member in its order (where every node that found the owner down goes too),
+            // or, when that is this node, to the source.
+            for asked in 1.. {
+                let failure = match peers
+                    .fetch(&peer, &object, &meta, block_size, index, &head)
+                    .await
+                {
+                    Ok(body) if body.len() as u64 == range.len_bytes() => return Ok(body),
+                    Ok(body) => format!(
+                        "{} bytes for block {index} of {}",
+                        body.len(),
+                        range.len_bytes()
+                    ),
+                    Err(PeerError::Answer(error)) => return Err(error),
+                    Err(PeerError::Failed { reason, .. }) => reason,
+                };
+                match peers.owner(&object, block_size, index) {
+                    Some(next) if next != peer && asked < MEMBERS_ASKED => {
+                        tracing::warn!(%object, index, %peer, %next, reason = %failure, "block owner failed; asking the next member");
+                        peer = next;
+                    }
+                    _ => {
+                        tracing::warn!(%object, index, %peer, reason = %failure, "block owner failed; fetching the block from the upstream");
+                        metrics.count_peer_request(PeerResult::Fallback);
+                        break;
+                    }
+                }
+            }
+        }
+        let if_match = (!meta.etag.is_empty()).then_some(meta.etag.as_str());
+        let read = source
+            .get(&object, range.into(), if_match, range.len_bytes(), &head)
+            .await?;
+        if read.meta.etag != meta.etag || read.meta.size != meta.size {
+            return Err(UpstreamError::PreconditionFailed { request_id: None });
+        }
+        if read.first != range.first() || read.body.len() as u64 != range.len_bytes() {
+            return Err(UpstreamError::invalid_response(format!(
+                "asked for {}, got {} bytes from offset {}",
+                range.header_value(),
+                read.body.len(),
+                read.first
+            )));
+        }
+        Ok(read.body)
     }
-    if read.first != range.first() || read.body.len() as u64 != range.len_bytes() {
-        return Err(UpstreamError::invalid_response(format!(
-            "asked for {}, got {} bytes from offset {}",
-            range.header_value(),
-            read.body.len(),
-            read.first
-        )));
-    }
-    Ok(read.body)
 }

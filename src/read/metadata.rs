@@ -225,8 +225,13 @@ impl ReadPath {
                         },
                     )
                 }),
-            // Only a HEAD reports checksums.
+            // Only a HEAD reports checksums. In cluster mode blocks come only from their
+            // owners, through their caches (which coalesce them): a HEAD learns the
+            // version to ask for.
             (Some(_), _) | (None, FirstRead::Head) => {
+                self.head_fresh(object).await.map(without_blocks)
+            }
+            (None, _) if self.inner.peers.is_some() => {
                 self.head_fresh(object).await.map(without_blocks)
             }
             (None, FirstRead::Block(_) | FirstRead::Tail) => {

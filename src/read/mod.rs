@@ -72,7 +72,7 @@ use hedge::Hedger;
 pub use manage::KnownVersion;
 use metadata::Discovery;
 use prefetch::Detector;
-pub use source::BlockSource;
+pub use source::{BlockSource, PeerError, PeerId, Peers};
 pub use status::{CacheStatus, MetaSource};
 
 /// Read-path settings taken from the cache configuration.
@@ -247,6 +247,8 @@ struct Inner {
     budget: MemoryBudget,
     /// Prefetches in flight stop when it fires.
     shutdown: Shutdown,
+    /// The other cluster members, in cluster mode.
+    peers: Option<Arc<dyn Peers>>,
 }
 
 /// The read path. Cheap to clone.
@@ -263,6 +265,7 @@ impl ReadPath {
         settings: ReadSettings,
         budget: MemoryBudget,
         shutdown: Shutdown,
+        peers: Option<Arc<dyn Peers>>,
     ) -> Self {
         Self {
             inner: Arc::new(Inner {
@@ -286,6 +289,7 @@ impl ReadPath {
                         Arc::new(Semaphore::new(settings.prefetch_slots.max(1))),
                     )
                 }),
+                peers,
             }),
         }
     }

@@ -7,8 +7,10 @@
 //! rather than send its bytes; the read path checks the metadata of every answer again.
 
 use async_trait::async_trait;
+use bytes::Bytes;
 
-use crate::types::{ByteRange, ObjectRef, RangeRequest};
+use crate::object::ObjectMeta;
+use crate::types::{BlockIndex, ByteRange, ObjectRef, RangeRequest};
 use crate::upstream::{
     HeadOutcome, RangeRead, ResponseHead, StreamedRead, Upstream, UpstreamError,
 };
@@ -74,4 +76,44 @@ impl BlockSource for Upstream {
     ) -> Result<StreamedRead, UpstreamError> {
         self.stream_range(object, range).await
     }
+}
+
+/// A cluster member, as this node addresses it (`host:port` of its peer listener).
+pub type PeerId = std::sync::Arc<str>;
+
+/// Why a block could not be had from its owner.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum PeerError {
+    /// The owner's answer about the object, as the upstream gave it to the owner (the
+    /// version changed, the object is gone): the read fails as it would from the upstream.
+    #[error(transparent)]
+    Answer(UpstreamError),
+    /// The request failed (no connection, timeout, refusal, a short or wrong answer): the
+    /// block is fetched from the upstream instead.
+    #[error("peer {peer}: {reason}")]
+    Failed { peer: PeerId, reason: String },
+}
+
+/// The other members of a cluster (see docs/cluster.md): every block has one owner among
+/// them, which fetches it from the upstream once for all of them.
+#[async_trait]
+pub trait Peers: Send + Sync + 'static {
+    /// The member that owns block `index` of `object` (blocks of `block_size`), or `None`
+    /// when this node does (or no other member can be asked).
+    fn owner(&self, object: &ObjectRef, block_size: u64, index: BlockIndex) -> Option<PeerId>;
+
+    /// Block `index` of the version `meta` names, whole, from `peer`; `head` learns when
+    /// the answer started to arrive. A failure passes `peer` over for a while.
+    async fn fetch(
+        &self,
+        peer: &PeerId,
+        object: &ObjectRef,
+        meta: &ObjectMeta,
+        block_size: u64,
+        index: BlockIndex,
+        head: &ResponseHead,
+    ) -> Result<Bytes, PeerError>;
+
+    /// Whether blocks fetched from their owner are kept in this node's memory tier.
+    fn keep_in_memory(&self) -> bool;
 }

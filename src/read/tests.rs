@@ -52,7 +52,15 @@ async fn read_path(source: &Arc<MemorySource>, settings: ReadSettings) -> ReadPa
     let cache = BlockCache::open(&config, metrics.clone()).await.unwrap();
     let budget = MemoryBudget::new(64 << 20, Duration::from_secs(1), metrics.clone());
     let shutdown = Shutdown::never();
-    ReadPath::new(cache, source.clone(), metrics, settings, budget, shutdown)
+    ReadPath::new(
+        cache,
+        source.clone(),
+        metrics,
+        settings,
+        budget,
+        shutdown,
+        None,
+    )
 }
 
 /// `len` bytes that differ from block to block and from version to version.

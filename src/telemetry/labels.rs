@@ -84,6 +84,17 @@ label_values!(
     }
 );
 
+label_values!(
+    /// How a block asked of its owner was answered (`portico_cluster_peer_requests_total{result}`
+    /// on the asking node, `portico_cluster_peer_served_total{result}` on the owner).
+    PeerResult {
+        Hit => "hit",
+        Miss => "miss",
+        Error => "error",
+        Fallback => "fallback",
+    }
+);
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -102,6 +113,7 @@ mod tests {
             ("portico_prefetch_blocks_total", PrefetchOutcome::VALUES),
             ("portico_upstream_hedges_total", HedgeOutcome::VALUES),
             ("portico_memory_budget_waits_total", BudgetWait::VALUES),
+            ("portico_cluster_peer_requests_total", PeerResult::VALUES),
         ] {
             let row = table
                 .lines()

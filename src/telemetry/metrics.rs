@@ -12,7 +12,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::{Family, MetricConstructor};
 
 use super::labels::{
-    BlockLookup, BudgetWait, HedgeOutcome, MetadataLookup, PrefetchOutcome, ServedFrom,
+    BlockLookup, BudgetWait, HedgeOutcome, MetadataLookup, PeerResult, PrefetchOutcome, ServedFrom,
 };
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
@@ -37,6 +37,11 @@ pub struct SourceLabel {
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 pub struct ResultLabel {
     pub result: &'static str,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct DirectionLabel {
+    pub direction: &'static str,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
@@ -112,6 +117,16 @@ pub struct Metrics {
     pub memory_admissions: Counter,
     /// Block pieces the disk tier listed that failed verification when read back.
     pub disk_corrupt_pieces: Counter,
+    /// Members in this node's view of the cluster (0 when cluster mode is off).
+    pub cluster_members: Gauge,
+    /// Blocks this node asked of their owner, by result.
+    pub peer_requests: Family<ResultLabel, Counter>,
+    /// Blocks this node served to members that asked for them, by result.
+    pub peer_served: Family<ResultLabel, Counter>,
+    /// Block bytes received from and sent to members.
+    pub peer_bytes: Family<DirectionLabel, Counter>,
+    /// Time a block request to its owner took, to the end of its body.
+    pub peer_request_duration: Histogram,
 }
 
 impl Default for Metrics {
@@ -150,6 +165,11 @@ impl Metrics {
             memory_admissions: Counter::default(),
             disk_corrupt_pieces: Counter::default(),
             uncached_reads: Counter::default(),
+            cluster_members: Gauge::default(),
+            peer_requests: Family::default(),
+            peer_served: Family::default(),
+            peer_bytes: Family::default(),
+            peer_request_duration: LatencyBuckets.new_metric(),
         };
         registry.register(
             "portico_requests",
@@ -276,6 +296,31 @@ impl Metrics {
             "GETs of objects whose upstream sends no ETag: nothing names their version, so they are streamed from the upstream and never cached",
             metrics.uncached_reads.clone(),
         );
+        registry.register(
+            "portico_cluster_members",
+            "Members in this node's view of the cluster (cluster.members or cluster.members_dns); 0 when cluster mode is off",
+            metrics.cluster_members.clone(),
+        );
+        registry.register(
+            "portico_cluster_peer_requests",
+            "Blocks this node asked of the member that owns them, by result: hit (the owner had it cached), miss (the owner fetched it from the upstream), error (the request failed; the member is suspect), fallback (the block was then fetched from the upstream by this node)",
+            metrics.peer_requests.clone(),
+        );
+        registry.register(
+            "portico_cluster_peer_served",
+            "Blocks this node served to members that asked for them, by result: hit (from its cache), miss (fetched from the upstream), error (refused or failed)",
+            metrics.peer_served.clone(),
+        );
+        registry.register(
+            "portico_cluster_peer_bytes",
+            "Block bytes exchanged with members, by direction (received, sent)",
+            metrics.peer_bytes.clone(),
+        );
+        registry.register(
+            "portico_cluster_peer_request_duration_seconds",
+            "Time a block request to its owner took, to the end of its body",
+            metrics.peer_request_duration.clone(),
+        );
         *metrics.registry.lock() = registry;
         metrics.start_known_series_at_zero();
         metrics
@@ -307,6 +352,8 @@ impl Metrics {
             ),
             (&self.upstream_hedges, &["sent", "won", "over_budget"]),
             (&self.budget_waits, &["waited", "refused"]),
+            (&self.peer_requests, &["hit", "miss", "error", "fallback"]),
+            (&self.peer_served, &["hit", "miss", "error"]),
         ];
         for (family, known) in results {
             for &result in known {
@@ -315,6 +362,9 @@ impl Metrics {
         }
         for source in ["memory", "disk", "upstream", "coalesced"] {
             drop(self.served_bytes.get_or_create(&SourceLabel { source }));
+        }
+        for direction in ["received", "sent"] {
+            drop(self.peer_bytes.get_or_create(&DirectionLabel { direction }));
         }
         for operation in ["read", "write"] {
             drop(
@@ -446,6 +496,34 @@ impl Metrics {
 
     pub fn count_uncached_read(&self) {
         self.uncached_reads.inc();
+    }
+
+    pub fn count_peer_request(&self, result: PeerResult) {
+        self.peer_requests
+            .get_or_create(&ResultLabel {
+                result: result.as_str(),
+            })
+            .inc();
+    }
+
+    pub fn count_peer_served(&self, result: PeerResult, bytes: u64) {
+        self.peer_served
+            .get_or_create(&ResultLabel {
+                result: result.as_str(),
+            })
+            .inc();
+        self.peer_bytes
+            .get_or_create(&DirectionLabel { direction: "sent" })
+            .inc_by(bytes);
+    }
+
+    pub fn count_peer_received(&self, bytes: u64, seconds: f64) {
+        self.peer_bytes
+            .get_or_create(&DirectionLabel {
+                direction: "received",
+            })
+            .inc_by(bytes);
+        self.peer_request_duration.observe(seconds);
     }
 
     pub fn count_hedge(&self, result: HedgeOutcome) {

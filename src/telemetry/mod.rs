@@ -11,7 +11,7 @@ mod metrics;
 mod otlp;
 
 pub use labels::{
-    BlockLookup, BudgetWait, HedgeOutcome, MetadataLookup, PrefetchOutcome, ServedFrom,
+    BlockLookup, BudgetWait, HedgeOutcome, MetadataLookup, PeerResult, PrefetchOutcome, ServedFrom,
 };
 pub use metrics::Metrics;
 

@@ -42,6 +42,8 @@ pub struct Settings {
     pub admin_extra: String,
     /// Lines for the `[log]` section.
     pub log: String,
+    /// Lines for the `[cluster]` section.
+    pub cluster: String,
     /// Extra environment variables for the process (e.g. `OTEL_*`).
     pub env: Vec<(String, String)>,
     /// Log at debug level, for tests; off, Portico runs with its own default filter, as
@@ -75,6 +77,7 @@ impl Settings {
             upstream_extra: String::new(),
             admin_extra: String::new(),
             log: String::new(),
+            cluster: String::new(),
             env: Vec::new(),
             debug_log: true,
             open_files_limit: None,
@@ -137,6 +140,9 @@ serve_stale_on_error = {serve_stale_on_error}
 
 [log]
 {log}
+
+[cluster]
+{cluster}
 "#,
             domains = domains.join(", "),
             upstream = self.upstream,
@@ -162,6 +168,7 @@ serve_stale_on_error = {serve_stale_on_error}
             upstream_extra = self.upstream_extra,
             admin_extra = self.admin_extra,
             log = self.log,
+            cluster = self.cluster,
         )
     }
 }
@@ -172,6 +179,8 @@ pub struct Portico {
     pub admin: String,
     /// The admin API's own listener, when `admin.api_listen` is set.
     pub admin_api: Option<String>,
+    /// The peer listener, in cluster mode.
+    pub peers: Option<String>,
     log: PathBuf,
     _config_dir: tempfile::TempDir,
 }
@@ -228,15 +237,17 @@ impl Portico {
                 .to_owned()
         };
         let (s3, admin) = (field("s3="), field("admin="));
-        let admin_api = line
-            .split_whitespace()
-            .find_map(|word| word.strip_prefix("admin_api="))
-            .map(str::to_owned);
+        let optional = |name: &str| {
+            line.split_whitespace()
+                .find_map(|word| word.strip_prefix(name))
+                .map(str::to_owned)
+        };
         Self {
             child,
             s3,
             admin,
-            admin_api,
+            admin_api: optional("admin_api="),
+            peers: optional("peers="),
             log,
             _config_dir: config_dir,
         }
@@ -270,6 +281,11 @@ impl Portico {
             .await
             .expect("portico did not exit within 30 s")
             .expect("wait for portico")
+    }
+
+    /// Kills the process with SIGKILL, as a crash or an OOM kill would, and waits for it.
+    pub async fn kill(mut self) {
+        self.child.kill().await.expect("kill portico");
     }
 
     pub fn pid(&self) -> Option<u32> {

@@ -7,6 +7,7 @@ mod support;
 mod admin;
 mod auth;
 mod clients;
+mod cluster;
 mod coalescing;
 mod conditionals;
 mod conformance;

@@ -1,0 +1,208 @@
+//! Requests to other members over HTTP/1.1: block fetches, purges and health checks, each
+//! with the shared secret and a deadline.
+
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::{Method, Request, StatusCode, header};
+use http_body_util::{BodyExt, Full, Limited};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+
+use super::protocol::{
+    BLOCK_PATH, BlockRequest, HEALTH_PATH, MISSING_HEADER, PURGE_PATH, PurgeRequest, RESULT_HEADER,
+};
+use crate::object::Missing;
+use crate::read::{PeerError, PeerId};
+use crate::upstream::{ResponseHead, UpstreamError};
+
+/// Longest wait for a connection to a member: a member that does not answer a SYN this
+/// fast is down, and its block comes from the upstream instead.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+/// Longest a health check or a passed-on purge answer may take beyond `peer_timeout`.
+const HEALTH_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// A block as its owner answered it.
+pub struct Fetched {
+    pub body: Bytes,
+    /// Whether the owner's cache held it.
+    pub hit: bool,
+}
+
+pub struct PeerClient {
+    client: Client<HttpConnector, Full<Bytes>>,
+    authorization: String,
+    timeout: Duration,
+}
+
+impl PeerClient {
+    pub fn new(secret: &str, timeout: Duration) -> Self {
+        let mut connector = HttpConnector::new();
+        connector.set_nodelay(true);
+        connector.set_connect_timeout(Some(CONNECT_TIMEOUT));
+        Self {
+            client: Client::builder(TokioExecutor::new())
+                .pool_idle_timeout(Duration::from_secs(60))
+                .build(connector),
+            authorization: format!("Bearer {secret}"),
+            timeout,
+        }
+    }
+
+    /// The block `request` names from `peer`, exactly `length` bytes of the version
+    /// `request.etag` names.
+    pub async fn block(
+        &self,
+        peer: &PeerId,
+        request: &BlockRequest,
+        length: u64,
+        head: &ResponseHead,
+    ) -> Result<Fetched, PeerError> {
+        let failed = |reason: String| PeerError::Failed {
+            peer: peer.clone(),
+            reason,
+        };
+        let body = serde_json::to_vec(request).map_err(|error| failed(error.to_string()))?;
+        let exchange = async {
+            let response = self.send(peer, Method::POST, BLOCK_PATH, body).await?;
+            head.arrived();
+            let status = response.status();
+            let headers = response.headers().clone();
+            match status {
+                StatusCode::OK => {}
+                StatusCode::PRECONDITION_FAILED => {
+                    return Err(PeerError::Answer(UpstreamError::PreconditionFailed {
+                        request_id: None,
+                    }));
+                }
+                StatusCode::NOT_FOUND if headers.contains_key(MISSING_HEADER) => {
+                    let missing = match headers[MISSING_HEADER].as_bytes() {
+                        b"bucket" => Missing::NoSuchBucket,
+                        b"version" => Missing::NoSuchVersion,
+                        _ => Missing::NoSuchKey,
+                    };
+                    return Err(PeerError::Answer(UpstreamError::NotFound {
+                        missing,
+                        request_id: None,
+                    }));
+                }
+                other => return Err(failed(format!("answered {other}"))),
+            }
+            let etag = headers.get(header::ETAG).map(|etag| etag.as_bytes());
+            if etag != Some(request.etag.as_bytes()) {
+                return Err(failed(format!(
+                    "answered for ETag {etag:?}, asked for {}",
+                    request.etag
+                )));
+            }
+            let limit = usize::try_from(length)
+                .unwrap_or(usize::MAX)
+                .saturating_add(1);
+            let body = Limited::new(response.into_body(), limit)
+                .collect()
+                .await
+                .map_err(|error| failed(format!("body: {error}")))?
+                .to_bytes();
+            if body.len() as u64 != length {
+                return Err(failed(format!(
+                    "sent {} bytes of a {length}-byte block",
+                    body.len()
+                )));
+            }
+            let hit = headers
+                .get(RESULT_HEADER)
+                .is_some_and(|result| result == "hit");
+            Ok(Fetched { body, hit })
+        };
+        match tokio::time::timeout(self.timeout, exchange).await {
+            Ok(result) => result,
+            Err(_) => Err(failed(format!("no whole answer within {:?}", self.timeout))),
+        }
+    }
+
+    /// Passes a purge on to `peer`; its JSON answer.
+    pub async fn purge(
+        &self,
+        peer: &PeerId,
+        request: &PurgeRequest,
+    ) -> Result<serde_json::Value, String> {
+        let body = serde_json::to_vec(request).map_err(|error| error.to_string())?;
+        let exchange = async {
+            let response = self
+                .send(peer, Method::POST, PURGE_PATH, body)
+                .await
+                .map_err(|error| error.to_string())?;
+            let status = response.status();
+            let body = Limited::new(response.into_body(), 64 * 1024)
+                .collect()
+                .await
+                .map_err(|error| format!("body: {error}"))?
+                .to_bytes();
+            let answer: serde_json::Value = serde_json::from_slice(&body)
+                .map_err(|error| format!("answered {status} with no JSON: {error}"))?;
+            if status == StatusCode::OK {
+                Ok(answer)
+            } else {
+                Err(format!("answered {status}: {answer}"))
+            }
+        };
+        tokio::time::timeout(self.timeout + HEALTH_TIMEOUT, exchange)
+            .await
+            .unwrap_or_else(|_| Err("no answer in time".to_owned()))
+    }
+
+    /// Whether `peer` answers its health check, and how long it took.
+    pub async fn health(&self, peer: &PeerId) -> Result<Duration, String> {
+        let started = Instant::now();
+        let exchange = async {
+            let response = self
+                .send(peer, Method::GET, HEALTH_PATH, Vec::new())
+                .await
+                .map_err(|error| error.to_string())?;
+            match response.status() {
+                StatusCode::OK => Ok(started.elapsed()),
+                other => Err(format!("answered {other}")),
+            }
+        };
+        tokio::time::timeout(HEALTH_TIMEOUT, exchange)
+            .await
+            .unwrap_or_else(|_| Err(format!("no answer within {HEALTH_TIMEOUT:?}")))
+    }
+
+    async fn send(
+        &self,
+        peer: &PeerId,
+        method: Method,
+        path: &str,
+        body: Vec<u8>,
+    ) -> Result<http::Response<hyper::body::Incoming>, PeerError> {
+        let failed = |reason: String| PeerError::Failed {
+            peer: peer.clone(),
+            reason,
+        };
+        let request = Request::builder()
+            .method(method)
+            .uri(format!("http://{peer}{path}"))
+            .header(header::AUTHORIZATION, &self.authorization)
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(Full::new(Bytes::from(body)))
+            .map_err(|error| failed(format!("request: {error}")))?;
+        self.client
+            .request(request)
+            .await
+            .map_err(|error| failed(connection_error(&error)))
+    }
+}
+
+/// A client error with its causes, which say what actually failed (refused, timed out).
+fn connection_error(error: &hyper_util::client::legacy::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = std::error::Error::source(error);
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}

@@ -1,0 +1,46 @@
+//! The peer protocol, on the peer listener (`cluster.listen`), every request carrying
+//! `Authorization: Bearer <cluster.secret>`:
+//!
+//! - `POST /peer/v1/block` with a JSON [`BlockRequest`]: the block's bytes, whole (200), as
+//!   the owner's cache holds them or as it fetched them from the upstream with `If-Match`
+//!   on the ETag asked for. `ETag` repeats that ETag; `x-portico-peer-result` says `hit`
+//!   or `miss`. A changed object answers 412, a missing one 404 with `x-portico-missing`.
+//! - `POST /peer/v1/purge` with the admin API's purge body: purges on this member only.
+//! - `GET /peer/v1/health`: 200 `ok`.
+
+use serde::{Deserialize, Serialize};
+
+pub const BLOCK_PATH: &str = "/peer/v1/block";
+pub const PURGE_PATH: &str = "/peer/v1/purge";
+pub const HEALTH_PATH: &str = "/peer/v1/health";
+/// `hit` or `miss`: whether the owner's cache held the block.
+pub const RESULT_HEADER: &str = "x-portico-peer-result";
+/// What is missing in a 404: `key`, `bucket` or `version`.
+pub const MISSING_HEADER: &str = "x-portico-missing";
+
+/// A block asked of its owner: the object, the version its bytes must belong to, and
+/// which block.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BlockRequest {
+    pub bucket: String,
+    pub key: String,
+    /// The `versionId` the client pinned, if any.
+    pub version_id: Option<String>,
+    /// The ETag of the version, quotes included.
+    pub etag: String,
+    /// The object's size.
+    pub size: u64,
+    /// The asking node's `cache.block_size`; an owner with another refuses.
+    pub block_size: u64,
+    pub index: u64,
+}
+
+/// A purge passed on to a member: a key, or every object under a prefix.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PurgeRequest {
+    pub bucket: String,
+    pub key: Option<String>,
+    pub prefix: Option<String>,
+}

@@ -1,0 +1,200 @@
+//! The peer listener (`cluster.listen`): blocks and purges for the other members, each
+//! request authenticated with the shared secret. It serves no S3 request: every other path
+//! is 404.
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::rejection::JsonRejection;
+use axum::extract::{Request, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde_json::json;
+use subtle::ConstantTimeEq;
+use tokio::net::TcpListener;
+
+use super::protocol::{
+    BLOCK_PATH, BlockRequest, HEALTH_PATH, MISSING_HEADER, PURGE_PATH, PurgeRequest, RESULT_HEADER,
+};
+use crate::cache::Tier;
+use crate::object::{Missing, ObjectMeta};
+use crate::read::{ReadError, ReadPath};
+use crate::shutdown::Shutdown;
+use crate::telemetry::{Metrics, PeerResult};
+use crate::types::ObjectRef;
+use crate::warm::{Maintenance, Selector};
+
+/// What the peer listener serves from.
+pub struct PeerState {
+    pub read: ReadPath,
+    pub maintenance: Maintenance,
+    pub metrics: Arc<Metrics>,
+    /// `cluster.secret`.
+    pub secret: String,
+    /// This node's `cache.block_size`: members must agree on it.
+    pub block_size: u64,
+}
+
+pub fn router(state: Arc<PeerState>) -> Router {
+    Router::new()
+        .route(BLOCK_PATH, post(block))
+        .route(PURGE_PATH, post(purge))
+        .route(HEALTH_PATH, get(|| async { "ok" }))
+        .route_layer(middleware::from_fn_with_state(state.clone(), authenticate))
+        .with_state(state)
+}
+
+/// Serves the peer protocol on `listener` until `shutdown` fires.
+pub async fn serve(listener: TcpListener, state: Arc<PeerState>, shutdown: Shutdown) {
+    let stopped = async move { shutdown.fired().await };
+    if let Err(error) = axum::serve(listener, router(state))
+        .with_graceful_shutdown(stopped)
+        .await
+    {
+        tracing::error!(%error, "peer listener failed");
+    }
+}
+
+/// Refuses (401) a request without `Authorization: Bearer <cluster.secret>`.
+async fn authenticate(
+    State(state): State<Arc<PeerState>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let expected = format!("Bearer {}", state.secret);
+    let given = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .map(HeaderValue::as_bytes)
+        .unwrap_or_default();
+    if bool::from(given.ct_eq(expected.as_bytes())) {
+        next.run(request).await
+    } else {
+        tracing::warn!(path = %request.uri().path(), "peer request without the cluster secret refused");
+        refusal(
+            StatusCode::UNAUTHORIZED,
+            "the peer listener needs Authorization: Bearer <cluster.secret>",
+        )
+    }
+}
+
+fn refusal(status: StatusCode, message: impl Into<String>) -> Response {
+    (status, Json(json!({ "error": message.into() }))).into_response()
+}
+
+/// `POST /peer/v1/block`: the block, whole, of the version asked for.
+async fn block(
+    State(state): State<Arc<PeerState>>,
+    body: Result<Json<BlockRequest>, JsonRejection>,
+) -> Response {
+    let request = match body {
+        Ok(Json(request)) => request,
+        Err(rejection) => return refusal(rejection.status(), rejection.body_text()),
+    };
+    if request.block_size != state.block_size {
+        state.metrics.count_peer_served(PeerResult::Error, 0);
+        return refusal(
+            StatusCode::CONFLICT,
+            format!(
+                "this member's cache.block_size is {}, the request's {}: every member must use the same",
+                state.block_size, request.block_size
+            ),
+        );
+    }
+    let object = match ObjectRef::new(&request.bucket, &request.key)
+        .and_then(|object| object.with_version(request.version_id.as_deref()))
+    {
+        Ok(object) => object,
+        Err(error) => return refusal(StatusCode::BAD_REQUEST, error.to_string()),
+    };
+    let meta = Arc::new(ObjectMeta {
+        size: request.size,
+        etag: request.etag.clone(),
+        ..ObjectMeta::default()
+    });
+    let part = match state.read.serve_peer(&object, meta, request.index).await {
+        Ok(part) => part,
+        Err(error) => {
+            state.metrics.count_peer_served(PeerResult::Error, 0);
+            return read_refusal(&error);
+        }
+    };
+    let hit = matches!(part.tier, Tier::Memory | Tier::Disk);
+    let length = part.total_bytes();
+    state.metrics.count_peer_served(
+        if hit {
+            PeerResult::Hit
+        } else {
+            PeerResult::Miss
+        },
+        length as u64,
+    );
+    let slices = futures::stream::iter(part.slices.into_iter().map(Ok::<_, std::io::Error>));
+    let mut response = Response::new(Body::from_stream(slices));
+    let headers = response.headers_mut();
+    headers.insert(header::CONTENT_LENGTH, HeaderValue::from(length));
+    if let Ok(etag) = HeaderValue::from_str(&request.etag) {
+        headers.insert(header::ETAG, etag);
+    }
+    headers.insert(
+        RESULT_HEADER,
+        HeaderValue::from_static(if hit { "hit" } else { "miss" }),
+    );
+    response
+}
+
+/// The status a failed block read answers a member with: 412 and 404 are the upstream's
+/// word on the object, the rest make the member fetch the block itself.
+fn read_refusal(error: &ReadError) -> Response {
+    match error {
+        ReadError::Changed => refusal(StatusCode::PRECONDITION_FAILED, error.to_string()),
+        ReadError::NotFound(missing, _) => {
+            let mut response = refusal(StatusCode::NOT_FOUND, error.to_string());
+            let what = match missing {
+                Missing::NoSuchKey => "key",
+                Missing::NoSuchBucket => "bucket",
+                Missing::NoSuchVersion => "version",
+            };
+            response
+                .headers_mut()
+                .insert(MISSING_HEADER, HeaderValue::from_static(what));
+            response
+        }
+        ReadError::Busy(_) => refusal(StatusCode::SERVICE_UNAVAILABLE, error.to_string()),
+        ReadError::InvalidRange(_) => refusal(StatusCode::BAD_REQUEST, error.to_string()),
+        ReadError::Upstream(_) | ReadError::Internal(_) => {
+            refusal(StatusCode::BAD_GATEWAY, error.to_string())
+        }
+    }
+}
+
+/// `POST /peer/v1/purge`: purges on this member only (the member that was asked by an
+/// operator passes it on to the others).
+async fn purge(
+    State(state): State<Arc<PeerState>>,
+    body: Result<Json<PurgeRequest>, JsonRejection>,
+) -> Response {
+    let request = match body {
+        Ok(Json(request)) => request,
+        Err(rejection) => return refusal(rejection.status(), rejection.body_text()),
+    };
+    let selector = match Selector::new(
+        &request.bucket,
+        request.key.as_deref(),
+        request.prefix.as_deref(),
+    ) {
+        Ok(selector) => selector,
+        Err(error) => return refusal(StatusCode::BAD_REQUEST, error.to_string()),
+    };
+    match state.maintenance.purge(&selector).await {
+        Ok(purged) => Json(json!({
+            "objects": purged.objects,
+            "blocks": purged.blocks,
+        }))
+        .into_response(),
+        Err(error) => refusal(StatusCode::BAD_GATEWAY, error.to_string()),
+    }
+}

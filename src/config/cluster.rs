@@ -1,0 +1,140 @@
+//! `[cluster]`: several Portico nodes sharing one cache, block by block (see
+//! docs/cluster.md).
+
+use std::net::SocketAddr;
+
+use serde::{Deserialize, Serialize};
+
+use super::{ConfigError, HumanDuration, units};
+
+/// Shortest accepted `cluster.secret`, in bytes.
+pub const MIN_SECRET_BYTES: usize = 16;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ClusterConfig {
+    /// Whether this node shares its cache with the members.
+    pub enabled: bool,
+    /// Address of the peer listener (its own port; it serves no S3 request).
+    #[serde(deserialize_with = "units::socket_address")]
+    pub listen: SocketAddr,
+    /// This node's `host:port` as the members name it; empty: `listen`.
+    pub advertise: String,
+    /// The members' peer addresses (`host:port`, this node's included).
+    pub members: Vec<String>,
+    /// A DNS name and port (`name:port`) whose addresses are the members, resolved every
+    /// `refresh_interval` (a Kubernetes headless Service).
+    pub members_dns: String,
+    /// How often `members_dns` is resolved again.
+    pub refresh_interval: HumanDuration,
+    /// Shared secret every peer request carries (at least 16 bytes).
+    pub secret: String,
+    /// How long a peer that failed a request is passed over.
+    pub suspect_for: HumanDuration,
+    /// Longest a peer request may take before the block is fetched from the upstream.
+    pub peer_timeout: HumanDuration,
+    /// Keep blocks fetched from their owner in this node's memory tier (never its disk).
+    pub keep_peer_blocks_in_memory: bool,
+}
+
+impl Default for ClusterConfig {
+    fn default() -> Self {
+        Self {
+            enabled: false,
+            listen: SocketAddr::from(([127, 0, 0, 1], 9100)),
+            advertise: String::new(),
+            members: Vec::new(),
+            members_dns: String::new(),
+            refresh_interval: HumanDuration::secs(5),
+            secret: String::new(),
+            suspect_for: HumanDuration::secs(10),
+            peer_timeout: HumanDuration::secs(10),
+            keep_peer_blocks_in_memory: true,
+        }
+    }
+}
+
+impl ClusterConfig {
+    /// This node's identity among the members: `advertise`, else `listen`.
+    pub fn identity(&self) -> String {
+        if self.advertise.is_empty() {
+            self.listen.to_string()
+        } else {
+            self.advertise.clone()
+        }
+    }
+
+    /// Membership, identity and secret when enabled; `others` are the listeners the peer
+    /// listener must not share an address with.
+    pub(super) fn validate(&self, others: &[(&str, SocketAddr)]) -> Result<(), ConfigError> {
+        if !self.enabled {
+            return Ok(());
+        }
+        for (key, address) in others {
+            if *address == self.listen {
+                return Err(ConfigError::new(format_args!(
+                    "config key cluster.listen: {} is also {key} (the peer listener needs a port of its own)",
+                    self.listen
+                )));
+            }
+        }
+        if self.advertise.is_empty() && self.listen.ip().is_unspecified() {
+            return Err(ConfigError::new(format_args!(
+                "config key cluster.advertise: must be set when cluster.listen is {} (the address the members reach this node at, like \"10.0.0.5:9100\")",
+                self.listen
+            )));
+        }
+        host_port("cluster.advertise", &self.identity())?;
+        match (self.members.is_empty(), self.members_dns.is_empty()) {
+            (true, true) | (false, false) => {
+                return Err(ConfigError::new(
+                    "config keys cluster.members and cluster.members_dns: set exactly one (a list of host:port, or a DNS name:port)",
+                ));
+            }
+            (false, true) => {
+                for member in &self.members {
+                    host_port("cluster.members", member)?;
+                }
+                let identity = self.identity();
+                if !self.members.contains(&identity) {
+                    return Err(ConfigError::new(format_args!(
+                        "config key cluster.members: this node ({identity}, cluster.advertise or cluster.listen) is not among them"
+                    )));
+                }
+            }
+            (true, false) => host_port("cluster.members_dns", &self.members_dns)?,
+        }
+        if self.secret.len() < MIN_SECRET_BYTES {
+            return Err(ConfigError::new(format_args!(
+                "config key cluster.secret: must be at least {MIN_SECRET_BYTES} bytes (the same on every member; env PORTICO_CLUSTER_SECRET)"
+            )));
+        }
+        for (key, value) in [
+            ("refresh_interval", self.refresh_interval),
+            ("peer_timeout", self.peer_timeout),
+        ] {
+            if value.get().is_zero() {
+                return Err(ConfigError::new(format_args!(
+                    "config key cluster.{key}: must be longer than 0s"
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Checks that `text` is `host:port` with a port above 0.
+fn host_port(key: &str, text: &str) -> Result<(), ConfigError> {
+    let valid = text.rsplit_once(':').is_some_and(|(host, port)| {
+        !host.is_empty()
+            && !host.contains(char::is_whitespace)
+            && port.parse::<u16>().is_ok_and(|port| port > 0)
+    });
+    if valid {
+        Ok(())
+    } else {
+        Err(ConfigError::new(format_args!(
+            "config key {key}: {text:?} is not accepted (expected host:port, like \"10.0.0.5:9100\" or \"portico-0.portico:9100\")"
+        )))
+    }
+}
