@@ -100,7 +100,9 @@ class ChartTest(unittest.TestCase):
     def test_standalone_runs_a_statefulset_with_probes_service_and_sized_resources(self):
         manifests = render(CHART, HERE / "values" / "standalone-defaults.yaml")
         (statefulset,) = by_kind(manifests, "StatefulSet")
-        (service,) = by_kind(manifests, "Service")
+        (service,) = [
+            service for service in by_kind(manifests, "Service") if service["metadata"]["name"] == "demo-portico"
+        ]
         container = portico_container(pod_spec(statefulset))
         self.assertEqual(container["livenessProbe"]["httpGet"]["path"], "/healthz")
         self.assertEqual(container["readinessProbe"]["httpGet"]["path"], "/readyz")
@@ -171,6 +173,11 @@ class ChartTest(unittest.TestCase):
             container["env"][names.index("PORTICO_ADMIN_TOKEN")]["valueFrom"]["secretKeyRef"],
             {"name": "portico-admin", "key": "token"},
         )
+        # Autoscaled replicas form a cluster, its secret from the existing Secret too.
+        self.assertEqual(
+            container["env"][names.index("PORTICO_CLUSTER_SECRET")]["valueFrom"]["secretKeyRef"],
+            {"name": "portico-cluster", "key": "secret"},
+        )
         self.assertEqual(container["resources"]["limits"]["memory"], "2Gi")
         self.assertNotIn("volumeClaimTemplates", statefulset["spec"])
         self.assertTrue(by_kind(manifests, "HorizontalPodAutoscaler"))
@@ -191,6 +198,63 @@ class ChartTest(unittest.TestCase):
         config_maps = {config["metadata"]["name"] for config in by_kind(manifests, "ConfigMap")}
         config_volume = next(v for v in spec["volumes"] if v["name"] == "portico-config")
         self.assertIn(config_volume["configMap"]["name"], config_maps)
+
+    def test_several_replicas_form_a_cluster_behind_a_headless_service(self):
+        manifests = render(CHART, HERE / "values" / "standalone-minio.yaml")
+        services = {service["metadata"]["name"]: service for service in by_kind(manifests, "Service")}
+        peers = services["demo-portico-peers"]
+        self.assertEqual(peers["spec"]["clusterIP"], "None")
+        self.assertIs(peers["spec"]["publishNotReadyAddresses"], False)
+        self.assertEqual([port["port"] for port in peers["spec"]["ports"]], [9100])
+        self.assertEqual(services["demo-portico"]["spec"]["type"], "ClusterIP")
+        self.assertNotIn(9100, [port["port"] for port in services["demo-portico"]["spec"]["ports"]])
+        (statefulset,) = by_kind(manifests, "StatefulSet")
+        self.assertEqual(statefulset["spec"]["serviceName"], "demo-portico-peers")
+        container = portico_container(pod_spec(statefulset))
+        self.assertIn({"name": "peer", "containerPort": 9100, "protocol": "TCP"}, container["ports"])
+        env = {item["name"]: item for item in container["env"]}
+        self.assertEqual(env["POD_IP"]["valueFrom"]["fieldRef"]["fieldPath"], "status.podIP")
+        self.assertEqual(env["PORTICO_CLUSTER_ADVERTISE"]["value"], "$(POD_IP):9100")
+        self.assertEqual(
+            env["PORTICO_CLUSTER_SECRET"]["valueFrom"]["secretKeyRef"],
+            {"name": "demo-portico-secrets", "key": "cluster_secret"},
+        )
+        (secret,) = by_kind(manifests, "Secret")
+        self.assertGreaterEqual(len(secret["stringData"]["cluster_secret"]), 16)
+        (config_map,) = [
+            config for config in by_kind(manifests, "ConfigMap") if "portico.toml" in config["data"]
+        ]
+        toml = config_map["data"]["portico.toml"]
+        self.assertNotIn(secret["stringData"]["cluster_secret"], toml)
+        cluster = tomllib.loads(toml)["cluster"]
+        self.assertEqual(
+            cluster,
+            {
+                "enabled": True,
+                "listen": "0.0.0.0:9100",
+                "members_dns": "demo-portico-peers.default.svc.cluster.local:9100",
+            },
+        )
+
+    def test_one_replica_runs_alone_and_sidecars_join_their_workloads_ring(self):
+        manifests = render(CHART, HERE / "values" / "standalone-defaults.yaml")
+        (config_map,) = by_kind(manifests, "ConfigMap")
+        self.assertNotIn("cluster", tomllib.loads(config_map["data"]["portico.toml"]))
+        (statefulset,) = by_kind(manifests, "StatefulSet")
+        ports = [port["name"] for port in portico_container(pod_spec(statefulset))["ports"]]
+        self.assertEqual(ports, ["s3", "admin"])
+
+        manifests = render(HERE / "sidecar-app")
+        (config_map,) = [
+            config for config in by_kind(manifests, "ConfigMap") if "portico.toml" in config["data"]
+        ]
+        cluster = tomllib.loads(config_map["data"]["portico.toml"])["cluster"]
+        self.assertEqual(cluster["members_dns"], "trainer-peers:9100")
+        (job,) = by_kind(manifests, "Job")
+        env = {item["name"]: item for item in portico_container(pod_spec(job))["env"]}
+        self.assertEqual(env["PORTICO_CLUSTER_ADVERTISE"]["value"], "$(POD_IP):9100")
+        (secret,) = by_kind(manifests, "Secret")
+        self.assertEqual(secret["stringData"]["cluster_secret"], "a-secret-the-sidecars-share")
 
     def test_every_rendered_config_passes_check_config(self):
         for name, chart, values in self.value_sets():

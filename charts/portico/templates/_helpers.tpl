@@ -35,6 +35,31 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- printf "%s-secrets" (include "portico.fullname" .) -}}
 {{- end -}}
 
+{{/* "true" when the pods form a cluster (docs/cluster.md): standalone with several
+replicas (cluster.enabled: auto) or forced on; sidecars that name their workload's headless
+Service. */}}
+{{- define "portico.clusterOn" -}}
+{{- $enabled := .Values.cluster.enabled -}}
+{{- if eq .Values.mode "standalone" -}}
+{{- if or (eq (toString $enabled) "true") (and (eq (toString $enabled) "auto") (or (gt (int .Values.replicaCount) 1) .Values.autoscaling.enabled)) -}}true{{- end -}}
+{{- else if and .Values.cluster.sidecarPeers (ne (toString $enabled) "false") -}}true
+{{- end -}}
+{{- end -}}
+
+{{/* The headless Service whose addresses are the members. */}}
+{{- define "portico.peersName" -}}
+{{- printf "%s-peers" (include "portico.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* cluster.members_dns: the chart's headless Service, or the sidecars' workload's. */}}
+{{- define "portico.membersDns" -}}
+{{- if eq .Values.mode "standalone" -}}
+{{- printf "%s.%s.svc.cluster.local:%d" (include "portico.peersName" .) .Release.Namespace (int .Values.cluster.port) -}}
+{{- else -}}
+{{- printf "%s:%d" .Values.cluster.sidecarPeers (int .Values.cluster.port) -}}
+{{- end -}}
+{{- end -}}
+
 {{/* A TOML value: strings quoted, whole numbers without a decimal point (Helm reads
 every YAML number as a float), lists of values. */}}
 {{- define "portico.tomlValue" -}}
@@ -62,6 +87,15 @@ the credentials file is mounted by the chart when configured. */}}
 {{- $auth := default dict (get $config "auth") -}}
 {{- $_ := set $auth "credentials_file" "/etc/portico/credentials/credentials.toml" -}}
 {{- $_ := set $config "auth" $auth -}}
+{{- end -}}
+{{- if include "portico.clusterOn" . -}}
+{{- $cluster := default dict (get $config "cluster") -}}
+{{- $_ := set $cluster "enabled" true -}}
+{{- $_ := set $cluster "listen" (printf "0.0.0.0:%d" (int .Values.cluster.port)) -}}
+{{- if not (or $cluster.members $cluster.members_dns) -}}
+{{- $_ := set $cluster "members_dns" (include "portico.membersDns" .) -}}
+{{- end -}}
+{{- $_ := set $config "cluster" $cluster -}}
 {{- end -}}
 {{- range $section, $keys := $config }}
 
@@ -136,6 +170,15 @@ limits:
 {{ include "portico.secretEnv" (list "PORTICO_ADMIN_TOKEN" (default $secret .existingSecret) (ternary "token" "admin_token" (ne .existingSecret ""))) }}
 {{- end }}
 {{- end }}
+{{- if include "portico.clusterOn" . }}
+- name: POD_IP
+  valueFrom:
+    fieldRef:
+      fieldPath: status.podIP
+- name: PORTICO_CLUSTER_ADVERTISE
+  value: "$(POD_IP):{{ int .Values.cluster.port }}"
+{{ include "portico.secretEnv" (list "PORTICO_CLUSTER_SECRET" (default $secret .Values.cluster.existingSecret) (ternary "secret" "cluster_secret" (ne .Values.cluster.existingSecret ""))) }}
+{{- end }}
 {{- with .Values.otel }}
 {{- if .endpoint }}
 - name: OTEL_EXPORTER_OTLP_ENDPOINT
@@ -166,6 +209,11 @@ ports:
   - name: admin
     containerPort: {{ .Values.service.adminPort }}
     protocol: TCP
+{{- if include "portico.clusterOn" . }}
+  - name: peer
+    containerPort: {{ .Values.cluster.port }}
+    protocol: TCP
+{{- end }}
 livenessProbe:
   httpGet:
     path: /healthz
