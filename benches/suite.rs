@@ -29,6 +29,9 @@
 //! `mixed` runs hot-random's load on Portico alone and while one client reads another
 //! cold object in order, in alternating rounds, and compares the hot clients' p99.
 //!
+//! `cluster-cold`, `cluster-hop` and `cluster-hot-random` measure cluster mode (see
+//! `cluster.rs`).
+//!
 //! `hot-random` also loads nginx with the sending settings of Debian's stock `nginx.conf`
 //! (`sendfile on`, `tcp_nopush on`; `nginx-sf`), and two loopback ceilings (see
 //! `ceiling.rs`): servers doing the least any server can do, which bound what a cache can
@@ -36,6 +39,8 @@
 
 #[path = "suite/ceiling.rs"]
 mod ceiling;
+#[path = "suite/cluster.rs"]
+mod cluster;
 #[path = "suite/device.rs"]
 mod device;
 
@@ -99,7 +104,8 @@ const HEDGES_SENT: &str = "portico_upstream_hedges_total{result=\"sent\"}";
 const IDLE_WINDOW: Duration = Duration::from_secs(30);
 
 /// One system under test: a base URL (`http://host:port/bucket`) and the processes whose
-/// memory counts.
+/// memory counts. A target of several servers (a cluster's nodes) lists their base URLs
+/// separated by spaces, and its clients are spread over them ([`bases`]).
 #[derive(Clone)]
 struct Target {
     name: &'static str,
@@ -123,6 +129,11 @@ impl Target {
                 / 1024
         })
     }
+}
+
+/// The base URLs a target's `base` lists.
+fn bases(base: &str) -> Vec<String> {
+    base.split_whitespace().map(str::to_owned).collect()
 }
 
 fn http_client() -> Http {
@@ -294,12 +305,13 @@ async fn random_reads(
     limit: Limit,
 ) -> Run {
     let client = http_client();
+    let bases = bases(&base);
     let started = Instant::now();
     let mut workers = Vec::new();
     for worker in 0..clients {
         let (client, base, objects, lengths) = (
             client.clone(),
-            base.clone(),
+            bases[worker % bases.len()].clone(),
             objects.clone(),
             lengths.clone(),
         );
@@ -358,12 +370,15 @@ fn cold_objects() -> Vec<String> {
         .collect()
 }
 
-/// Reads every one of `objects` whole, twice, so that a cache holds them.
+/// Reads every one of `objects` whole, twice, through each of `base`'s bases, so that a
+/// cache holds them.
 async fn read_twice(base: String, objects: Vec<String>) {
     let client = http_client();
-    for _ in 0..2 {
-        for object in &objects {
-            fetch(&client, &format!("{base}/{object}"), None).await;
+    for base in bases(&base) {
+        for _ in 0..2 {
+            for object in &objects {
+                fetch(&client, &format!("{base}/{object}"), None).await;
+            }
         }
     }
 }
@@ -1078,6 +1093,8 @@ async fn suite() {
         )
         .await;
     }
+
+    cluster::cluster_scenarios(&settings, work.path(), &origin, &direct, &bucket, wanted).await;
 
     let worst = peak_rss.iter().copied().max().unwrap_or(0);
     println!();

@@ -14,7 +14,7 @@ use portico::types::ObjectRef;
 use portico_testkit::create_bucket;
 use portico_testkit::forwarder::Forwarder;
 use portico_testkit::http_send;
-use portico_testkit::minio::minio;
+use portico_testkit::minio::{free_port, minio};
 use portico_testkit::portico::{Portico, Settings};
 use serde_json::{Value, json};
 
@@ -37,13 +37,6 @@ struct Fleet {
     _dirs: Vec<tempfile::TempDir>,
 }
 
-/// A loopback address with a port that was free a moment ago (the members must be known
-/// before any node starts).
-fn free_address() -> String {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a free port");
-    listener.local_addr().expect("its address").to_string()
-}
-
 impl Fleet {
     async fn start(prefix: &str, count: usize) -> Self {
         Self::start_with(prefix, count, "").await
@@ -55,7 +48,10 @@ impl Fleet {
         let forwarder = Forwarder::start(&minio.address).await;
         let direct = s3_client(&minio.endpoint(), true);
         let bucket = create_bucket(&direct, prefix).await;
-        let members: Vec<String> = (0..count).map(|_| free_address()).collect();
+        // The members must be known before any node starts: ports free a moment ago.
+        let members: Vec<String> = (0..count)
+            .map(|_| format!("127.0.0.1:{}", free_port()))
+            .collect();
         let listed: Vec<String> = members.iter().map(|member| format!("{member:?}")).collect();
         let mut nodes = Vec::new();
         let mut clients = Vec::new();
