@@ -50,7 +50,7 @@ impl PeerClient {
         }
     }
 
-    /// The block `request` names from `peer`, exactly `length` bytes of the version
+    /// The bytes `request` names from `peer`, exactly `length` of them, of the version
     /// `request.etag` names.
     pub async fn block(
         &self,
@@ -106,7 +106,7 @@ impl PeerClient {
                 .to_bytes();
             if body.len() as u64 != length {
                 return Err(failed(format!(
-                    "sent {} bytes of a {length}-byte block",
+                    "sent {} bytes of {length} asked for",
                     body.len()
                 )));
             }

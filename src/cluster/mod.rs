@@ -222,6 +222,7 @@ impl Peers for Cluster {
         meta: &ObjectMeta,
         block_size: u64,
         index: BlockIndex,
+        within: std::ops::Range<u64>,
         head: &ResponseHead,
     ) -> Result<Bytes, PeerError> {
         let request = BlockRequest {
@@ -232,8 +233,9 @@ impl Peers for Cluster {
             size: meta.size,
             block_size,
             index,
+            within: [within.start, within.end],
         };
-        let length = crate::types::BlockLayout::new(block_size, meta.size).block_len(index);
+        let length = within.end.saturating_sub(within.start);
         let started = Instant::now();
         match self.client.block(peer, &request, length, head).await {
             Ok(fetched) => {

@@ -1,9 +1,9 @@
 //! The peer protocol, on the peer listener (`cluster.listen`), every request carrying
 //! `Authorization: Bearer <cluster.secret>`:
 //!
-//! - `POST /peer/v1/block` with a JSON [`BlockRequest`]: the block's bytes, whole (200), as
-//!   the owner's cache holds them or as it fetched them from the upstream with `If-Match`
-//!   on the ETag asked for. `ETag` repeats that ETag; `x-portico-peer-result` says `hit`
+//! - `POST /peer/v1/block` with a JSON [`BlockRequest`]: the bytes asked for of one block
+//!   (200), as the owner's cache holds them or from the whole block it fetched from the
+//!   upstream with `If-Match` on the ETag asked for. `ETag` repeats that ETag; `x-portico-peer-result` says `hit`
 //!   or `miss`. A changed object answers 412, a missing one 404 with `x-portico-missing`.
 //! - `POST /peer/v1/purge` with the admin API's purge body: purges on this member only.
 //! - `GET /peer/v1/health`: 200 `ok`.
@@ -34,6 +34,8 @@ pub struct BlockRequest {
     /// The asking node's `cache.block_size`; an owner with another refuses.
     pub block_size: u64,
     pub index: u64,
+    /// The bytes of the block to send: from the first, up to the second (excluded).
+    pub within: [u64; 2],
 }
 
 /// A purge passed on to a member: a key, or every object under a prefix.

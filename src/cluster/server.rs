@@ -85,7 +85,7 @@ fn refusal(status: StatusCode, message: impl Into<String>) -> Response {
     (status, Json(json!({ "error": message.into() }))).into_response()
 }
 
-/// `POST /peer/v1/block`: the block, whole, of the version asked for.
+/// `POST /peer/v1/block`: the bytes asked for of a block of the version asked for.
 async fn block(
     State(state): State<Arc<PeerState>>,
     body: Result<Json<BlockRequest>, JsonRejection>,
@@ -115,7 +115,12 @@ async fn block(
         etag: request.etag.clone(),
         ..ObjectMeta::default()
     });
-    let part = match state.read.serve_peer(&object, meta, request.index).await {
+    let [first, end] = request.within;
+    let part = match state
+        .read
+        .serve_peer(&object, meta, request.index, first..end)
+        .await
+    {
         Ok(part) => part,
         Err(error) => {
             state.metrics.count_peer_served(PeerResult::Error, 0);

@@ -70,8 +70,9 @@ impl ReadPath {
         })
     }
 
-    /// Block `index` of the version `meta` names, whole, for a member that asked this node
-    /// (its owner) for it: from the cache, or fetched from this node's own source once —
+    /// The bytes `within` block `index` of the version `meta` names, for a member that
+    /// asked this node (its owner) for them: from the cache, or fetched from this node's
+    /// own source once (the whole block, cached) —
     /// never from another member, so members whose views of the membership differ for a
     /// moment cannot send a request round in circles.
     pub async fn serve_peer(
@@ -79,19 +80,27 @@ impl ReadPath {
         object: &ObjectRef,
         meta: Arc<ObjectMeta>,
         index: BlockIndex,
+        within: std::ops::Range<u64>,
     ) -> Result<Part, ReadError> {
         let target = Target::new(object, meta, self.inner.settings.block_size);
-        if target.layout.block_range(index).is_none() {
+        let length = target.layout.block_len(index);
+        if target.layout.block_range(index).is_none()
+            || within.start >= within.end
+            || within.end > length
+        {
             return Err(ReadError::Internal(format!(
-                "block {index} is outside the object"
+                "bytes {within:?} of block {index} are outside the object"
             )));
         }
-        let length = target.layout.block_len(index);
-        let charge = self.inner.budget.reserve_within(length).await?;
+        let charge = self
+            .inner
+            .budget
+            .reserve_within(within.end - within.start)
+            .await?;
         let span = lookup_span(index);
-        let whole = 0..usize::try_from(length).unwrap_or(usize::MAX);
+        let within = within.start as usize..within.end as usize;
         let part = self
-            .cache_block(&target, index, whole, None)
+            .cache_block(&target, index, within, None)
             .instrument(span.clone())
             .await?;
         self.counted(&span, part.tier);
@@ -149,6 +158,40 @@ impl ReadPath {
             .block_range(index)
             .ok_or_else(|| ReadError::Internal(format!("block {index} is outside the object")))?;
         let key = target.key(index);
+        let block_len = usize::try_from(range.len_bytes()).unwrap_or(usize::MAX);
+        let mut owner = owner;
+        if let Some((peers, peer)) = &owner
+            && !peers.keep_in_memory()
+            && !self.inner.cache.holds(&key, block_len)
+        {
+            // Nothing of it stays here: only the bytes asked for cross the network.
+            let asked = within.start as u64..within.end as u64;
+            match peers
+                .fetch(
+                    peer,
+                    object,
+                    &target.meta,
+                    target.layout.block_size(),
+                    index,
+                    asked,
+                    &ResponseHead::default(),
+                )
+                .await
+            {
+                Ok(bytes) if bytes.len() == within.len() => {
+                    return Ok(Part::whole(bytes, Tier::Upstream));
+                }
+                Ok(bytes) => {
+                    tracing::warn!(%object, index, %peer, got = bytes.len(), wanted = within.len(), "block owner sent a part of the wrong length; reading the block the usual way");
+                }
+                Err(PeerError::Answer(error)) => return Err(ReadError::from_upstream(error)),
+                Err(PeerError::Failed { reason, .. }) => {
+                    tracing::warn!(%object, index, %peer, %reason, "block owner failed; reading the block the usual way");
+                }
+            }
+            // The owner is passed over now: the next member, or this node.
+            owner = self.owner(target, index);
+        }
         let keep = match &owner {
             None => Keep::Everywhere,
             Some(_) => Keep::Memory,
@@ -181,7 +224,6 @@ impl ReadPath {
                 .instrument(span)
             }
         };
-        let block_len = usize::try_from(range.len_bytes()).unwrap_or(usize::MAX);
         let wanted = within.len();
         let result = match self
             .inner
@@ -256,7 +298,15 @@ impl BlockFetch {
             // or, when that is this node, to the source.
             for asked in 1.. {
                 let failure = match peers
-                    .fetch(&peer, &object, &meta, block_size, index, &head)
+                    .fetch(
+                        &peer,
+                        &object,
+                        &meta,
+                        block_size,
+                        index,
+                        0..range.len_bytes(),
+                        &head,
+                    )
                     .await
                 {
                     Ok(body) if body.len() as u64 == range.len_bytes() => return Ok(body),

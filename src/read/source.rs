@@ -6,6 +6,8 @@
 //! source that holds another version fails with [`UpstreamError::PreconditionFailed`]
 //! rather than send its bytes; the read path checks the metadata of every answer again.
 
+use std::ops::Range;
+
 use async_trait::async_trait;
 use bytes::Bytes;
 
@@ -102,8 +104,9 @@ pub trait Peers: Send + Sync + 'static {
     /// when this node does (or no other member can be asked).
     fn owner(&self, object: &ObjectRef, block_size: u64, index: BlockIndex) -> Option<PeerId>;
 
-    /// Block `index` of the version `meta` names, whole, from `peer`; `head` learns when
-    /// the answer started to arrive. A failure passes `peer` over for a while.
+    /// The bytes `within` block `index` of the version `meta` names, from `peer`; `head`
+    /// learns when the answer started to arrive. A failure passes `peer` over for a while.
+    #[allow(clippy::too_many_arguments)]
     async fn fetch(
         &self,
         peer: &PeerId,
@@ -111,6 +114,7 @@ pub trait Peers: Send + Sync + 'static {
         meta: &ObjectMeta,
         block_size: u64,
         index: BlockIndex,
+        within: Range<u64>,
         head: &ResponseHead,
     ) -> Result<Bytes, PeerError>;
 

@@ -2,6 +2,7 @@
 //! asks the source for, and what it answers, when requests coalesce, objects change, TTLs
 //! run out, the source is slow or down, and reads turn sequential.
 
+mod cluster;
 mod memory;
 
 use std::sync::Arc;
@@ -42,6 +43,15 @@ fn settings() -> ReadSettings {
 
 /// A read path over `source` with a memory-only cache.
 async fn read_path(source: &Arc<MemorySource>, settings: ReadSettings) -> ReadPath {
+    member_read_path(source, settings, None).await
+}
+
+/// [`read_path`] of a cluster member whose other members are `peers`.
+async fn member_read_path(
+    source: &Arc<MemorySource>,
+    settings: ReadSettings,
+    peers: Option<Arc<dyn super::Peers>>,
+) -> ReadPath {
     let metrics = Arc::new(Metrics::new());
     let config = CacheConfig {
         memory_capacity: ByteSize::mib(16),
@@ -59,7 +69,7 @@ async fn read_path(source: &Arc<MemorySource>, settings: ReadSettings) -> ReadPa
         settings,
         budget,
         shutdown,
-        None,
+        peers,
     )
 }
 

@@ -32,9 +32,11 @@ struct Fleet {
     clients: Vec<Client>,
     /// The members' peer addresses, node by node.
     members: Vec<String>,
+    /// Extra lines of every node's `[cluster]` section.
+    extra: String,
     direct: Client,
     bucket: String,
-    _dirs: Vec<tempfile::TempDir>,
+    dirs: Vec<tempfile::TempDir>,
 }
 
 impl Fleet {
@@ -45,43 +47,72 @@ impl Fleet {
     /// A fleet whose `[cluster]` sections have `extra` lines too.
     async fn start_with(prefix: &str, count: usize, extra: &str) -> Self {
         let minio = minio();
-        let forwarder = Forwarder::start(&minio.address).await;
         let direct = s3_client(&minio.endpoint(), true);
         let bucket = create_bucket(&direct, prefix).await;
-        // The members must be known before any node starts: ports free a moment ago.
-        let members: Vec<String> = (0..count)
-            .map(|_| format!("127.0.0.1:{}", free_port()))
-            .collect();
-        let listed: Vec<String> = members.iter().map(|member| format!("{member:?}")).collect();
-        let mut nodes = Vec::new();
-        let mut clients = Vec::new();
-        let mut dirs = Vec::new();
-        for member in &members {
-            let dir = tempfile::tempdir().expect("cache directory");
-            let mut settings = Settings::new(forwarder.endpoint(), dir.path());
-            settings.admin_extra = format!("token = \"{TOKEN}\"\n");
-            settings.cluster = format!(
-                "enabled = true\nlisten = \"{member}\"\nmembers = [{}]\nsecret = \"{SECRET}\"\nsuspect_for = \"60s\"\n{extra}",
-                listed.join(", ")
-            );
-            let node = Portico::start(binary(), &settings).await;
-            assert_eq!(
-                node.peers.as_deref(),
-                Some(format!("http://{member}").as_str())
-            );
-            clients.push(s3_client(&node.s3, true));
-            nodes.push(Some(node));
-            dirs.push(dir);
-        }
-        Self {
-            forwarder,
-            nodes,
-            clients,
-            members,
+        let mut fleet = Self {
+            forwarder: Forwarder::start(&minio.address).await,
+            nodes: Vec::new(),
+            clients: Vec::new(),
+            members: Vec::new(),
+            extra: extra.to_owned(),
             direct,
             bucket,
-            _dirs: dirs,
+            dirs: Vec::new(),
+        };
+        fleet.add_members(count);
+        fleet.start_nodes().await;
+        fleet
+    }
+
+    /// `count` more members, on ports free a moment ago (the members must be known before
+    /// any node starts), each with a cache directory of its own.
+    fn add_members(&mut self, count: usize) {
+        for _ in 0..count {
+            self.members.push(format!("127.0.0.1:{}", free_port()));
+            self.dirs
+                .push(tempfile::tempdir().expect("cache directory"));
         }
+    }
+
+    /// Starts every member's node that is not running, on its cache directory.
+    async fn start_nodes(&mut self) {
+        let listed: Vec<String> = self
+            .members
+            .iter()
+            .map(|member| format!("{member:?}"))
+            .collect();
+        self.nodes.resize_with(self.members.len(), || None);
+        self.clients.clear();
+        for (at, member) in self.members.iter().enumerate() {
+            if self.nodes[at].is_none() {
+                let mut settings = Settings::new(self.forwarder.endpoint(), self.dirs[at].path());
+                settings.admin_extra = format!("token = \"{TOKEN}\"\n");
+                settings.cluster = format!(
+                    "enabled = true\nlisten = \"{member}\"\nmembers = [{}]\nsecret = \"{SECRET}\"\nsuspect_for = \"60s\"\n{}",
+                    listed.join(", "),
+                    self.extra
+                );
+                let node = Portico::start(binary(), &settings).await;
+                assert_eq!(
+                    node.peers.as_deref(),
+                    Some(format!("http://{member}").as_str())
+                );
+                self.nodes[at] = Some(node);
+            }
+            self.clients.push(s3_client(&self.node(at).s3, true));
+        }
+    }
+
+    /// Stops every node with SIGTERM (their disk tiers keep what they cached), adds a
+    /// member and starts them all with the new membership.
+    async fn grow(&mut self) {
+        for node in &mut self.nodes {
+            if let Some(node) = node.take() {
+                node.stop().await;
+            }
+        }
+        self.add_members(1);
+        self.start_nodes().await;
     }
 
     fn node(&self, at: usize) -> &Portico {
@@ -398,7 +429,7 @@ async fn the_peer_port_wants_the_secret_and_serves_no_s3_request() {
     let peers = fleet.node(0).peers.clone().expect("a peer listener");
     let request = json!({
         "bucket": fleet.bucket, "key": "secret.bin", "version_id": null, "etag": etag,
-        "size": data.len(), "block_size": MIB, "index": 1,
+        "size": data.len(), "block_size": MIB, "index": 1, "within": [0, MIB],
     })
     .to_string();
     let url = format!("{peers}/peer/v1/block");
@@ -428,7 +459,7 @@ async fn the_peer_port_wants_the_secret_and_serves_no_s3_request() {
     let stale = json!({
         "bucket": fleet.bucket, "key": "secret.bin", "version_id": null,
         "etag": "\"00000000000000000000000000000000\"",
-        "size": data.len(), "block_size": MIB, "index": 0,
+        "size": data.len(), "block_size": MIB, "index": 0, "within": [0, MIB],
     })
     .to_string();
     let (status, _, _) = http_send("POST", &url, &[json_type, right], Bytes::from(stale)).await;
@@ -534,4 +565,53 @@ async fn an_object_overwritten_behind_the_fleet_is_never_served_as_a_mix_of_vers
         refused > 0,
         "no node met the two versions, so the test proved nothing"
     );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_fourth_member_takes_about_a_quarter_of_the_blocks_and_only_those_are_fetched_again() {
+    let mut fleet = Fleet::start("cluster-grow", 3).await;
+    let blocks = 40;
+    let data = random_bytes(blocks * MIB, 159);
+    fleet.put("grow.bin", &data).await;
+    for at in 0..3 {
+        assert!(fleet.get(at, "grow.bin", None).await.expect("read") == data);
+    }
+    // The share of blocks that change owner, over 10,000 blocks of this object.
+    let sample = 10_000;
+    let before = fleet.owners("grow.bin", sample);
+    fleet.grow().await;
+    fleet.forwarder.take();
+    let after = fleet.owners("grow.bin", sample);
+    let changed: Vec<usize> = (0..before.len())
+        .filter(|&at| before[at] != after[at])
+        .collect();
+    assert!(
+        changed.iter().all(|&at| after[at] == 3),
+        "a block moved between two members that both stayed"
+    );
+    let share = changed.len() as f64 / sample as f64;
+    assert!(
+        (0.2..=0.3).contains(&share),
+        "{share:.3} of the blocks changed owner going from 3 to 4 members, expected about 1/4"
+    );
+    let moved: Vec<usize> = changed.into_iter().filter(|&at| at < blocks).collect();
+    assert!(!moved.is_empty(), "no block of the object moved");
+
+    for at in 0..4 {
+        assert!(
+            fleet.get(at, "grow.bin", None).await.expect("read") == data,
+            "node {at}"
+        );
+    }
+    // The three members kept their blocks on disk; the newcomer fetched its share once.
+    let expected: BTreeMap<String, usize> = moved
+        .iter()
+        .map(|&index| {
+            (
+                format!("bytes={}-{}", index * MIB, (index + 1) * MIB - 1),
+                1,
+            )
+        })
+        .collect();
+    assert_eq!(fleet.origin_gets(), expected);
 }
