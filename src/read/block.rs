@@ -58,9 +58,24 @@ impl ReadPath {
         within: std::ops::Range<usize>,
         charge: Charge,
     ) -> Result<Part, ReadError> {
+        self.lookup(target, index, within, self.owner(target, index), charge)
+            .await
+    }
+
+    /// Bytes `within` block `index` of `target` through the cache (from `owner` when
+    /// another member owns it), counted as a lookup and carrying `charge` until their last
+    /// slice is dropped.
+    async fn lookup(
+        &self,
+        target: &Target,
+        index: BlockIndex,
+        within: std::ops::Range<usize>,
+        owner: Owner,
+        charge: Charge,
+    ) -> Result<Part, ReadError> {
         let span = lookup_span(index);
         let part = self
-            .cache_block(target, index, within, self.owner(target, index))
+            .cache_block(target, index, within, owner)
             .instrument(span.clone())
             .await?;
         self.counted(&span, part.tier);
@@ -71,10 +86,10 @@ impl ReadPath {
     }
 
     /// The bytes `within` block `index` of the version `meta` names, for a member that
-    /// asked this node (its owner) for them: from the cache, or fetched from this node's
-    /// own source once (the whole block, cached) —
-    /// never from another member, so members whose views of the membership differ for a
-    /// moment cannot send a request round in circles.
+    /// asked this node (its owner) for them: from the cache, or from the whole block
+    /// fetched once from this node's own source. Never from another member: members
+    /// whose views of the membership differ for a moment cannot send a request round in
+    /// circles.
     pub async fn serve_peer(
         &self,
         object: &ObjectRef,
@@ -97,17 +112,8 @@ impl ReadPath {
             .budget
             .reserve_within(within.end - within.start)
             .await?;
-        let span = lookup_span(index);
         let within = within.start as usize..within.end as usize;
-        let part = self
-            .cache_block(&target, index, within, None)
-            .instrument(span.clone())
-            .await?;
-        self.counted(&span, part.tier);
-        Ok(Part {
-            slices: charge.attach_all(part.slices),
-            ..part
-        })
+        self.lookup(&target, index, within, None, charge).await
     }
 
     /// The member that owns block `index` of `target`, when cluster mode is on and it is

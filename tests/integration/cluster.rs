@@ -18,7 +18,7 @@ use portico_testkit::minio::{free_port, minio};
 use portico_testkit::portico::{Portico, Settings};
 use serde_json::{Value, json};
 
-use crate::support::{binary, random_bytes, s3_client};
+use crate::support::{binary, random_bytes, s3_client, try_get};
 
 const MIB: usize = 1024 * 1024;
 const SECRET: &str = "a-cluster-secret-of-the-tests";
@@ -132,7 +132,7 @@ impl Fleet {
 
     /// A GET through node `at`: the body, or why it failed.
     async fn get(&self, at: usize, key: &str, range: Option<String>) -> Result<Vec<u8>, String> {
-        get(&self.clients[at], &self.bucket, key, range).await
+        try_get(&self.clients[at], &self.bucket, key, range.as_deref()).await
     }
 
     /// Object GETs the origin received since the last call, counted by Range.
@@ -179,28 +179,6 @@ impl Fleet {
             .unwrap_or_else(|_| panic!("{path}: not JSON: {}", String::from_utf8_lossy(&body)));
         (status, parsed)
     }
-}
-
-async fn get(
-    client: &Client,
-    bucket: &str,
-    key: &str,
-    range: Option<String>,
-) -> Result<Vec<u8>, String> {
-    let output = client
-        .get_object()
-        .bucket(bucket)
-        .key(key)
-        .set_range(range)
-        .send()
-        .await
-        .map_err(|error| format!("{error:?}"))?;
-    let body = output
-        .body
-        .collect()
-        .await
-        .map_err(|error| format!("body: {error}"))?;
-    Ok(body.into_bytes().to_vec())
 }
 
 /// The one-block ranges of an object of `blocks` MiB, as the origin sees them.
@@ -342,14 +320,10 @@ async fn a_node_killed_in_the_middle_of_reads_fails_no_request_and_costs_at_most
                     // Ranges that start anywhere, so reads cross many owners.
                     let first = ((round * 5 + reader * 3) % 20) * MIB + 4097 * round;
                     let last = (first + 4 * MIB).min(data.len()) - 1;
-                    let body = get(
-                        &client,
-                        &bucket,
-                        "kill.bin",
-                        Some(format!("bytes={first}-{last}")),
-                    )
-                    .await
-                    .map_err(|error| format!("node {at} round {round}: {error}"))?;
+                    let range = format!("bytes={first}-{last}");
+                    let body = try_get(&client, &bucket, "kill.bin", Some(&range))
+                        .await
+                        .map_err(|error| format!("node {at} round {round}: {error}"))?;
                     if body != data[first..=last] {
                         return Err(format!("node {at} round {round}: wrong bytes"));
                     }
@@ -573,8 +547,12 @@ async fn a_fourth_member_takes_about_a_quarter_of_the_blocks_and_only_those_are_
     let blocks = 40;
     let data = random_bytes(blocks * MIB, 159);
     fleet.put("grow.bin", &data).await;
-    for at in 0..3 {
-        assert!(fleet.get(at, "grow.bin", None).await.expect("read") == data);
+    // Twice: a block whose pieces skipped a busy disk the first time is queued for it again
+    // when its owner's memory serves it.
+    for _ in 0..2 {
+        for at in 0..3 {
+            assert!(fleet.get(at, "grow.bin", None).await.expect("read") == data);
+        }
     }
     // The share of blocks that change owner, over 10,000 blocks of this object.
     let sample = 10_000;
@@ -613,5 +591,12 @@ async fn a_fourth_member_takes_about_a_quarter_of_the_blocks_and_only_those_are_
             )
         })
         .collect();
-    assert_eq!(fleet.origin_gets(), expected);
+    let gets = fleet.origin_gets();
+    assert_eq!(
+        gets,
+        expected,
+        "owners before {:?}, after {:?}",
+        &before[..blocks],
+        &after[..blocks]
+    );
 }

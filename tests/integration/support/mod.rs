@@ -154,21 +154,7 @@ impl Rig {
     /// [`Rig::get`] that may fail: the body, or why the read failed (an error status or
     /// a body that ended early).
     pub async fn try_get(&self, key: &str, range: Option<&str>) -> Result<Vec<u8>, String> {
-        let output = self
-            .client
-            .get_object()
-            .bucket(&self.bucket)
-            .key(key)
-            .set_range(range.map(str::to_owned))
-            .send()
-            .await
-            .map_err(|error| format!("{error:?}"))?;
-        let body = output
-            .body
-            .collect()
-            .await
-            .map_err(|error| format!("GET body: {error}"))?;
-        Ok(body.into_bytes().to_vec())
+        try_get(&self.client, &self.bucket, key, range).await
     }
 
     /// Object GETs (not probes) the upstream received since the last `take`.
@@ -179,6 +165,30 @@ impl Rig {
     pub fn upstream_heads(&self) -> usize {
         self.forwarder.object_requests("HEAD").len()
     }
+}
+
+/// A GET of `key` in `bucket` through `client` with an optional `Range` header value:
+/// the body, or why the read failed (an error status or a body that ended early).
+pub async fn try_get(
+    client: &Client,
+    bucket: &str,
+    key: &str,
+    range: Option<&str>,
+) -> Result<Vec<u8>, String> {
+    let output = client
+        .get_object()
+        .bucket(bucket)
+        .key(key)
+        .set_range(range.map(str::to_owned))
+        .send()
+        .await
+        .map_err(|error| format!("{error:?}"))?;
+    let body = output
+        .body
+        .collect()
+        .await
+        .map_err(|error| format!("GET body: {error}"))?;
+    Ok(body.into_bytes().to_vec())
 }
 
 /// Turns versioning on for `bucket` (through MinIO directly).
