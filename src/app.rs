@@ -15,6 +15,7 @@ use crate::budget::MemoryBudget;
 use crate::cache::{BlockCache, CacheError};
 use crate::cluster::{self, Cluster, PeerState};
 use crate::config::Config;
+use crate::listing::ListingCache;
 use crate::read::{Peers, ReadPath, ReadSettings};
 use crate::shutdown::{self, Shutdown};
 use crate::telemetry::Metrics;
@@ -164,9 +165,12 @@ pub async fn run(
         stopping.clone(),
         cluster.clone().map(|cluster| cluster as Arc<dyn Peers>),
     );
+    let listings =
+        ListingCache::new(&config.listing, read.budget().clone(), metrics.clone()).map(Arc::new);
     let maintenance = Maintenance::new(
         read.clone(),
         upstream.clone(),
+        listings.clone(),
         config.admin.warm_concurrency as usize,
         stopping.clone(),
     );
@@ -189,7 +193,14 @@ pub async fn run(
         &tls,
         metrics.clone(),
     )?);
-    let front = api::service(&config, read, forwarder, metrics.clone(), stopping.clone())?;
+    let front = api::service(
+        &config,
+        read,
+        forwarder,
+        listings,
+        metrics.clone(),
+        stopping.clone(),
+    )?;
     let grace = config.server.shutdown_grace.get();
     let s3_task = tokio::spawn(api::serve(
         listeners.s3,

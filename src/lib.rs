@@ -16,6 +16,7 @@ pub mod cache;
 pub mod cluster;
 pub mod config;
 pub mod fuzzing;
+pub mod listing;
 pub mod object;
 pub mod read;
 pub mod reload;

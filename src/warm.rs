@@ -13,6 +13,7 @@ use std::time::SystemTime;
 
 use parking_lot::Mutex;
 
+use crate::listing::ListingCache;
 use crate::read::{KnownVersion, ReadError, ReadPath};
 use crate::shutdown::Shutdown;
 use crate::types::{ObjectRef, ObjectRefError, RangeRequest, Selection};
@@ -136,6 +137,8 @@ impl Job {
 /// Purges and warm jobs. Cheap to clone.
 #[derive(Clone)]
 pub struct Maintenance {
+    /// Listing pages a purge drops, when listings are cached.
+    listings: Option<Arc<ListingCache>>,
     read: ReadPath,
     upstream: Arc<Upstream>,
     concurrency: usize,
@@ -150,12 +153,14 @@ impl Maintenance {
     pub fn new(
         read: ReadPath,
         upstream: Arc<Upstream>,
+        listings: Option<Arc<ListingCache>>,
         concurrency: usize,
         shutdown: Shutdown,
     ) -> Self {
         Self {
             read,
             upstream,
+            listings,
             concurrency: concurrency.max(1),
             jobs: Arc::default(),
             next_id: Arc::new(AtomicU64::new(1)),
@@ -200,6 +205,9 @@ impl Maintenance {
                 .purge(&object, version)
                 .await
                 .map_err(MaintenanceError::Purge)?;
+            if let Some(listings) = &self.listings {
+                listings.invalidate(&object);
+            }
             purged.objects += 1;
         }
         tracing::info!(

@@ -31,6 +31,7 @@ pub use tls::ServerTls;
 
 use crate::auth::{Authenticator, Credential, CredentialStore, CredentialsError};
 use crate::config::{AuthMode, Config};
+use crate::listing::ListingCache;
 use crate::read::ReadPath;
 use crate::shutdown::Shutdown;
 use crate::telemetry::Metrics;
@@ -43,6 +44,7 @@ pub fn service(
     config: &Config,
     read: ReadPath,
     forwarder: Arc<Forwarder>,
+    listings: Option<Arc<ListingCache>>,
     metrics: Arc<Metrics>,
     shutdown: Shutdown,
 ) -> Result<Front, CredentialsError> {
@@ -77,7 +79,7 @@ pub fn service(
         // Held in memory until the upload completes: at most a quarter of the memory tier.
         max_object_bytes: config.cache.memory_capacity.bytes() / 4,
     });
-    let passthrough = Arc::new(Passthrough::new(forwarder, read, write_through));
+    let passthrough = Arc::new(Passthrough::new(forwarder, read, write_through, listings));
     Ok(Front::new(
         builder.build(),
         passthrough,

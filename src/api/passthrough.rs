@@ -1,7 +1,9 @@
 //! Forwarded requests: the client's request is re-framed for the upstream (signature and
 //! hop-by-hop headers dropped, `aws-chunked` payloads decoded and, when they carry
 //! trailing checksums, re-encoded unsigned), sent through the [`Forwarder`], and the
-//! upstream's response streamed back as it came. Writes invalidate the keys they change.
+//! upstream's response streamed back as it came. Writes invalidate the keys they change,
+//! and the listing pages whose prefix covers them. Listings within
+//! `listing.cached_prefixes` are answered from the listing cache (`crate::listing`).
 //!
 //! Invariants: no request body is buffered whole, except a DeleteObjects key list
 //! (bounded); a body that fails mid-stream (client gone, broken framing, wrong length)
@@ -25,9 +27,10 @@ use super::chunked::ErrorSlot;
 use super::error::{UPSTREAM_REQUEST_ID_HEADER, error_response, forward_error, invalid_object};
 use super::route::{Address, Effect};
 use crate::auth::{PayloadCheck, Verified};
+use crate::listing::{ListingCache, Page, PageKey};
 use crate::read::ReadPath;
 use crate::types::ObjectRef;
-use crate::upstream::{ForwardRequest, Forwarder, Payload};
+use crate::upstream::{ForwardRequest, Forwarder, Payload, UpstreamError};
 use capture::Capture;
 use delete::{MAX_DELETE_LIST_BYTES, collect_bounded, deleted, deleted_objects};
 use framing::{Framing, body_error, client_body, forwarded_headers, full_body};
@@ -53,6 +56,8 @@ pub struct Passthrough {
     forwarder: Arc<Forwarder>,
     read: ReadPath,
     write_through: Option<WriteThrough>,
+    /// Listing pages within `listing.cached_prefixes`, when any are configured.
+    listings: Option<Arc<ListingCache>>,
 }
 
 /// A forwarded request as the front classified it.
@@ -68,11 +73,13 @@ impl Passthrough {
         forwarder: Arc<Forwarder>,
         read: ReadPath,
         write_through: Option<WriteThrough>,
+        listings: Option<Arc<ListingCache>>,
     ) -> Self {
         Self {
             forwarder,
             read,
             write_through,
+            listings,
         }
     }
 
@@ -101,6 +108,21 @@ impl Passthrough {
         } = forwarded;
         let mut changed = changed_objects(&address, effect)?;
         let (parts, body) = request.into_parts();
+        let page = match (&self.listings, &address.bucket) {
+            (Some(listings), Some(bucket))
+                if matches!(operation, "ListObjectsV2" | "ListObjects") =>
+            {
+                listings
+                    .key(bucket, &address.query, &parts.headers)
+                    .map(|key| (listings.clone(), key))
+            }
+            _ => None,
+        };
+        if let Some((listings, key)) = &page
+            && let Some(cached) = listings.get(key)
+        {
+            return Ok(page_response(cached));
+        }
         let errors = ErrorSlot::default();
         // Over HTTP/2 a body needs no Content-Length: only the stream says whether one comes.
         let framing = Framing::of(&parts.headers, &parts.method, body.is_end_stream())?;
@@ -163,6 +185,9 @@ impl Passthrough {
             .await;
         for object in &changed {
             self.read.invalidate(object);
+            if let Some(listings) = &self.listings {
+                listings.invalidate(object);
+            }
         }
         let response = match result {
             Ok(response) => response,
@@ -172,6 +197,11 @@ impl Passthrough {
             && let (Some(capture), Some(object)) = (capture, changed.first())
         {
             self.admit(object, &response, capture).await;
+        }
+        if let Some((listings, key)) = page
+            && response.status() == http::StatusCode::OK
+        {
+            return cache_page(&listings, key, response).await;
         }
         Ok(client_response(response))
     }
@@ -211,13 +241,48 @@ fn changed_objects(address: &Address, effect: Effect) -> Result<Vec<ObjectRef>, 
 /// upstream's request id moves to its own header (the client gets Portico's).
 fn client_response(response: Response<Incoming>) -> Response<s3s::Body> {
     let (mut parts, body) = response.into_parts();
-    for name in DROPPED_RESPONSE_HEADERS {
-        parts.headers.remove(name);
-    }
-    if let Some(upstream_id) = parts.headers.remove("x-amz-request-id") {
-        parts
-            .headers
-            .insert(UPSTREAM_REQUEST_ID_HEADER, upstream_id);
-    }
+    client_headers(&mut parts.headers);
     Response::from_parts(parts, s3s::Body::from(body))
+}
+
+/// Drops the upstream connection's headers and moves its request id to its own header.
+fn client_headers(headers: &mut http::HeaderMap) {
+    for name in DROPPED_RESPONSE_HEADERS {
+        headers.remove(name);
+    }
+    if let Some(upstream_id) = headers.remove("x-amz-request-id") {
+        headers.insert(UPSTREAM_REQUEST_ID_HEADER, upstream_id);
+    }
+}
+
+/// Reads a listing page the upstream answered whole, caches it and answers with it.
+async fn cache_page(
+    listings: &ListingCache,
+    key: PageKey,
+    response: Response<Incoming>,
+) -> Result<Response<s3s::Body>, S3Error> {
+    let (mut parts, body) = response.into_parts();
+    client_headers(&mut parts.headers);
+    // A fresh Date for every answer, cached or not.
+    parts.headers.remove(http::header::DATE);
+    let body = body.collect().await.map_err(|error| {
+        forward_error(&UpstreamError::invalid_response(format!(
+            "the listing's body broke off: {error}"
+        )))
+    })?;
+    let page = Page {
+        status: parts.status,
+        headers: parts.headers,
+        body: body.to_bytes(),
+    };
+    listings.insert(key, page.clone());
+    Ok(page_response(page))
+}
+
+/// A listing page, cached or just read, as the client's response.
+fn page_response(page: Page) -> Response<s3s::Body> {
+    let mut response = Response::new(s3s::Body::from(page.body));
+    *response.status_mut() = page.status;
+    *response.headers_mut() = page.headers;
+    response
 }

@@ -11,6 +11,7 @@
 mod auth;
 mod cache;
 mod cluster;
+mod listing;
 mod load;
 mod log;
 mod server;
@@ -26,6 +27,7 @@ use serde::{Deserialize, Serialize};
 pub use auth::{AuthConfig, AuthMode};
 pub use cache::{CacheConfig, PrefetchConfig};
 pub use cluster::{ClusterConfig, MIN_SECRET_BYTES};
+pub use listing::ListingConfig;
 pub use log::{LogConfig, LogFormat};
 pub use server::{AdminConfig, ServerConfig};
 pub use units::{ByteSize, HumanDuration, MetadataTtl, OptionalAddress};
@@ -45,6 +47,7 @@ pub struct Config {
     pub prefetch: PrefetchConfig,
     pub auth: AuthConfig,
     pub log: LogConfig,
+    pub listing: ListingConfig,
     pub cluster: ClusterConfig,
 }
 
@@ -65,6 +68,7 @@ impl Config {
         self.cache.validate()?;
         self.upstream.validate()?;
         self.auth.validate()?;
+        self.listing.validate()?;
         let mut listeners = vec![
             ("server.listen", self.server.listen),
             ("admin.listen", self.admin.listen),

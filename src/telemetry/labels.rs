@@ -95,6 +95,14 @@ label_values!(
     }
 );
 
+label_values!(
+    /// How a cacheable listing was answered (`portico_listing_cache_lookups_total{result}`).
+    ListingLookup {
+        Hit => "hit",
+        Miss => "miss",
+    }
+);
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -114,6 +122,7 @@ mod tests {
             ("portico_upstream_hedges_total", HedgeOutcome::VALUES),
             ("portico_memory_budget_waits_total", BudgetWait::VALUES),
             ("portico_cluster_peer_requests_total", PeerResult::VALUES),
+            ("portico_listing_cache_lookups_total", ListingLookup::VALUES),
         ] {
             let row = table
                 .lines()

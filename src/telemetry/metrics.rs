@@ -15,7 +15,8 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::{Family, MetricConstructor};
 
 use super::labels::{
-    BlockLookup, BudgetWait, HedgeOutcome, MetadataLookup, PeerResult, PrefetchOutcome, ServedFrom,
+    BlockLookup, BudgetWait, HedgeOutcome, ListingLookup, MetadataLookup, PeerResult,
+    PrefetchOutcome, ServedFrom,
 };
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
@@ -130,6 +131,12 @@ pub struct Metrics {
     pub peer_bytes: Family<DirectionLabel, Counter>,
     /// Time a block request to its owner took, to the end of its body.
     pub peer_request_duration: Histogram,
+    /// Cacheable listings by result: hit, miss.
+    pub listing_lookups: Family<ResultLabel, Counter>,
+    /// Cached listing pages dropped by a write, delete or purge under their prefix.
+    pub listing_invalidations: Counter,
+    /// Bytes of cached listing pages.
+    pub listing_bytes: Gauge,
 }
 
 impl Default for Metrics {
@@ -173,6 +180,9 @@ impl Metrics {
             peer_served: Family::default(),
             peer_bytes: Family::default(),
             peer_request_duration: LatencyBuckets.new_metric(),
+            listing_lookups: Family::default(),
+            listing_invalidations: Counter::default(),
+            listing_bytes: Gauge::default(),
         };
         registry.register(
             "portico_requests",
@@ -324,6 +334,21 @@ impl Metrics {
             "Time a block request to its owner took, to the end of its body",
             metrics.peer_request_duration.clone(),
         );
+        registry.register(
+            "portico_listing_cache_lookups",
+            "ListObjectsV2 and ListObjects requests within listing.cached_prefixes, by result: hit (answered from the listing cache), miss (forwarded)",
+            metrics.listing_lookups.clone(),
+        );
+        registry.register(
+            "portico_listing_cache_invalidations",
+            "Cached listing pages dropped because a write, delete or purge through Portico changed a key under their prefix",
+            metrics.listing_invalidations.clone(),
+        );
+        registry.register(
+            "portico_listing_cache_bytes",
+            "Bytes of cached listing pages (at most listing.memory)",
+            metrics.listing_bytes.clone(),
+        );
         *metrics.registry.lock() = registry;
         metrics.start_known_series_at_zero();
         metrics
@@ -357,6 +382,7 @@ impl Metrics {
             (&self.budget_waits, &["waited", "refused"]),
             (&self.peer_requests, &["hit", "miss", "error", "fallback"]),
             (&self.peer_served, &["hit", "miss", "error"]),
+            (&self.listing_lookups, &["hit", "miss"]),
         ];
         for (family, known) in results {
             for &result in known {
@@ -527,6 +553,14 @@ impl Metrics {
             })
             .inc_by(bytes);
         self.peer_request_duration.observe(seconds);
+    }
+
+    pub fn count_listing(&self, result: ListingLookup) {
+        self.listing_lookups
+            .get_or_create(&ResultLabel {
+                result: result.as_str(),
+            })
+            .inc();
     }
 
     pub fn count_hedge(&self, result: HedgeOutcome) {

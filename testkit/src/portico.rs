@@ -44,6 +44,8 @@ pub struct Settings {
     pub log: String,
     /// Lines for the `[cluster]` section.
     pub cluster: String,
+    /// Lines for the `[listing]` section.
+    pub listing: String,
     /// Extra environment variables for the process (e.g. `OTEL_*`).
     pub env: Vec<(String, String)>,
     /// Log at debug level, for tests; off, Portico runs with its own default filter, as
@@ -78,6 +80,7 @@ impl Settings {
             admin_extra: String::new(),
             log: String::new(),
             cluster: String::new(),
+            listing: String::new(),
             env: Vec::new(),
             debug_log: true,
             open_files_limit: None,
@@ -143,6 +146,9 @@ serve_stale_on_error = {serve_stale_on_error}
 
 [cluster]
 {cluster}
+
+[listing]
+{listing}
 "#,
             domains = domains.join(", "),
             upstream = self.upstream,
@@ -169,6 +175,7 @@ serve_stale_on_error = {serve_stale_on_error}
             admin_extra = self.admin_extra,
             log = self.log,
             cluster = self.cluster,
+            listing = self.listing,
         )
     }
 }

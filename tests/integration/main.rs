@@ -18,6 +18,7 @@ mod forwarding;
 mod hardening;
 mod inprocess;
 mod lifecycle;
+mod listings;
 mod metrics;
 mod operations;
 mod prefetch;
