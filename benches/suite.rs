@@ -14,7 +14,7 @@
 //!   for 10 s, after two warm-up reads of it.
 //!
 //! Each target reads each object cold once: the scenarios use distinct objects, so no
-//! target restarts between them. The bucket allows anonymous reads, so no client signs
+//! target restarts between them. The bucket allows anonymous reads and listings, so no client signs
 //! and nginx forwards requests unchanged. Run with `make bench`; `BENCH_SCENARIOS` (a
 //! comma-separated list) runs some of the scenarios only.
 //!
@@ -30,7 +30,7 @@
 //! cold object in order, in alternating rounds, and compares the hot clients' p99.
 //!
 //! `cluster-cold`, `cluster-hop` and `cluster-hot-random` measure cluster mode (see
-//! `cluster.rs`).
+//! `cluster.rs`); `list` a data loader's repeated listing (see `listing.rs`).
 //!
 //! `hot-random` also loads nginx with the sending settings of Debian's stock `nginx.conf`
 //! (`sendfile on`, `tcp_nopush on`; `nginx-sf`), and two loopback ceilings (see
@@ -43,6 +43,8 @@ mod ceiling;
 mod cluster;
 #[path = "suite/device.rs"]
 mod device;
+#[path = "suite/listing.rs"]
+mod listing;
 
 use std::path::Path;
 use std::process::{Child, Command};
@@ -847,7 +849,7 @@ async fn suite() {
     let direct = s3_client(&minio.endpoint(), true);
     let bucket = create_bucket(&direct, "suite").await;
     let policy = format!(
-        r#"{{"Version":"2012-10-17","Statement":[{{"Effect":"Allow","Principal":{{"AWS":["*"]}},"Action":["s3:GetObject"],"Resource":["arn:aws:s3:::{bucket}/*"]}}]}}"#
+        r#"{{"Version":"2012-10-17","Statement":[{{"Effect":"Allow","Principal":{{"AWS":["*"]}},"Action":["s3:GetObject"],"Resource":["arn:aws:s3:::{bucket}/*"]}},{{"Effect":"Allow","Principal":{{"AWS":["*"]}},"Action":["s3:ListBucket"],"Resource":["arn:aws:s3:::{bucket}"]}}]}}"#
     );
     direct
         .put_bucket_policy()
@@ -1092,6 +1094,10 @@ async fn suite() {
             &bucket,
         )
         .await;
+    }
+
+    if wanted("list") {
+        listing::list_scenario(&settings, work.path(), &origin, &direct, &bucket).await;
     }
 
     cluster::cluster_scenarios(&settings, work.path(), &origin, &direct, &bucket, wanted).await;
