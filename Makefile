@@ -66,7 +66,7 @@ release:
 
 ## bench: the suite (cold-sequential, cold-herd, random-cold, hot-random against direct,
 ## nginx and Portico behind a 20 ms origin, direct-parallel, mixed, and hot-random-disk with
-## a working set 4x the memory tier), then hot hits vs MinIO direct with the cost of
+## a working set 4x the memory tier, repeated listings, cluster mode), then hot hits vs MinIO direct with the cost of
 ## SigV4, 500 slow readers against the memory budget, and the write-path figures (1 GiB PUT
 ## through Portico vs direct, a re-sync)
 bench: tools $(NGINX)
