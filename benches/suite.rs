@@ -133,6 +133,24 @@ impl Target {
     }
 }
 
+/// The origin itself, as a target.
+fn direct_target(origin: &Forwarder, bucket: &str) -> Target {
+    Target {
+        name: "direct",
+        base: format!("{}/{bucket}", origin.endpoint()),
+        pids: Vec::new(),
+    }
+}
+
+/// A Portico, as a target named `name`.
+fn portico_target(name: &'static str, portico: &Portico, bucket: &str) -> Target {
+    Target {
+        name,
+        base: format!("{}/{bucket}", portico.s3),
+        pids: portico.pid().into_iter().collect(),
+    }
+}
+
 /// The base URLs a target's `base` lists.
 fn bases(base: &str) -> Vec<String> {
     base.split_whitespace().map(str::to_owned).collect()
@@ -692,20 +710,15 @@ async fn hot_random_disk_scenario(
         start("portico-disk-buffered", false).await,
     ];
     let nginx_sendfile = Nginx::start(&work.join("nginx-disk-sf"), origin_address, true);
-    let portico_target = |name, portico: &Portico| Target {
-        name,
-        base: format!("{}/{bucket}", portico.s3),
-        pids: vec![portico.pid().expect("portico pid")],
-    };
     let disk_targets = [
         targets[NGINX].clone(),
-        portico_target("portico", &porticos[0]),
+        portico_target("portico", &porticos[0], bucket),
         Target {
             name: "nginx-sf",
             base: local_base(nginx_sendfile.port, bucket),
             pids: with_children(nginx_sendfile.child.id()),
         },
-        portico_target("portico-buf", &porticos[1]),
+        portico_target("portico-buf", &porticos[1], bucket),
     ];
     for target in &disk_targets {
         read_twice(target.base.clone(), disk_objects()).await;
@@ -913,21 +926,13 @@ async fn suite() {
     let portico = Portico::start(Path::new(env!("CARGO_BIN_EXE_portico")), &settings).await;
     let portico_pid = portico.pid().expect("portico pid");
     let targets = [
-        Target {
-            name: "direct",
-            base: format!("{}/{bucket}", origin.endpoint()),
-            pids: Vec::new(),
-        },
+        direct_target(&origin, &bucket),
         Target {
             name: "nginx",
             base: local_base(nginx.port, &bucket),
             pids: with_children(nginx.child.id()),
         },
-        Target {
-            name: "portico",
-            base: format!("{}/{bucket}", portico.s3),
-            pids: vec![portico_pid],
-        },
+        portico_target("portico", &portico, &bucket),
     ];
     println!(
         "origin: MinIO behind a forwarder adding {} ms to every request; portico: block_size 4MiB, memory_capacity {MEMORY_CAPACITY}, prefetch and hedging on; nginx: slice 4m, proxy_cache_lock on",

@@ -78,11 +78,7 @@ impl Nodes {
     }
 
     fn node_target(&self, name: &'static str, at: usize, bucket: &str) -> Target {
-        Target {
-            name,
-            base: format!("{}/{bucket}", self.nodes[at].s3),
-            pids: self.nodes[at].pid().into_iter().collect(),
-        }
+        portico_target(name, &self.nodes[at], bucket)
     }
 
     /// The blocks of `key` (of `bytes`) that node `at` owns.

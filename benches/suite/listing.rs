@@ -65,16 +65,8 @@ pub async fn list_scenario(
     settings.listing = format!("cached_prefixes = [\"{bucket}/list/\"]\nttl = \"5m\"\n");
     let portico = Portico::start(Path::new(env!("CARGO_BIN_EXE_portico")), &settings).await;
     let targets = [
-        Target {
-            name: "direct",
-            base: format!("{}/{bucket}", origin.endpoint()),
-            pids: Vec::new(),
-        },
-        Target {
-            name: "portico",
-            base: format!("{}/{bucket}", portico.s3),
-            pids: portico.pid().into_iter().collect(),
-        },
+        direct_target(origin, bucket),
+        portico_target("portico", &portico, bucket),
     ];
     let runs = run_all(
         "list: 5 passes over a 10,000-key prefix in pages of 1,000 (ListObjectsV2, start-after); portico with listing.cached_prefixes on it",
