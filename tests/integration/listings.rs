@@ -1,20 +1,29 @@
 //! The listing cache against MinIO: listings within `listing.cached_prefixes` are answered
 //! from memory, keyed by every parameter; a write, delete or purge through Portico under a
-//! page's prefix shows at once; nothing is served before authentication.
+//! page's prefix shows at once; nothing is served before authentication and the bucket
+//! scope check; paginated and URL-encoded listings come back exactly.
 
 use aws_sdk_s3::Client;
+use aws_sdk_s3::error::ProvideErrorMetadata;
 use aws_sdk_s3::primitives::ByteStream;
 use bytes::Bytes;
 use portico_testkit::{http_request, http_send};
 
-use crate::support::Rig;
+use crate::support::{Rig, s3_client_as};
 
 const TOKEN: &str = "listing-admin-token";
 
-/// A rig whose Portico caches the listings of its bucket under `data/`.
-async fn listing_rig() -> Rig {
+/// A rig whose Portico caches the listings of its bucket under `data/`, with a second
+/// credential (`elsewhere`) limited to another bucket.
+async fn listing_rig(credentials: &std::path::Path) -> Rig {
+    std::fs::write(
+        credentials,
+        "[[credentials]]\naccess_key_id = \"elsewhere\"\nsecret_access_key = \"elsewhere-secret\"\nbuckets = [\"some-other-bucket\"]\n",
+    )
+    .expect("credentials file");
     let mut rig = Rig::start("listing", |settings| {
         settings.admin_extra = format!("token = \"{TOKEN}\"\n");
+        settings.with_credentials_file(credentials);
     })
     .await;
     rig.settings.listing = format!("cached_prefixes = [\"{}/data/\"]\n", rig.bucket);
@@ -61,7 +70,8 @@ async fn put_through_portico(rig: &Rig, key: &str) {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn listings_are_answered_from_memory_until_a_write_delete_or_purge_under_their_prefix() {
-    let rig = listing_rig().await;
+    let credentials = tempfile::tempdir().expect("credentials directory");
+    let rig = listing_rig(&credentials.path().join("credentials.toml")).await;
     for key in ["data/a", "data/b", "data/c", "other/x"] {
         rig.put(key, b"object").await;
     }
@@ -162,8 +172,108 @@ async fn listings_are_answered_from_memory_until_a_write_delete_or_purge_under_t
     );
     assert!(portico.metric("portico_listing_cache_bytes").await > 0.0);
 
-    // A cached page is never an answer to a request that is not authenticated.
+    // A cached page is never an answer to a request that is not authenticated, nor to a
+    // credential whose scope is another bucket.
+    assert_eq!(keys(client, bucket, "data/", None).await.len(), 2, "cached");
     let anonymous = format!("{}/{bucket}?list-type=2&prefix=data%2F", portico.s3);
     let (status, _, _) = http_request("GET", &anonymous, &[]).await;
     assert_eq!(status, 403);
+    let elsewhere = s3_client_as(&portico.s3, "elsewhere", "elsewhere-secret", false);
+    let error = elsewhere
+        .list_objects_v2()
+        .bucket(bucket)
+        .prefix("data/")
+        .send()
+        .await
+        .expect_err("another bucket's credential");
+    assert_eq!(error.code(), Some("AccessDenied"), "{error:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn paginated_and_url_encoded_listings_come_back_exactly_as_the_store_sent_them() {
+    let credentials = tempfile::tempdir().expect("credentials directory");
+    let rig = listing_rig(&credentials.path().join("credentials.toml")).await;
+    let names = [
+        "data/a b",
+        "data/a+b",
+        "data/é/1",
+        "data/日本/2",
+        "data/%41",
+        "data/x?y",
+        "data/z",
+    ];
+    for key in names {
+        rig.put(key, b"object").await;
+    }
+    let (client, bucket) = (&rig.client, rig.bucket.as_str());
+    // Every page of a paginated listing, followed by continuation tokens, twice.
+    let mut passes = Vec::new();
+    for _ in 0..2 {
+        let mut pages = Vec::new();
+        let mut token: Option<String> = None;
+        loop {
+            let page = client
+                .list_objects_v2()
+                .bucket(bucket)
+                .prefix("data/")
+                .max_keys(2)
+                .encoding_type(aws_sdk_s3::types::EncodingType::Url)
+                .set_continuation_token(token.clone())
+                .send()
+                .await
+                .expect("a page");
+            pages.push(
+                page.contents()
+                    .iter()
+                    .filter_map(|object| object.key().map(str::to_owned))
+                    .collect::<Vec<_>>(),
+            );
+            token = page.next_continuation_token().map(str::to_owned);
+            if token.is_none() {
+                break;
+            }
+        }
+        passes.push(pages);
+    }
+    let direct = rig
+        .direct
+        .list_objects_v2()
+        .bucket(bucket)
+        .prefix("data/")
+        .encoding_type(aws_sdk_s3::types::EncodingType::Url)
+        .send()
+        .await
+        .expect("direct listing");
+    let expected: Vec<String> = direct
+        .contents()
+        .iter()
+        .filter_map(|object| object.key().map(str::to_owned))
+        .collect();
+    assert_eq!(expected.len(), names.len());
+    // URL-encoded as the store encodes them ("a b" as "a+b", "é" as "%C3%A9").
+    assert!(
+        expected.contains(&"data/%C3%A9/1".to_owned()),
+        "{expected:?}"
+    );
+    assert_eq!(passes[0].concat(), expected, "every key, in order");
+    assert_eq!(passes[0], passes[1], "the second pass got the same pages");
+    let pages = passes[0].len();
+    assert_eq!(pages, names.len().div_ceil(2));
+    upstream_listings(&rig);
+    // A third pass: every page, with its continuation token, from memory.
+    let mut token: Option<String> = None;
+    for _ in 0..pages {
+        let page = client
+            .list_objects_v2()
+            .bucket(bucket)
+            .prefix("data/")
+            .max_keys(2)
+            .encoding_type(aws_sdk_s3::types::EncodingType::Url)
+            .set_continuation_token(token.clone())
+            .send()
+            .await
+            .expect("a page");
+        token = page.next_continuation_token().map(str::to_owned);
+    }
+    assert_eq!(upstream_listings(&rig), 0);
 }
