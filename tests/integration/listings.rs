@@ -48,6 +48,35 @@ async fn keys(client: &Client, bucket: &str, prefix: &str, max_keys: Option<i32>
         .collect()
 }
 
+/// Every page of a listing of `data/`, 2 keys each, URL-encoded, following continuation
+/// tokens: each page's keys.
+async fn paginated(client: &Client, bucket: &str) -> Vec<Vec<String>> {
+    let mut pages = Vec::new();
+    let mut token: Option<String> = None;
+    loop {
+        let page = client
+            .list_objects_v2()
+            .bucket(bucket)
+            .prefix("data/")
+            .max_keys(2)
+            .encoding_type(aws_sdk_s3::types::EncodingType::Url)
+            .set_continuation_token(token.take())
+            .send()
+            .await
+            .expect("a page");
+        pages.push(
+            page.contents()
+                .iter()
+                .filter_map(|object| object.key().map(str::to_owned))
+                .collect(),
+        );
+        token = page.next_continuation_token().map(str::to_owned);
+        if token.is_none() {
+            return pages;
+        }
+    }
+}
+
 /// Listings the upstream received since the last call.
 fn upstream_listings(rig: &Rig) -> usize {
     rig.forwarder
@@ -207,34 +236,10 @@ async fn paginated_and_url_encoded_listings_come_back_exactly_as_the_store_sent_
     }
     let (client, bucket) = (&rig.client, rig.bucket.as_str());
     // Every page of a paginated listing, followed by continuation tokens, twice.
-    let mut passes = Vec::new();
-    for _ in 0..2 {
-        let mut pages = Vec::new();
-        let mut token: Option<String> = None;
-        loop {
-            let page = client
-                .list_objects_v2()
-                .bucket(bucket)
-                .prefix("data/")
-                .max_keys(2)
-                .encoding_type(aws_sdk_s3::types::EncodingType::Url)
-                .set_continuation_token(token.clone())
-                .send()
-                .await
-                .expect("a page");
-            pages.push(
-                page.contents()
-                    .iter()
-                    .filter_map(|object| object.key().map(str::to_owned))
-                    .collect::<Vec<_>>(),
-            );
-            token = page.next_continuation_token().map(str::to_owned);
-            if token.is_none() {
-                break;
-            }
-        }
-        passes.push(pages);
-    }
+    let passes = [
+        paginated(client, bucket).await,
+        paginated(client, bucket).await,
+    ];
     let direct = rig
         .direct
         .list_objects_v2()
@@ -257,23 +262,9 @@ async fn paginated_and_url_encoded_listings_come_back_exactly_as_the_store_sent_
     );
     assert_eq!(passes[0].concat(), expected, "every key, in order");
     assert_eq!(passes[0], passes[1], "the second pass got the same pages");
-    let pages = passes[0].len();
-    assert_eq!(pages, names.len().div_ceil(2));
+    assert_eq!(passes[0].len(), names.len().div_ceil(2));
     upstream_listings(&rig);
     // A third pass: every page, with its continuation token, from memory.
-    let mut token: Option<String> = None;
-    for _ in 0..pages {
-        let page = client
-            .list_objects_v2()
-            .bucket(bucket)
-            .prefix("data/")
-            .max_keys(2)
-            .encoding_type(aws_sdk_s3::types::EncodingType::Url)
-            .set_continuation_token(token.clone())
-            .send()
-            .await
-            .expect("a page");
-        token = page.next_continuation_token().map(str::to_owned);
-    }
+    assert_eq!(paginated(client, bucket).await, passes[0]);
     assert_eq!(upstream_listings(&rig), 0);
 }
