@@ -160,7 +160,11 @@ async fn a_disk_tier_of_thousands_of_engine_blocks_starts_and_restarts_under_uli
     .await;
     let data = random_bytes(1024 * 1024 + 5, 21);
     rig.put("object.bin", &data).await;
-    assert!(rig.get("object.bin", None).await == data);
+    // Twice: a block whose pieces skipped a busy disk (a loaded test machine) is queued
+    // for it again when memory serves it.
+    for _ in 0..2 {
+        assert!(rig.get("object.bin", None).await == data);
+    }
     let files = std::fs::read_dir(&rig.settings.cache_dir).unwrap().count();
     assert!(
         files <= 4,
