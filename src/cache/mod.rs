@@ -34,6 +34,7 @@ mod meta;
 mod pieces;
 mod purges;
 mod tier;
+mod writer;
 
 use std::future::Future;
 use std::ops::Range;
@@ -56,6 +57,7 @@ use foyer::{
 pub use key::{BlockKey, CacheKey, CacheValue};
 pub use meta::{MetaClock, MetaRecord, MetaState};
 pub use tier::{Part, Tier};
+use writer::WriteQueue;
 
 use crate::config::CacheConfig;
 use crate::telemetry::Metrics;
@@ -113,6 +115,8 @@ pub struct BlockCache {
     /// The disk tier's unit (see `disk::PIECE_BYTES`).
     piece_bytes: usize,
     doorkeeper: Arc<Doorkeeper>,
+    /// Pieces on their way to the disk tier.
+    writes: Arc<WriteQueue>,
     metrics: Arc<Metrics>,
 }
 
@@ -177,6 +181,16 @@ impl BlockCache {
             let hybrid = storage.build().await.map_err(open_error)?;
             let purges = purges::Purges::open(&config.dir)
                 .map_err(|source| DiskFilesError::dir(&config.dir, source))?;
+            let writes = Arc::new(WriteQueue::new(
+                to_usize(layout.submit_queue_bytes),
+                to_usize(layout.flusher_buffer_bytes),
+                metrics.clone(),
+            ));
+            let writing = {
+                let health = health.clone();
+                move || !health.is_degraded()
+            };
+            tokio::spawn(writes.clone().run(hybrid.clone(), writing));
             let cache = Self {
                 hybrid,
                 health,
@@ -184,6 +198,7 @@ impl BlockCache {
                 purges: Arc::new(purges),
                 piece_bytes: to_usize(format.piece_bytes),
                 doorkeeper: Arc::new(Doorkeeper::new(doorkeeper_slots(config))),
+                writes,
                 metrics,
             };
             cache.spawn_disk_probe(config.dir.join(PROBE_FILE));
@@ -200,6 +215,7 @@ impl BlockCache {
             purges: Arc::new(purges::Purges::in_memory()),
             piece_bytes: to_usize(disk::piece_bytes(config.block_size.bytes())),
             doorkeeper: Arc::new(Doorkeeper::new(1)),
+            writes: Arc::new(WriteQueue::new(0, 0, metrics.clone())),
             metrics,
         })
     }
@@ -319,7 +335,7 @@ impl BlockCache {
             flag.store(true, Ordering::Release);
             let bytes = fetch.await?;
             if bytes.len() == block_len && keep == Keep::Everywhere {
-                cache.store_pieces(&stored, &bytes);
+                cache.store_fetched(&stored, &bytes).await;
             }
             Ok::<_, E>(CacheValue::Block(bytes))
         };
@@ -402,6 +418,7 @@ impl BlockCache {
         let key = self.generational(key);
         let pieces = key.block_size_bytes.div_ceil(self.piece_bytes as u64);
         let pieces = (0..to_usize(pieces)).map(|index| self.piece_key(&key, index));
+        self.writes.remove(&key);
         let mut held = false;
         for key in std::iter::once(CacheKey::Block(key.clone())).chain(pieces) {
             held |= self.hybrid.contains(&key) || self.hybrid.storage().may_contains(&key);
@@ -428,6 +445,7 @@ impl BlockCache {
 
     /// Waits for queued disk writes and closes the disk tier.
     pub async fn close(&self) -> Result<(), CacheError> {
+        self.writes.close().await;
         self.health.stop_probe();
         self.hybrid.close().await.map_err(CacheError::Lookup)
     }

@@ -8,6 +8,7 @@ use std::ops::Range;
 use bytes::Bytes;
 use foyer::{Load, Location};
 
+use super::writer::{FILL_WAIT, Pushed};
 use super::{BlockCache, BlockKey, CacheKey, CacheValue, Part, Tier};
 
 impl BlockCache {
@@ -142,27 +143,45 @@ impl BlockCache {
         start..(start + self.piece_bytes).min(block_len)
     }
 
-    /// Queues the pieces of `block` (its `bytes`) the disk tier does not hold for it;
-    /// how many. The writes take foyer's bounded queue and may skip the disk (counted by
-    /// foyer) when it falls behind.
+    /// Queues the pieces of `block` (its `bytes`) the disk tier does not hold for it, in
+    /// the disk write queue; how many. They skip the disk (counted) when the queue is
+    /// full, and are not queued twice.
     pub(super) fn store_pieces(&self, block: &BlockKey, bytes: &Bytes) -> usize {
-        if !self.disk_in_use() {
-            return 0;
-        }
-        let mut queued = 0;
-        for index in 0..bytes.len().div_ceil(self.piece_bytes) {
-            let key = self.piece_key(block, index);
-            if self.hybrid.storage().may_contains(&key) {
-                continue;
+        match self.missing_pieces(block, bytes) {
+            Some(pieces) => {
+                let count = pieces.len();
+                queued(self.writes.push(block, pieces), count)
             }
-            self.hybrid.insert_with_properties(
-                key,
-                CacheValue::Block(bytes.slice(self.piece_span(index, bytes.len()))),
-                self.placement(Location::OnDisk),
-            );
-            queued += 1;
+            None => 0,
         }
-        queued
+    }
+
+    /// Like [`Self::store_pieces`], for a block just fetched: when the queue is full, it
+    /// waits for room (up to [`FILL_WAIT`]), so that fills run at the disk's pace.
+    pub(super) async fn store_fetched(&self, block: &BlockKey, bytes: &Bytes) -> usize {
+        match self.missing_pieces(block, bytes) {
+            Some(pieces) => {
+                let count = pieces.len();
+                queued(
+                    self.writes.push_waiting(block, pieces, FILL_WAIT).await,
+                    count,
+                )
+            }
+            None => 0,
+        }
+    }
+
+    /// The pieces of `block` the disk tier lacks and that are not queued for it yet.
+    fn missing_pieces(&self, block: &BlockKey, bytes: &Bytes) -> Option<Vec<(CacheKey, Bytes)>> {
+        if !self.disk_in_use() || self.writes.holds(block) {
+            return None;
+        }
+        let pieces: Vec<(CacheKey, Bytes)> = (0..bytes.len().div_ceil(self.piece_bytes))
+            .map(|index| (index, self.piece_key(block, index)))
+            .filter(|(_, key)| !self.hybrid.storage().may_contains(key))
+            .map(|(index, key)| (key, bytes.slice(self.piece_span(index, bytes.len()))))
+            .collect();
+        (!pieces.is_empty()).then_some(pieces)
     }
 
     /// Queues the pieces of a block served from memory for the disk tier again when the
@@ -173,5 +192,13 @@ impl BlockCache {
         if self.store_pieces(block, bytes) > 0 {
             self.metrics.disk_readmissions.inc();
         }
+    }
+}
+
+/// How many of `count` pieces `pushed` queued.
+fn queued(pushed: Pushed, count: usize) -> usize {
+    match pushed {
+        Pushed::Queued => count,
+        Pushed::AlreadyQueued | Pushed::Full => 0,
     }
 }

@@ -364,7 +364,7 @@ async fn a_block_missing_a_piece_is_fetched_whole_and_its_pieces_rewritten() {
         .await
         .unwrap();
     cache.insert_block(mib_block(0), data.clone());
-    cache.hybrid.storage().wait().await;
+    cache.writes.drained().await;
     cache
         .hybrid
         .memory()
@@ -591,4 +591,56 @@ async fn a_block_kept_in_memory_only_never_reaches_the_disk() {
         cache.holds(&mib_block(1), 1 << 20),
         "an owned block's pieces are on disk"
     );
+}
+
+#[tokio::test]
+async fn a_burst_of_fetched_blocks_larger_than_the_disk_write_buffer_reaches_the_disk_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = CacheConfig {
+        disk_capacity: ByteSize::mib(128),
+        ..piece_config(dir.path())
+    };
+    let metrics = Arc::new(Metrics::new());
+    let blocks = 80u64;
+    {
+        let cache = BlockCache::open(&config, metrics.clone()).await.unwrap();
+        // 80 MiB fetched at once: more than twice foyer's write buffer, which drops what
+        // arrives while it is full and a write is in flight.
+        let fetches = (0..blocks).map(|index| {
+            let cache = cache.clone();
+            async move {
+                let data = patterned(1 << 20, index as u32);
+                cache
+                    .block(
+                        &mib_block(index),
+                        1 << 20,
+                        0..1,
+                        Keep::Everywhere,
+                        || async move { Ok::<_, FetchFailed>(data) },
+                    )
+                    .await
+                    .unwrap();
+            }
+        });
+        futures::future::join_all(fetches).await;
+        cache.close().await.unwrap();
+    }
+    let mut skipped = 0;
+    for op in ["buffer_overflow", "channel_overflow"] {
+        let sample = format!("foyer_storage_inner_op_total_total{{name=\"portico\",op=\"{op}\"}}");
+        skipped += metrics
+            .render()
+            .lines()
+            .find_map(|line| line.strip_prefix(sample.as_str()))
+            .map_or(0, |value| value.trim().parse::<u64>().unwrap());
+    }
+    assert_eq!(skipped, 0, "foyer dropped pieces");
+    assert_eq!(metrics.disk_skipped_blocks.get(), 0);
+    // Reopened, every block comes from disk, byte for byte.
+    let cache = BlockCache::open(&config, metrics.clone()).await.unwrap();
+    for index in 0..blocks {
+        let (bytes, tier, _) = part(&cache, index, 1 << 20, 0..1 << 20).await;
+        assert_eq!(tier, Tier::Disk, "block {index}");
+        assert!(bytes == patterned(1 << 20, index as u32), "block {index}");
+    }
 }

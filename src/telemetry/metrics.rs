@@ -117,6 +117,10 @@ pub struct Metrics {
     pub uncached_reads: Counter,
     /// Blocks served from memory that had skipped the disk tier, queued for it again.
     pub disk_readmissions: Counter,
+    /// Blocks that found the disk write queue full and skipped the disk tier.
+    pub disk_skipped_blocks: Counter,
+    /// Bytes of block pieces queued for the disk tier and not yet written.
+    pub disk_queue_bytes: Gauge,
     /// Block pieces read from disk for the second time, kept in memory.
     pub memory_admissions: Counter,
     /// Block pieces the disk tier listed that failed verification when read back.
@@ -172,6 +176,8 @@ impl Metrics {
             inflight_limit_bytes: Gauge::default(),
             budget_waits: Family::default(),
             disk_readmissions: Counter::default(),
+            disk_skipped_blocks: Counter::default(),
+            disk_queue_bytes: Gauge::default(),
             memory_admissions: Counter::default(),
             disk_corrupt_pieces: Counter::default(),
             uncached_reads: Counter::default(),
@@ -266,8 +272,18 @@ impl Metrics {
         );
         registry.register(
             "portico_cache_disk_readmissions",
-            "Blocks served from memory that the disk tier did not hold (they skipped it while its write queue was full), queued for the disk again",
+            "Blocks served from memory that the disk tier did not hold (they skipped it while its write queue was full, or memory served them before they were queued), queued for the disk again",
             metrics.disk_readmissions.clone(),
+        );
+        registry.register(
+            "portico_cache_disk_skipped_blocks",
+            "Blocks whose pieces found the disk write queue full (the disk wrote slower than blocks were fetched for longer than the queue absorbs) and skipped the disk tier; queued again when memory serves them",
+            metrics.disk_skipped_blocks.clone(),
+        );
+        registry.register(
+            "portico_cache_disk_queue_bytes",
+            "Bytes of block pieces queued for the disk tier and not yet written",
+            metrics.disk_queue_bytes.clone(),
         );
         registry.register(
             "portico_cache_memory_admissions",

@@ -1,0 +1,289 @@
+//! The disk write queue: block pieces on their way to the disk tier, handed to foyer at
+//! the pace its writer empties its buffer.
+//!
+//! foyer's block engine drops, without telling the caller, an entry that arrives while its
+//! write buffer is full and a write is in flight, and one that arrives while its submit
+//! queue is over its threshold. A burst of fetched blocks faster than one write lost
+//! pieces that way, and a dataset read twice came partly from the origin the second
+//! time. So:
+//!
+//! Invariants:
+//! - Pieces wait here, in a queue bounded in bytes ([`super::DiskLayout::submit_queue_bytes`]);
+//!   they are slices of fetched blocks, not copies.
+//! - One task hands them to foyer in batches of at most a third of foyer's write buffer,
+//!   with at most two batches outstanding (one being written, one filling the buffer),
+//!   so foyer never drops one: a batch's bytes leave the queue's count when foyer says
+//!   the write that holds it is done.
+//! - A fetched block that finds the queue full waits for room, up to [`FILL_WAIT`]: when
+//!   the disk writes slower than the origin delivers, cache fills slow down to the disk's
+//!   pace rather than drop what they fetched (each dropped block would cost another
+//!   origin GET once memory evicts it). Only a disk that writes nothing for that long
+//!   makes a block skip the disk, counted in `portico_cache_disk_skipped_blocks_total`;
+//!   it is queued again the next time memory serves it (readmission). Blocks queued
+//!   again from memory hits never wait.
+//! - A block is queued once: a block already waiting is not queued again, and removing
+//!   a block drops it from the queue.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use foyer::{HybridCache, HybridCacheProperties, Location};
+use tokio::sync::Notify;
+
+use super::{BlockKey, CacheKey, CacheValue};
+use crate::telemetry::Metrics;
+
+/// Longest wait for queued writes when the cache closes.
+const CLOSE_WAIT: Duration = Duration::from_secs(10);
+/// Longest wait of a fetched block for room in the queue. The queue drains a batch per
+/// disk write (milliseconds), so a fill waits this long only on a disk that has stopped.
+pub(super) const FILL_WAIT: Duration = Duration::from_secs(2);
+
+/// A block's pieces waiting for the disk.
+type Pieces = Vec<(CacheKey, Bytes)>;
+
+/// What [`WriteQueue::push`] did with a block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Pushed {
+    Queued,
+    /// The block was already waiting.
+    AlreadyQueued,
+    /// The queue was full; the block skipped the disk.
+    Full,
+}
+
+#[derive(Default)]
+struct Pending {
+    order: VecDeque<BlockKey>,
+    blocks: HashMap<BlockKey, Pieces>,
+    /// Bytes waiting here and handed to foyer but not yet written.
+    bytes: usize,
+}
+
+pub(super) struct WriteQueue {
+    pending: Mutex<Pending>,
+    /// Wakes the writer when a block is queued.
+    queued: Notify,
+    /// Wakes [`WriteQueue::drained`] when the queue's bytes reach 0.
+    empty: Notify,
+    /// Wakes fills waiting for room when bytes leave the queue.
+    room: Notify,
+    /// Set when the cache closes: the writer ends once the queue is empty.
+    closed: AtomicBool,
+    capacity: usize,
+    batch: usize,
+    metrics: Arc<Metrics>,
+}
+
+impl WriteQueue {
+    /// A queue of at most `capacity` bytes, fed to a foyer writer whose buffer holds
+    /// `buffer` bytes.
+    pub(super) fn new(capacity: usize, buffer: usize, metrics: Arc<Metrics>) -> Self {
+        Self {
+            pending: Mutex::new(Pending::default()),
+            queued: Notify::new(),
+            empty: Notify::new(),
+            room: Notify::new(),
+            closed: AtomicBool::new(false),
+            capacity,
+            batch: (buffer / 3).max(1),
+            metrics,
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Pending> {
+        // A panic while holding the lock leaves the queue's data consistent (each
+        // change is one step), so a poisoned lock is used as it is.
+        self.pending
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Queues `pieces` of `block` for the disk, or skips them when the queue is full.
+    pub(super) fn push(&self, block: &BlockKey, pieces: Pieces) -> Pushed {
+        match self.try_push(block, pieces) {
+            Ok(pushed) => pushed,
+            Err(_) => {
+                self.metrics.disk_skipped_blocks.inc();
+                Pushed::Full
+            }
+        }
+    }
+
+    /// Queues `pieces` of `block` for the disk, waiting up to `wait` for room.
+    pub(super) async fn push_waiting(
+        &self,
+        block: &BlockKey,
+        mut pieces: Pieces,
+        wait: Duration,
+    ) -> Pushed {
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            let room = self.room.notified();
+            match self.try_push(block, pieces) {
+                Ok(pushed) => return pushed,
+                Err(back) => pieces = back,
+            }
+            if tokio::time::timeout_at(deadline, room).await.is_err() {
+                return self.push(block, pieces);
+            }
+        }
+    }
+
+    /// Queues `pieces` of `block`, or gives them back when the queue has no room.
+    fn try_push(&self, block: &BlockKey, pieces: Pieces) -> Result<Pushed, Pieces> {
+        let bytes: usize = pieces.iter().map(|(_, piece)| piece.len()).sum();
+        {
+            let mut pending = self.lock();
+            if pending.blocks.contains_key(block) {
+                return Ok(Pushed::AlreadyQueued);
+            }
+            // An empty queue takes any block, so a block larger than the queue is not
+            // refused for good.
+            if pending.bytes > 0 && pending.bytes + bytes > self.capacity {
+                return Err(pieces);
+            }
+            pending.bytes += bytes;
+            pending.order.push_back(block.clone());
+            pending.blocks.insert(block.clone(), pieces);
+            self.metrics.disk_queue_bytes.set(gauge(pending.bytes));
+        }
+        self.queued.notify_one();
+        Ok(Pushed::Queued)
+    }
+
+    /// Whether `block` is waiting for the disk.
+    pub(super) fn holds(&self, block: &BlockKey) -> bool {
+        self.lock().blocks.contains_key(block)
+    }
+
+    /// Drops `block` from the queue, if it waits there.
+    pub(super) fn remove(&self, block: &BlockKey) {
+        let mut pending = self.lock();
+        if let Some(pieces) = pending.blocks.remove(block) {
+            pending.order.retain(|queued| queued != block);
+            let bytes = pieces.iter().map(|(_, piece)| piece.len()).sum();
+            self.release(&mut pending, bytes);
+        }
+    }
+
+    /// Drops everything queued (the disk tier was turned off).
+    fn clear(&self) {
+        let mut pending = self.lock();
+        let bytes = pending
+            .blocks
+            .values()
+            .flatten()
+            .map(|(_, piece)| piece.len())
+            .sum();
+        pending.order.clear();
+        pending.blocks.clear();
+        self.release(&mut pending, bytes);
+    }
+
+    fn release(&self, pending: &mut Pending, bytes: usize) {
+        pending.bytes = pending.bytes.saturating_sub(bytes);
+        self.metrics.disk_queue_bytes.set(gauge(pending.bytes));
+        self.room.notify_waiters();
+        if pending.bytes == 0 {
+            self.empty.notify_waiters();
+        }
+    }
+
+    /// Takes whole blocks in queue order, up to a batch (at least one block).
+    fn take_batch(&self) -> (Pieces, usize) {
+        let mut pending = self.lock();
+        let mut batch = Vec::new();
+        let mut bytes = 0;
+        while bytes < self.batch {
+            let Some(block) = pending.order.pop_front() else {
+                break;
+            };
+            if let Some(pieces) = pending.blocks.remove(&block) {
+                bytes += pieces.iter().map(|(_, piece)| piece.len()).sum::<usize>();
+                batch.extend(pieces);
+            }
+        }
+        (batch, bytes)
+    }
+
+    /// Hands queued pieces to `hybrid`'s disk tier, batch by batch, while `writing()`
+    /// says the disk tier is on. Runs for as long as the cache is open.
+    pub(super) async fn run(
+        self: Arc<Self>,
+        hybrid: HybridCache<CacheKey, CacheValue>,
+        writing: impl Fn() -> bool,
+    ) {
+        let mut outstanding: VecDeque<(usize, tokio::task::JoinHandle<()>)> = VecDeque::new();
+        loop {
+            let queued = self.queued.notified();
+            let (batch, bytes) = self.take_batch();
+            if batch.is_empty() {
+                // Nothing new: let the writes in flight finish, then sleep.
+                while let Some((bytes, write)) = outstanding.pop_front() {
+                    let _ = write.await;
+                    self.release(&mut self.lock(), bytes);
+                }
+                if self.closed.load(Ordering::Acquire) {
+                    return;
+                }
+                queued.await;
+                continue;
+            }
+            if !writing() {
+                drop(batch);
+                self.release(&mut self.lock(), bytes);
+                self.clear();
+                continue;
+            }
+            for (key, piece) in batch {
+                hybrid.insert_with_properties(
+                    key,
+                    CacheValue::Block(piece),
+                    HybridCacheProperties::default().with_location(Location::OnDisk),
+                );
+            }
+            let storage = hybrid.clone();
+            outstanding.push_back((
+                bytes,
+                tokio::spawn(async move { storage.storage().wait().await }),
+            ));
+            while outstanding.len() >= 2 {
+                if let Some((bytes, write)) = outstanding.pop_front() {
+                    let _ = write.await;
+                    self.release(&mut self.lock(), bytes);
+                }
+            }
+        }
+    }
+
+    /// Waits for what is queued (see [`Self::drained`]), then ends the writer.
+    pub(super) async fn close(&self) {
+        self.drained().await;
+        self.closed.store(true, Ordering::Release);
+        self.queued.notify_one();
+    }
+
+    /// Waits (up to [`CLOSE_WAIT`]) until everything queued has been written.
+    pub(super) async fn drained(&self) {
+        let wait = async {
+            loop {
+                let empty = self.empty.notified();
+                if self.lock().bytes == 0 {
+                    return;
+                }
+                empty.await;
+            }
+        };
+        if tokio::time::timeout(CLOSE_WAIT, wait).await.is_err() {
+            tracing::warn!("closing with block pieces still queued for the disk tier");
+        }
+    }
+}
+
+fn gauge(bytes: usize) -> i64 {
+    i64::try_from(bytes).unwrap_or(i64::MAX)
+}
