@@ -30,13 +30,15 @@ impl Doorkeeper {
         }
     }
 
-    /// Whether `key` was seen since its slot last changed; records it otherwise.
+    /// Whether `key` was seen since its slot last changed; records it otherwise. A key
+    /// stays recorded after its second touch, so a piece that memory admitted and then
+    /// evicted is admitted again on its next read from disk (and memory's eviction, which
+    /// remembers what it evicted recently, then keeps it longer).
     pub(super) fn second_touch(&self, key: &CacheKey) -> bool {
         // Never 0, the empty slot's value.
         let hash = self.hasher.hash_one(key) | 1;
         let slot = &self.slots[(hash % self.slots.len() as u64) as usize];
         if slot.load(Ordering::Relaxed) == hash {
-            slot.store(0, Ordering::Relaxed);
             true
         } else {
             slot.store(hash, Ordering::Relaxed);
@@ -57,13 +59,13 @@ mod tests {
     }
 
     #[test]
-    fn the_doorkeeper_admits_on_the_second_touch_and_forgets_on_collision() {
+    fn the_doorkeeper_admits_from_the_second_touch_on_and_forgets_on_collision() {
         let doorkeeper = Doorkeeper::new(1);
         let key = |index| CacheKey::Block(block_key(index));
         assert!(!doorkeeper.second_touch(&key(0)));
         assert!(doorkeeper.second_touch(&key(0)));
-        // Admitted: the slot is cleared, so a third touch starts over.
-        assert!(!doorkeeper.second_touch(&key(0)));
+        // Still remembered: a third touch (after memory evicted it) admits it again.
+        assert!(doorkeeper.second_touch(&key(0)));
         // One slot: another key takes it, and the first is forgotten.
         assert!(!doorkeeper.second_touch(&key(1)));
         assert!(!doorkeeper.second_touch(&key(0)));

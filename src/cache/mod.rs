@@ -96,6 +96,13 @@ fn to_usize(bytes: u64) -> usize {
     usize::try_from(bytes).unwrap_or(usize::MAX)
 }
 
+/// Hits an entry needs while in the memory tier's small (probationary) queue to move to
+/// its main queue. A block of a one-pass scan is hit once (its read after the prefetch
+/// that brought it); with 1, foyer's default, every scan block would enter the main
+/// queue and wear down the hot set there. Entries evicted from the small queue are
+/// remembered (the ghost queue) and enter the main queue directly when they return.
+const SMALL_TO_MAIN_HITS: u8 = 2;
+
 /// Where a fetched block is kept.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Keep {
@@ -145,7 +152,10 @@ impl BlockCache {
             // close would only rewrite them.
             .with_flush_on_close(false)
             .memory(to_usize(config.memory_capacity.bytes()))
-            .with_eviction_config(S3FifoConfig::default())
+            .with_eviction_config(S3FifoConfig {
+                small_to_main_freq_threshold: SMALL_TO_MAIN_HITS,
+                ..S3FifoConfig::default()
+            })
             .with_weighter(key::memory_weight);
         let mut storage = memory.storage();
         if config.disk_capacity.bytes() > 0 {
