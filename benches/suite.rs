@@ -30,7 +30,8 @@
 //! cold object in order, in alternating rounds, and compares the hot clients' p99.
 //!
 //! `cluster-cold`, `cluster-hop` and `cluster-hot-random` measure cluster mode (see
-//! `cluster.rs`); `list` a data loader's repeated listing (see `listing.rs`).
+//! `cluster.rs`); `list` a data loader's repeated listing (see `listing.rs`); `scan` a
+//! hot set against one-pass scans larger than the cache (see `scan.rs`).
 //!
 //! `hot-random` also loads nginx with the sending settings of Debian's stock `nginx.conf`
 //! (`sendfile on`, `tcp_nopush on`; `nginx-sf`), and two loopback ceilings (see
@@ -45,6 +46,8 @@ mod cluster;
 mod device;
 #[path = "suite/listing.rs"]
 mod listing;
+#[path = "suite/scan.rs"]
+mod scan;
 
 use std::path::Path;
 use std::process::{Child, Command};
@@ -570,6 +573,11 @@ struct Nginx {
 
 impl Nginx {
     fn start(dir: &Path, origin: &str, sendfile: bool) -> Self {
+        Self::start_sized(dir, origin, sendfile, "8g")
+    }
+
+    /// nginx with its cache bounded to `max_size` (nginx's size syntax).
+    fn start_sized(dir: &Path, origin: &str, sendfile: bool, max_size: &str) -> Self {
         let port = free_port();
         for sub in ["cache", "tmp"] {
             std::fs::create_dir_all(dir.join(sub)).expect("nginx directories");
@@ -600,7 +608,7 @@ http {{
     fastcgi_temp_path {dir}/tmp/fastcgi;
     uwsgi_temp_path {dir}/tmp/uwsgi;
     scgi_temp_path {dir}/tmp/scgi;
-    proxy_cache_path {dir}/cache levels=1:2 keys_zone=s3:64m max_size=8g inactive=1d use_temp_path=off;
+    proxy_cache_path {dir}/cache levels=1:2 keys_zone=s3:64m max_size={max_size} inactive=1d use_temp_path=off;
     upstream origin {{ server {origin}; keepalive 64; }}
     server {{
         listen 127.0.0.1:{port};
@@ -877,35 +885,44 @@ async fn suite() {
             .map(|list| list.split(',').any(|item| item.trim() == scenario))
             .unwrap_or(true)
     };
-    println!(
-        "uploading 1 GiB sequential, 64 MiB herd, 4 × 64 MiB hot, 128 × 8 MiB cold, 16 × 64 MiB disk, 2 GiB mixed objects"
-    );
+    // Each scenario's objects, uploaded only when the scenario runs.
+    println!("uploading the objects of the scenarios that run");
     let work = tempfile::tempdir().expect("work directory");
-    upload_large(
-        &direct,
-        &bucket,
-        work.path(),
-        "sequential.bin",
-        SEQUENTIAL_BYTES,
-        11,
-    )
-    .await;
-    let herd = random_bytes(HERD_BYTES as usize, 12);
-    upload(&direct, &bucket, "herd.bin", ByteStream::from(herd)).await;
+    if wanted("cold-sequential") {
+        upload_large(
+            &direct,
+            &bucket,
+            work.path(),
+            "sequential.bin",
+            SEQUENTIAL_BYTES,
+            11,
+        )
+        .await;
+    }
+    if wanted("cold-herd") {
+        let herd = random_bytes(HERD_BYTES as usize, 12);
+        upload(&direct, &bucket, "herd.bin", ByteStream::from(herd)).await;
+    }
     let ceiling_objects = work.path().join("ceiling");
     std::fs::create_dir_all(&ceiling_objects).expect("ceiling directory");
-    for (seed, object) in hot_objects().iter().enumerate() {
-        let data = random_bytes(HOT_OBJECT_BYTES as usize, 100 + seed as u64);
-        std::fs::write(ceiling_objects.join(object), &data).expect("ceiling object");
-        upload(&direct, &bucket, object, ByteStream::from(data)).await;
+    if wanted("hot-random") || wanted("mixed") {
+        for (seed, object) in hot_objects().iter().enumerate() {
+            let data = random_bytes(HOT_OBJECT_BYTES as usize, 100 + seed as u64);
+            std::fs::write(ceiling_objects.join(object), &data).expect("ceiling object");
+            upload(&direct, &bucket, object, ByteStream::from(data)).await;
+        }
     }
-    for (seed, object) in cold_objects().iter().enumerate() {
-        let data = random_bytes(COLD_OBJECT_BYTES as usize, 1000 + seed as u64);
-        upload(&direct, &bucket, object, ByteStream::from(data)).await;
+    if wanted("random-cold") {
+        for (seed, object) in cold_objects().iter().enumerate() {
+            let data = random_bytes(COLD_OBJECT_BYTES as usize, 1000 + seed as u64);
+            upload(&direct, &bucket, object, ByteStream::from(data)).await;
+        }
     }
-    for (seed, object) in disk_objects().iter().enumerate() {
-        let data = random_bytes(DISK_OBJECT_BYTES as usize, 2000 + seed as u64);
-        upload(&direct, &bucket, object, ByteStream::from(data)).await;
+    if wanted("hot-random-disk") {
+        for (seed, object) in disk_objects().iter().enumerate() {
+            let data = random_bytes(DISK_OBJECT_BYTES as usize, 2000 + seed as u64);
+            upload(&direct, &bucket, object, ByteStream::from(data)).await;
+        }
     }
     if wanted("mixed") {
         upload_large(&direct, &bucket, work.path(), "mixed.bin", MIXED_BYTES, 13).await;
@@ -1103,6 +1120,18 @@ async fn suite() {
 
     if wanted("list") {
         listing::list_scenario(&settings, work.path(), &origin, &direct, &bucket).await;
+    }
+
+    if wanted("scan") {
+        scan::scan_scenario(
+            &settings,
+            work.path(),
+            &origin,
+            &origin_address,
+            &direct,
+            &bucket,
+        )
+        .await;
     }
 
     cluster::cluster_scenarios(&settings, work.path(), &origin, &direct, &bucket, wanted).await;
