@@ -14,7 +14,8 @@
 //!   with at most two batches outstanding (one being written, one filling the buffer),
 //!   so foyer never drops one: a batch's bytes leave the queue's count when foyer says
 //!   the write that holds it is done.
-//! - A fetched block that finds the queue full waits for room, up to [`FILL_WAIT`]: when
+//! - A fetched block that finds the queue full waits for room, up to [`FILL_WAIT`], in
+//!   arrival order (room is a fair semaphore of bytes, so no fill starves): when
 //!   the disk writes slower than the origin delivers, cache fills slow down to the disk's
 //!   pace rather than drop what they fetched (each dropped block would cost another
 //!   origin GET once memory evicts it). Only a disk that writes nothing for that long
@@ -31,7 +32,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use foyer::{HybridCache, HybridCacheProperties, Location};
-use tokio::sync::Notify;
+use tokio::sync::{Notify, Semaphore};
 
 use super::{BlockKey, CacheKey, CacheValue};
 use crate::telemetry::Metrics;
@@ -69,11 +70,10 @@ pub(super) struct WriteQueue {
     queued: Notify,
     /// Wakes [`WriteQueue::drained`] when the queue's bytes reach 0.
     empty: Notify,
-    /// Wakes fills waiting for room when bytes leave the queue.
-    room: Notify,
+    /// The queue's free room, in bytes: fills take it in arrival order.
+    room: Semaphore,
     /// Set when the cache closes: the writer ends once the queue is empty.
     closed: AtomicBool,
-    capacity: usize,
     batch: usize,
     metrics: Arc<Metrics>,
 }
@@ -86,9 +86,8 @@ impl WriteQueue {
             pending: Mutex::new(Pending::default()),
             queued: Notify::new(),
             empty: Notify::new(),
-            room: Notify::new(),
+            room: Semaphore::new(capacity.min(Semaphore::MAX_PERMITS)),
             closed: AtomicBool::new(false),
-            capacity,
             batch: (buffer / 3).max(1),
             metrics,
         }
@@ -104,8 +103,14 @@ impl WriteQueue {
 
     /// Queues `pieces` of `block` for the disk, or skips them when the queue is full.
     pub(super) fn push(&self, block: &BlockKey, pieces: Pieces) -> Pushed {
-        match self.try_push(block, pieces) {
-            Ok(pushed) => pushed,
+        if self.holds(block) {
+            return Pushed::AlreadyQueued;
+        }
+        match self.room.try_acquire_many(room_bytes(&pieces)) {
+            Ok(room) => {
+                room.forget();
+                self.enqueue(block, pieces)
+            }
             Err(_) => {
                 self.metrics.disk_skipped_blocks.inc();
                 Pushed::Full
@@ -117,34 +122,34 @@ impl WriteQueue {
     pub(super) async fn push_waiting(
         &self,
         block: &BlockKey,
-        mut pieces: Pieces,
+        pieces: Pieces,
         wait: Duration,
     ) -> Pushed {
-        let deadline = tokio::time::Instant::now() + wait;
-        loop {
-            let room = self.room.notified();
-            match self.try_push(block, pieces) {
-                Ok(pushed) => return pushed,
-                Err(back) => pieces = back,
+        if self.holds(block) {
+            return Pushed::AlreadyQueued;
+        }
+        match tokio::time::timeout(wait, self.room.acquire_many(room_bytes(&pieces))).await {
+            Ok(Ok(room)) => {
+                room.forget();
+                self.enqueue(block, pieces)
             }
-            if tokio::time::timeout_at(deadline, room).await.is_err() {
-                return self.push(block, pieces);
+            // Timed out (or the semaphore closed, which it never is).
+            _ => {
+                self.metrics.disk_skipped_blocks.inc();
+                Pushed::Full
             }
         }
     }
 
-    /// Queues `pieces` of `block`, or gives them back when the queue has no room.
-    fn try_push(&self, block: &BlockKey, pieces: Pieces) -> Result<Pushed, Pieces> {
-        let bytes: usize = pieces.iter().map(|(_, piece)| piece.len()).sum();
+    /// Queues `pieces` of `block`, whose room has been taken.
+    fn enqueue(&self, block: &BlockKey, pieces: Pieces) -> Pushed {
+        let bytes = pieces_bytes(&pieces);
         {
             let mut pending = self.lock();
             if pending.blocks.contains_key(block) {
-                return Ok(Pushed::AlreadyQueued);
-            }
-            // An empty queue takes any block, so a block larger than the queue is not
-            // refused for good.
-            if pending.bytes > 0 && pending.bytes + bytes > self.capacity {
-                return Err(pieces);
+                // Queued by another fill meanwhile.
+                self.room.add_permits(bytes);
+                return Pushed::AlreadyQueued;
             }
             pending.bytes += bytes;
             pending.order.push_back(block.clone());
@@ -152,7 +157,7 @@ impl WriteQueue {
             self.metrics.disk_queue_bytes.set(gauge(pending.bytes));
         }
         self.queued.notify_one();
-        Ok(Pushed::Queued)
+        Pushed::Queued
     }
 
     /// Whether `block` is waiting for the disk.
@@ -165,20 +170,14 @@ impl WriteQueue {
         let mut pending = self.lock();
         if let Some(pieces) = pending.blocks.remove(block) {
             pending.order.retain(|queued| queued != block);
-            let bytes = pieces.iter().map(|(_, piece)| piece.len()).sum();
-            self.release(&mut pending, bytes);
+            self.release(&mut pending, pieces_bytes(&pieces));
         }
     }
 
     /// Drops everything queued (the disk tier was turned off).
     fn clear(&self) {
         let mut pending = self.lock();
-        let bytes = pending
-            .blocks
-            .values()
-            .flatten()
-            .map(|(_, piece)| piece.len())
-            .sum();
+        let bytes = pending.blocks.values().map(pieces_bytes).sum();
         pending.order.clear();
         pending.blocks.clear();
         self.release(&mut pending, bytes);
@@ -187,7 +186,7 @@ impl WriteQueue {
     fn release(&self, pending: &mut Pending, bytes: usize) {
         pending.bytes = pending.bytes.saturating_sub(bytes);
         self.metrics.disk_queue_bytes.set(gauge(pending.bytes));
-        self.room.notify_waiters();
+        self.room.add_permits(bytes);
         if pending.bytes == 0 {
             self.empty.notify_waiters();
         }
@@ -203,7 +202,7 @@ impl WriteQueue {
                 break;
             };
             if let Some(pieces) = pending.blocks.remove(&block) {
-                bytes += pieces.iter().map(|(_, piece)| piece.len()).sum::<usize>();
+                bytes += pieces_bytes(&pieces);
                 batch.extend(pieces);
             }
         }
@@ -282,6 +281,15 @@ impl WriteQueue {
             tracing::warn!("closing with block pieces still queued for the disk tier");
         }
     }
+}
+
+fn pieces_bytes(pieces: &Pieces) -> usize {
+    pieces.iter().map(|(_, piece)| piece.len()).sum()
+}
+
+/// The room `pieces` take, in bytes (a block is at most 64 MiB, far below `u32::MAX`).
+fn room_bytes(pieces: &Pieces) -> u32 {
+    u32::try_from(pieces_bytes(pieces)).unwrap_or(u32::MAX)
 }
 
 fn gauge(bytes: usize) -> i64 {
