@@ -7,9 +7,9 @@
 //!   [`PIECE_BYTES`] (at most a block), so a disk hit reads only the pieces its range
 //!   overlaps. The disk engine's block size is derived from `cache.block_size`, so every
 //!   piece fits it (foyer silently skips entries larger than its block).
-//! - Entries are written to disk on insertion, through foyer's bounded submit queue: when
-//!   the disk falls behind, entries skip the disk tier (counted by foyer's
-//!   `storage_queue_channel_overflow` metric) instead of piling up in memory.
+//! - A fetched block's pieces are written to disk through a bounded write queue paced to
+//!   foyer's writer (`writer.rs`): when the disk falls behind, fills wait for it instead of
+//!   dropping pieces or piling them up in memory.
 //! - Disk I/O errors that persist turn the disk tier off for good: after
 //!   [`DISK_FAILURES_BEFORE_DEGRADED`] failed disk reads in a row, or as many failed
 //!   write-and-read-backs of the probe file in a row (probed every [`DISK_PROBE_INTERVAL`],
@@ -19,11 +19,11 @@
 //!   it failed (answered by a fetch).
 //!
 //! Files: this one opens the cache and serves blocks and metadata; `pieces.rs` stores and
-//! reads a block's pieces on disk; `doorkeeper.rs` decides which disk reads stay in
-//! memory; `device.rs` probes the disk (direct I/O at open, health while open);
-//! `disk.rs` lays out the disk tier's files; `key.rs`, `codec.rs` and `meta.rs` are the
-//! entries and their encoding; `purges.rs` keeps purges across restarts; `tier.rs` says
-//! where a block came from.
+//! reads a block's pieces on disk; `writer.rs` queues pieces for the disk;
+//! `doorkeeper.rs` decides which disk reads stay in memory; `device.rs` probes the disk
+//! (direct I/O at open, health while open); `disk.rs` lays out the disk tier's files;
+//! `key.rs`, `codec.rs` and `meta.rs` are the entries and their encoding; `purges.rs`
+//! keeps purges across restarts; `tier.rs` says where a block came from.
 
 mod codec;
 mod device;

@@ -644,3 +644,36 @@ async fn a_burst_of_fetched_blocks_larger_than_the_disk_write_buffer_reaches_the
         assert!(bytes == patterned(1 << 20, index as u32), "block {index}");
     }
 }
+
+#[tokio::test]
+async fn a_one_pass_scan_through_memory_leaves_a_block_read_repeatedly_in_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    // Memory only: 4 MiB, 64 blocks of 64 KiB.
+    let cache = open(dir.path(), ByteSize(0)).await;
+    let block = |index: u64| Bytes::from(vec![index as u8; 64 * 1024]);
+    let fetched = |index: u64| {
+        let bytes = block(index);
+        move || async move { Ok::<_, FetchFailed>(bytes) }
+    };
+    let hot = 0..8;
+    for _ in 0..5 {
+        for index in hot.clone() {
+            cache.whole(index, 64 * 1024, fetched(index)).await.unwrap();
+        }
+    }
+    // A scan of 16 times the memory tier, each block fetched (as a prefetch does) and
+    // then read once.
+    for index in 1000..1000 + 16 * 64 {
+        cache.whole(index, 64 * 1024, fetched(index)).await.unwrap();
+        cache.whole(index, 64 * 1024, fetched(index)).await.unwrap();
+    }
+    for index in hot {
+        let (bytes, tier) = cache
+            .whole(index, 64 * 1024, || async {
+                Err::<Bytes, _>(FetchFailed("the hot block was evicted"))
+            })
+            .await
+            .unwrap();
+        assert_eq!((bytes, tier), (block(index), Tier::Memory), "block {index}");
+    }
+}
