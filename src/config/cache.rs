@@ -133,13 +133,13 @@ impl PrefetchConfig {
     pub(super) fn validate(&self) -> Result<(), ConfigError> {
         if !(1..=256).contains(&self.max_window_blocks) {
             return Err(ConfigError::new(format_args!(
-                "config key self.max_window_blocks: {} is not accepted (expected 1 to 256)",
+                "config key prefetch.max_window_blocks: {} is not accepted (expected 1 to 256)",
                 self.max_window_blocks
             )));
         }
         if self.max_concurrent_fetches == 0 {
             return Err(ConfigError::new(
-                "config key self.max_concurrent_fetches: must be at least 1 (set prefetch.enabled = false to turn prefetch off)",
+                "config key prefetch.max_concurrent_fetches: must be at least 1 (set prefetch.enabled = false to turn prefetch off)",
             ));
         }
         Ok(())

@@ -157,6 +157,21 @@ fn errors_name_the_key_and_the_accepted_values() {
 
     let error = load_text("[cache\n", &[]).unwrap_err().to_string();
     assert!(error.contains("line 1"), "{error}");
+
+    let error = load_text("[prefetch]\nmax_window_blocks = 0\n", &[])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.starts_with("config key prefetch.max_window_blocks:") && error.contains("1 to 256"),
+        "{error}"
+    );
+    let error = load_text("[prefetch]\nmax_concurrent_fetches = 0\n", &[])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.starts_with("config key prefetch.max_concurrent_fetches:"),
+        "{error}"
+    );
 }
 
 #[test]
