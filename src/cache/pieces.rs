@@ -144,30 +144,18 @@ impl BlockCache {
     }
 
     /// Queues the pieces of `block` (its `bytes`) the disk tier does not hold for it, in
-    /// the disk write queue; how many. They skip the disk (counted) when the queue is
-    /// full, and are not queued twice.
-    pub(super) fn store_pieces(&self, block: &BlockKey, bytes: &Bytes) -> usize {
-        match self.missing_pieces(block, bytes) {
-            Some(pieces) => {
-                let count = pieces.len();
-                queued(self.writes.push(block, pieces), count)
-            }
-            None => 0,
-        }
+    /// the disk write queue; whether any were queued. They skip the disk (counted) when
+    /// the queue is full, and are not queued twice.
+    pub(super) fn store_pieces(&self, block: &BlockKey, bytes: &Bytes) -> bool {
+        self.missing_pieces(block, bytes)
+            .is_some_and(|pieces| self.writes.push(block, pieces) == Pushed::Queued)
     }
 
     /// Like [`Self::store_pieces`], for a block just fetched: when the queue is full, it
     /// waits for room (up to [`FILL_WAIT`]), so that fills run at the disk's pace.
-    pub(super) async fn store_fetched(&self, block: &BlockKey, bytes: &Bytes) -> usize {
-        match self.missing_pieces(block, bytes) {
-            Some(pieces) => {
-                let count = pieces.len();
-                queued(
-                    self.writes.push_waiting(block, pieces, FILL_WAIT).await,
-                    count,
-                )
-            }
-            None => 0,
+    pub(super) async fn store_fetched(&self, block: &BlockKey, bytes: &Bytes) {
+        if let Some(pieces) = self.missing_pieces(block, bytes) {
+            self.writes.push_waiting(block, pieces, FILL_WAIT).await;
         }
     }
 
@@ -189,16 +177,8 @@ impl BlockCache {
     /// Without this, memory would evict the block and the next read would fetch it from
     /// the upstream again. Pieces on disk or in flight to it are left alone.
     pub(super) fn readmit(&self, block: &BlockKey, bytes: &Bytes) {
-        if self.store_pieces(block, bytes) > 0 {
+        if self.store_pieces(block, bytes) {
             self.metrics.disk_readmissions.inc();
         }
-    }
-}
-
-/// How many of `count` pieces `pushed` queued.
-fn queued(pushed: Pushed, count: usize) -> usize {
-    match pushed {
-        Pushed::Queued => count,
-        Pushed::AlreadyQueued | Pushed::Full => 0,
     }
 }

@@ -14,14 +14,14 @@
 //!   with at most two batches outstanding (one being written, one filling the buffer),
 //!   so foyer never drops one: a batch's bytes leave the queue's count when foyer says
 //!   the write that holds it is done.
-//! - A fetched block that finds the queue full waits for room, up to [`FILL_WAIT`], in
-//!   arrival order (room is a fair semaphore of bytes, so no fill starves): when
-//!   the disk writes slower than the origin delivers, cache fills slow down to the disk's
-//!   pace rather than drop what they fetched (each dropped block would cost another
-//!   origin GET once memory evicts it). Only a disk that writes nothing for that long
-//!   makes a block skip the disk, counted in `portico_cache_disk_skipped_blocks_total`;
-//!   it is queued again the next time memory serves it (readmission). Blocks queued
-//!   again from memory hits never wait.
+//! - A fetched block that finds the queue full waits for room, in arrival order (room is
+//!   a fair semaphore of bytes, so no fill starves), for as long as writes keep finishing:
+//!   when the disk writes slower than the origin delivers, cache fills slow down to the
+//!   disk's pace rather than drop what they fetched (each dropped block would cost another
+//!   origin GET once memory evicts it). Only a disk that finishes no write for
+//!   [`FILL_WAIT`] (it has stalled) makes a block skip the disk, counted in
+//!   `portico_cache_disk_skipped_blocks_total`; it is queued again the next time memory
+//!   serves it (readmission). Blocks queued again from memory hits never wait.
 //! - A block is queued once: a block already waiting is not queued again, and removing
 //!   a block drops it from the queue.
 
@@ -33,14 +33,16 @@ use std::time::Duration;
 use bytes::Bytes;
 use foyer::{HybridCache, HybridCacheProperties, Location};
 use tokio::sync::{Notify, Semaphore};
+use tokio::time::Instant;
 
 use super::{BlockKey, CacheKey, CacheValue};
 use crate::telemetry::Metrics;
 
 /// Longest wait for queued writes when the cache closes.
 const CLOSE_WAIT: Duration = Duration::from_secs(10);
-/// Longest wait of a fetched block for room in the queue. The queue drains a batch per
-/// disk write (milliseconds), so a fill waits this long only on a disk that has stopped.
+/// How long the disk may finish no write before a fetched block waiting for room in the
+/// queue skips it. The queue drains a batch per disk write (milliseconds), so only a disk
+/// that has stopped makes fills wait this long.
 pub(super) const FILL_WAIT: Duration = Duration::from_secs(2);
 
 /// A block's pieces waiting for the disk.
@@ -74,6 +76,8 @@ pub(super) struct WriteQueue {
     room: Semaphore,
     /// Set when the cache closes: the writer ends once the queue is empty.
     closed: AtomicBool,
+    /// When bytes last left the queue (a write finished, or blocks were dropped).
+    progress: Mutex<Instant>,
     batch: usize,
     metrics: Arc<Metrics>,
 }
@@ -88,6 +92,7 @@ impl WriteQueue {
             empty: Notify::new(),
             room: Semaphore::new(capacity.min(Semaphore::MAX_PERMITS)),
             closed: AtomicBool::new(false),
+            progress: Mutex::new(Instant::now()),
             batch: (buffer / 3).max(1),
             metrics,
         }
@@ -118,27 +123,46 @@ impl WriteQueue {
         }
     }
 
-    /// Queues `pieces` of `block` for the disk, waiting up to `wait` for room.
+    /// Queues `pieces` of `block` for the disk, waiting for room for as long as the disk
+    /// keeps writing: it skips them only once no write has finished for `stall`.
     pub(super) async fn push_waiting(
         &self,
         block: &BlockKey,
         pieces: Pieces,
-        wait: Duration,
+        stall: Duration,
     ) -> Pushed {
         if self.holds(block) {
             return Pushed::AlreadyQueued;
         }
-        match tokio::time::timeout(wait, self.room.acquire_many(room_bytes(&pieces))).await {
-            Ok(Ok(room)) => {
+        let waiting_since = Instant::now();
+        tokio::select! {
+            // The semaphore is never closed, so this always gets room.
+            room = self.room.acquire_many(room_bytes(&pieces)) => if let Ok(room) = room {
                 room.forget();
-                self.enqueue(block, pieces)
-            }
-            // Timed out (or the semaphore closed, which it never is).
-            _ => {
-                self.metrics.disk_skipped_blocks.inc();
-                Pushed::Full
-            }
+                return self.enqueue(block, pieces);
+            },
+            () = self.stalled(waiting_since, stall) => {}
         }
+        self.metrics.disk_skipped_blocks.inc();
+        Pushed::Full
+    }
+
+    /// Resolves once no write has finished for `stall`, counting from `since` at the
+    /// earliest.
+    async fn stalled(&self, since: Instant, stall: Duration) {
+        loop {
+            let last = (*self.lock_progress()).max(since);
+            if last.elapsed() >= stall {
+                return;
+            }
+            tokio::time::sleep_until(last + stall).await;
+        }
+    }
+
+    fn lock_progress(&self) -> std::sync::MutexGuard<'_, Instant> {
+        self.progress
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// Queues `pieces` of `block`, whose room has been taken.
@@ -184,6 +208,7 @@ impl WriteQueue {
     }
 
     fn release(&self, pending: &mut Pending, bytes: usize) {
+        *self.lock_progress() = Instant::now();
         pending.bytes = pending.bytes.saturating_sub(bytes);
         self.metrics.disk_queue_bytes.set(gauge(pending.bytes));
         self.room.add_permits(bytes);

@@ -277,7 +277,7 @@ impl Metrics {
         );
         registry.register(
             "portico_cache_disk_skipped_blocks",
-            "Blocks whose pieces found the disk write queue full for as long as a fetched block waits for room (the disk stalled) and skipped the disk tier; queued again when memory serves them",
+            "Blocks whose pieces found the disk write queue full while the disk finished no write for 2 s (it stalled) and skipped the disk tier; queued again when memory serves them",
             metrics.disk_skipped_blocks.clone(),
         );
         registry.register(
