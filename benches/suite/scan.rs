@@ -267,9 +267,26 @@ async fn disk_writes(portico: &Portico) -> String {
     let queue_skipped = portico
         .metric("portico_cache_disk_skipped_blocks_total")
         .await;
+    let retried = portico
+        .metric("portico_cache_disk_retried_blocks_total")
+        .await;
+    let writes = portico
+        .metric("portico_cache_disk_write_duration_seconds_count")
+        .await;
+    let mut slower = Vec::new();
+    for le in ["1.024", "2.048"] {
+        let within = portico
+            .metric(&format!(
+                "portico_cache_disk_write_duration_seconds_bucket{{le=\"{le}\"}}"
+            ))
+            .await;
+        slower.push(writes - within);
+    }
     format!(
-        "portico disk tier: {:.0} MiB written; pieces that skipped it: {} (write buffer full), {} (write queue full); {queue_skipped} blocks found the write queue full; {readmitted} blocks queued again",
+        "portico disk tier: {:.0} MiB written in {writes} writes ({} over 1 s, {} over 2 s); pieces that skipped it: {} (write buffer full), {} (write queue full); {queue_skipped} blocks found the write queue full, {retried} of them written later; {readmitted} blocks queued again from memory hits",
         written / MIB as f64,
+        slower[0],
+        slower[1],
         skipped[0],
         skipped[1]
     )

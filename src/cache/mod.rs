@@ -228,7 +228,6 @@ impl BlockCache {
                 let health = health.clone();
                 move || !health.is_degraded()
             };
-            tokio::spawn(writes.clone().run(hybrid.clone(), writing));
             let cache = Self {
                 hybrid,
                 health,
@@ -239,6 +238,16 @@ impl BlockCache {
                 writes,
                 metrics,
             };
+            let retry = {
+                let cache = cache.clone();
+                move |block: &BlockKey| cache.skipped_pieces(block)
+            };
+            tokio::spawn(
+                cache
+                    .writes
+                    .clone()
+                    .run(cache.hybrid.clone(), writing, retry),
+            );
             cache.spawn_disk_probe(config.dir.join(PROBE_FILE));
             return Ok(cache);
         }

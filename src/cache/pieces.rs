@@ -8,7 +8,7 @@ use std::ops::Range;
 use bytes::Bytes;
 use foyer::{Load, Location};
 
-use super::writer::{FILL_WAIT, Pushed};
+use super::writer::{FILL_WAIT, Pieces, Pushed};
 use super::{BlockCache, BlockKey, CacheKey, CacheValue, Part, Tier};
 
 impl BlockCache {
@@ -159,8 +159,22 @@ impl BlockCache {
         }
     }
 
+    /// The pieces of a block that skipped the disk tier, to write now that it has room:
+    /// those memory still holds (under the object's current purge generation) and the
+    /// disk lacks.
+    pub(super) fn skipped_pieces(&self, block: &BlockKey) -> Option<Pieces> {
+        if self.purges.generation(block.object()) != block.generation {
+            return None;
+        }
+        let entry = self.hybrid.memory().get(&CacheKey::Block(block.clone()))?;
+        let CacheValue::Block(bytes) = entry.value() else {
+            return None;
+        };
+        self.missing_pieces(block, bytes)
+    }
+
     /// The pieces of `block` the disk tier lacks and that are not queued for it yet.
-    fn missing_pieces(&self, block: &BlockKey, bytes: &Bytes) -> Option<Vec<(CacheKey, Bytes)>> {
+    fn missing_pieces(&self, block: &BlockKey, bytes: &Bytes) -> Option<Pieces> {
         if !self.disk_in_use() || self.writes.holds(block) {
             return None;
         }

@@ -188,6 +188,49 @@ async fn a_block_that_skipped_the_disk_is_written_on_its_next_memory_hit() {
     );
 }
 
+#[tokio::test]
+async fn a_block_that_skipped_the_disk_is_written_once_it_has_room_if_memory_still_holds_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = Bytes::from(vec![7u8; 64 * 1024]);
+    let metrics = Arc::new(Metrics::new());
+    {
+        let cache = BlockCache::open(&config(dir.path(), ByteSize::mib(4)), metrics.clone())
+            .await
+            .unwrap();
+        // Blocks 0 and 1 were fetched while the disk write queue was full and skipped
+        // the disk; memory evicted block 1 before the disk had room again. Neither is
+        // read again before the restart.
+        cache.hybrid.memory().insert(
+            CacheKey::Block(cache.generational(&block_key(0))),
+            CacheValue::Block(data.clone()),
+        );
+        for index in [0, 1] {
+            cache.writes.skip(&cache.generational(&block_key(index)));
+        }
+        cache.writes.drained().await;
+        assert_eq!(metrics.disk_skipped_blocks.get(), 2);
+        assert_eq!(metrics.disk_retried_blocks.get(), 1);
+        assert_eq!(metrics.disk_readmissions.get(), 0);
+        cache.close().await.unwrap();
+    }
+    let cache = open(dir.path(), ByteSize::mib(4)).await;
+    let (bytes, tier) = cache
+        .whole(0, 64 * 1024, || async {
+            Err::<Bytes, _>(FetchFailed("must come from disk"))
+        })
+        .await
+        .unwrap();
+    assert_eq!((bytes, tier), (data.clone(), Tier::Disk));
+    let (_, tier) = cache
+        .whole(1, 64 * 1024, {
+            let data = data.clone();
+            move || async move { Ok::<_, FetchFailed>(data) }
+        })
+        .await
+        .unwrap();
+    assert_eq!(tier, Tier::Upstream, "memory no longer held block 1");
+}
+
 /// A cache of 1 MiB blocks (four pieces each) with a disk tier.
 fn piece_config(dir: &std::path::Path) -> CacheConfig {
     CacheConfig {

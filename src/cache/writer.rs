@@ -20,8 +20,11 @@
 //!   disk's pace rather than drop what they fetched (each dropped block would cost another
 //!   origin GET once memory evicts it). Only a disk that finishes no write for
 //!   [`FILL_WAIT`] (it has stalled) makes a block skip the disk, counted in
-//!   `portico_cache_disk_skipped_blocks_total`; it is queued again the next time memory
-//!   serves it (readmission). Blocks queued again from memory hits never wait.
+//!   `portico_cache_disk_skipped_blocks_total`. The writer keeps the keys of the last
+//!   [`SKIPPED_KEPT`] blocks that skipped, and once a write finishes again (the disk has
+//!   room) it writes each of them that memory still holds ahead of the queue
+//!   (`portico_cache_disk_retried_blocks_total`); one memory serves before that is queued
+//!   again as well (readmission). Blocks queued again never wait.
 //! - A block is queued once: a block already waiting is not queued again, and removing
 //!   a block drops it from the queue.
 
@@ -45,8 +48,12 @@ const CLOSE_WAIT: Duration = Duration::from_secs(10);
 /// that has stopped makes fills wait this long.
 pub(super) const FILL_WAIT: Duration = Duration::from_secs(2);
 
+/// Keys of blocks that skipped the disk kept for a retry, at most; older ones are
+/// forgotten (memory has most likely evicted them by then).
+const SKIPPED_KEPT: usize = 1024;
+
 /// A block's pieces waiting for the disk.
-type Pieces = Vec<(CacheKey, Bytes)>;
+pub(super) type Pieces = Vec<(CacheKey, Bytes)>;
 
 /// What [`WriteQueue::push`] did with a block.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -64,6 +71,17 @@ struct Pending {
     blocks: HashMap<BlockKey, Pieces>,
     /// Bytes waiting here and handed to foyer but not yet written.
     bytes: usize,
+    /// Blocks that skipped the disk, oldest first, to be written once it has room.
+    skipped: VecDeque<BlockKey>,
+    /// Retried blocks handed to foyer and not yet written (outside the queue's room).
+    retrying: usize,
+}
+
+impl Pending {
+    /// Nothing is queued, being written or waiting for a retry.
+    fn settled(&self) -> bool {
+        self.bytes == 0 && self.retrying == 0 && self.skipped.is_empty()
+    }
 }
 
 pub(super) struct WriteQueue {
@@ -117,10 +135,23 @@ impl WriteQueue {
                 self.enqueue(block, pieces)
             }
             Err(_) => {
-                self.metrics.disk_skipped_blocks.inc();
+                self.skip(block);
                 Pushed::Full
             }
         }
+    }
+
+    /// Counts `block` as skipped and keeps its key for a retry.
+    pub(super) fn skip(&self, block: &BlockKey) {
+        self.metrics.disk_skipped_blocks.inc();
+        let mut pending = self.lock();
+        if pending.skipped.len() == SKIPPED_KEPT {
+            pending.skipped.pop_front();
+        }
+        pending.skipped.push_back(block.clone());
+        drop(pending);
+        // A writer with nothing queued sleeps until something is.
+        self.queued.notify_one();
     }
 
     /// Queues `pieces` of `block` for the disk, waiting for room for as long as the disk
@@ -143,7 +174,7 @@ impl WriteQueue {
             },
             () = self.stalled(waiting_since, stall) => {}
         }
-        self.metrics.disk_skipped_blocks.inc();
+        self.skip(block);
         Pushed::Full
     }
 
@@ -192,6 +223,7 @@ impl WriteQueue {
     /// Drops `block` from the queue, if it waits there.
     pub(super) fn remove(&self, block: &BlockKey) {
         let mut pending = self.lock();
+        pending.skipped.retain(|skipped| skipped != block);
         if let Some(pieces) = pending.blocks.remove(block) {
             pending.order.retain(|queued| queued != block);
             self.release(&mut pending, pieces_bytes(&pieces));
@@ -204,6 +236,7 @@ impl WriteQueue {
         let bytes = pending.blocks.values().map(pieces_bytes).sum();
         pending.order.clear();
         pending.blocks.clear();
+        pending.skipped.clear();
         self.release(&mut pending, bytes);
     }
 
@@ -212,7 +245,12 @@ impl WriteQueue {
         pending.bytes = pending.bytes.saturating_sub(bytes);
         self.metrics.disk_queue_bytes.set(gauge(pending.bytes));
         self.room.add_permits(bytes);
-        if pending.bytes == 0 {
+        self.notify_if_settled(pending);
+    }
+
+    /// Wakes [`Self::drained`] when nothing is queued, retried or waiting for a retry.
+    fn notify_if_settled(&self, pending: &Pending) {
+        if pending.settled() {
             self.empty.notify_waiters();
         }
     }
@@ -234,22 +272,53 @@ impl WriteQueue {
         (batch, bytes)
     }
 
+    /// Takes blocks that skipped the disk, oldest first, up to a batch: `retry` gives the
+    /// pieces of each that memory still holds and the disk lacks. Their bytes count as
+    /// retrying, outside the queue's room (they are slices of blocks memory holds).
+    fn take_retries(&self, retry: &impl Fn(&BlockKey) -> Option<Pieces>) -> (Pieces, usize) {
+        let mut batch = Vec::new();
+        let mut bytes = 0;
+        while bytes < self.batch {
+            let Some(block) = self.lock().skipped.pop_front() else {
+                break;
+            };
+            // `retry` looks at the queue itself: the lock is not held here.
+            if let Some(pieces) = retry(&block) {
+                bytes += pieces_bytes(&pieces);
+                batch.extend(pieces);
+                self.metrics.disk_retried_blocks.inc();
+            }
+        }
+        let mut pending = self.lock();
+        pending.retrying += bytes;
+        self.notify_if_settled(&pending);
+        (batch, bytes)
+    }
+
     /// Hands queued pieces to `hybrid`'s disk tier, batch by batch, while `writing()`
-    /// says the disk tier is on. Runs for as long as the cache is open.
+    /// says the disk tier is on; each batch starts with blocks that skipped the disk and
+    /// that `retry` finds in memory. Runs for as long as the cache is open.
     pub(super) async fn run(
         self: Arc<Self>,
         hybrid: HybridCache<CacheKey, CacheValue>,
         writing: impl Fn() -> bool,
+        retry: impl Fn(&BlockKey) -> Option<Pieces>,
     ) {
-        let mut outstanding: VecDeque<(usize, tokio::task::JoinHandle<()>)> = VecDeque::new();
+        let mut outstanding: VecDeque<Write> = VecDeque::new();
         loop {
             let queued = self.queued.notified();
+            let (mut pieces, retried) = self.take_retries(&retry);
             let (batch, bytes) = self.take_batch();
-            if batch.is_empty() {
+            pieces.extend(batch);
+            let write = Write {
+                bytes,
+                retried,
+                done: None,
+            };
+            if pieces.is_empty() {
                 // Nothing new: let the writes in flight finish, then sleep.
-                while let Some((bytes, write)) = outstanding.pop_front() {
-                    let _ = write.await;
-                    self.release(&mut self.lock(), bytes);
+                while let Some(write) = outstanding.pop_front() {
+                    self.finish(write).await;
                 }
                 if self.closed.load(Ordering::Acquire) {
                     return;
@@ -258,12 +327,13 @@ impl WriteQueue {
                 continue;
             }
             if !writing() {
-                drop(batch);
-                self.release(&mut self.lock(), bytes);
+                drop(pieces);
+                self.finish(write).await;
                 self.clear();
                 continue;
             }
-            for (key, piece) in batch {
+            let started = Instant::now();
+            for (key, piece) in pieces {
                 hybrid.insert_with_properties(
                     key,
                     CacheValue::Block(piece),
@@ -271,17 +341,32 @@ impl WriteQueue {
                 );
             }
             let storage = hybrid.clone();
-            outstanding.push_back((
-                bytes,
-                tokio::spawn(async move { storage.storage().wait().await }),
-            ));
+            let metrics = self.metrics.clone();
+            outstanding.push_back(Write {
+                done: Some(tokio::spawn(async move {
+                    storage.storage().wait().await;
+                    metrics
+                        .disk_write_duration
+                        .observe(started.elapsed().as_secs_f64());
+                })),
+                ..write
+            });
             while outstanding.len() >= 2 {
-                if let Some((bytes, write)) = outstanding.pop_front() {
-                    let _ = write.await;
-                    self.release(&mut self.lock(), bytes);
+                if let Some(write) = outstanding.pop_front() {
+                    self.finish(write).await;
                 }
             }
         }
+    }
+
+    /// Waits for `write` to be on disk and gives its bytes back.
+    async fn finish(&self, write: Write) {
+        if let Some(done) = write.done {
+            let _ = done.await;
+        }
+        let mut pending = self.lock();
+        pending.retrying = pending.retrying.saturating_sub(write.retried);
+        self.release(&mut pending, write.bytes);
     }
 
     /// Waits for what is queued (see [`Self::drained`]), then ends the writer.
@@ -291,12 +376,13 @@ impl WriteQueue {
         self.queued.notify_one();
     }
 
-    /// Waits (up to [`CLOSE_WAIT`]) until everything queued has been written.
+    /// Waits (up to [`CLOSE_WAIT`]) until everything queued has been written, and every
+    /// block that skipped the disk has been retried.
     pub(super) async fn drained(&self) {
         let wait = async {
             loop {
                 let empty = self.empty.notified();
-                if self.lock().bytes == 0 {
+                if self.lock().settled() {
                     return;
                 }
                 empty.await;
@@ -306,6 +392,14 @@ impl WriteQueue {
             tracing::warn!("closing with block pieces still queued for the disk tier");
         }
     }
+}
+
+/// A batch handed to foyer: its bytes from the queue (their room is given back once it is
+/// written) and from retries, and the task that waits for it.
+struct Write {
+    bytes: usize,
+    retried: usize,
+    done: Option<tokio::task::JoinHandle<()>>,
 }
 
 fn pieces_bytes(pieces: &Pieces) -> usize {

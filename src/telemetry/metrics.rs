@@ -121,6 +121,10 @@ pub struct Metrics {
     pub disk_skipped_blocks: Counter,
     /// Bytes of block pieces queued for the disk tier and not yet written.
     pub disk_queue_bytes: Gauge,
+    /// Blocks that had skipped the disk tier, written once it had room again.
+    pub disk_retried_blocks: Counter,
+    /// Time from handing a batch of pieces to the disk tier until it is written.
+    pub disk_write_duration: Histogram,
     /// Block pieces read from disk for the second time, kept in memory.
     pub memory_admissions: Counter,
     /// Block pieces the disk tier listed that failed verification when read back.
@@ -178,6 +182,8 @@ impl Metrics {
             disk_readmissions: Counter::default(),
             disk_skipped_blocks: Counter::default(),
             disk_queue_bytes: Gauge::default(),
+            disk_retried_blocks: Counter::default(),
+            disk_write_duration: LatencyBuckets.new_metric(),
             memory_admissions: Counter::default(),
             disk_corrupt_pieces: Counter::default(),
             uncached_reads: Counter::default(),
@@ -277,13 +283,23 @@ impl Metrics {
         );
         registry.register(
             "portico_cache_disk_skipped_blocks",
-            "Blocks whose pieces found the disk write queue full while the disk finished no write for 2 s (it stalled) and skipped the disk tier; queued again when memory serves them",
+            "Blocks whose pieces found the disk write queue full while the disk finished no write for 2 s (it stalled) and skipped the disk tier; written once the disk has room again if memory still holds them",
             metrics.disk_skipped_blocks.clone(),
         );
         registry.register(
             "portico_cache_disk_queue_bytes",
             "Bytes of block pieces queued for the disk tier and not yet written",
             metrics.disk_queue_bytes.clone(),
+        );
+        registry.register(
+            "portico_cache_disk_retried_blocks",
+            "Blocks that had skipped the disk tier (portico_cache_disk_skipped_blocks_total), written once a disk write finished again, because memory still held them",
+            metrics.disk_retried_blocks.clone(),
+        );
+        registry.register(
+            "portico_cache_disk_write_duration_seconds",
+            "Time from handing a batch of block pieces to the disk tier until it is written (it includes waiting for the disk tier to reclaim room)",
+            metrics.disk_write_duration.clone(),
         );
         registry.register(
             "portico_cache_memory_admissions",
