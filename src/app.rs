@@ -17,6 +17,7 @@ use crate::cluster::{self, Cluster, PeerState};
 use crate::config::Config;
 use crate::listing::ListingCache;
 use crate::read::{Peers, ReadPath, ReadSettings};
+use crate::rules::Rules;
 use crate::shutdown::{self, Shutdown};
 use crate::telemetry::Metrics;
 use crate::upstream::{self, Upstream};
@@ -271,8 +272,7 @@ pub async fn run(
 fn read_settings(config: &Config) -> ReadSettings {
     ReadSettings {
         block_size: config.cache.block_size.bytes(),
-        metadata_ttl: config.cache.metadata_ttl,
-        negative_ttl: config.cache.negative_ttl.get(),
+        rules: Arc::new(Rules::from_config(config)),
         readahead_blocks: config.cache.readahead_blocks as usize,
         prefetch_window_blocks: if config.prefetch.enabled {
             u64::from(config.prefetch.max_window_blocks)

@@ -20,6 +20,7 @@ pub mod listing;
 pub mod object;
 pub mod read;
 pub mod reload;
+pub mod rules;
 pub mod shutdown;
 pub mod telemetry;
 pub mod types;

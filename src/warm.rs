@@ -290,6 +290,17 @@ impl Maintenance {
         // listing gives the sizes, a single key takes one metadata lookup.
         let mut sized = Vec::with_capacity(objects.len());
         let mut errors = Vec::new();
+        let (objects, uncached): (Vec<_>, Vec<_>) = objects
+            .into_iter()
+            .partition(|(object, _)| self.read.policy(object).cache);
+        if let Some((object, _)) = uncached.first() {
+            // Counted as not done, so the job does not claim them; one line says why.
+            let rule = self.read.policy(object).rule.as_deref().unwrap_or_default();
+            errors.push(format!(
+                "{} object(s) not warmed: a rule turns caching off for them (first: {object}, rule {rule:?})",
+                uncached.len()
+            ));
+        }
         for (object, listed) in objects {
             let expected = match listed {
                 Some(listed) => Selection::resolve(range, listed.size)

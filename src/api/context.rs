@@ -34,6 +34,8 @@ struct ContextInner {
     tally: OnceLock<Arc<Tally>>,
     /// What the cache did for a GET or HEAD (RFC 9211 `Cache-Status`).
     cache_status: OnceLock<String>,
+    /// The `[[rules]]` entry that applied to the object, if one did.
+    rule: OnceLock<String>,
 }
 
 /// Who asked for what, once the request is authenticated and routed.
@@ -56,6 +58,7 @@ impl RequestContext {
             target: OnceLock::new(),
             tally: OnceLock::new(),
             cache_status: OnceLock::new(),
+            rule: OnceLock::new(),
         }))
     }
 
@@ -97,6 +100,16 @@ impl RequestContext {
     /// What the cache did, once a GET or HEAD of the cache has said.
     pub(super) fn cache_status(&self) -> Option<&str> {
         self.0.cache_status.get().map(String::as_str)
+    }
+
+    /// Names the rule that applied to the object, for the access log and the trace (kept
+    /// only when the request is reported).
+    pub(super) fn set_rule(&self, rule: Option<&str>) {
+        if self.0.reported
+            && let Some(rule) = rule
+        {
+            let _ = self.0.rule.set(rule.to_owned());
+        }
     }
 
     /// What the cache did, for the response header, the access log and the trace.
@@ -169,6 +182,9 @@ impl Drop for Record {
             if let Some(status) = context.cache_status.get() {
                 span.record("cache.status", status.as_str());
             }
+            if let Some(rule) = context.rule.get() {
+                span.record("cache.rule", rule.as_str());
+            }
             if let Some(tally) = tally {
                 span.record("cache.blocks", tally.hits() + tally.misses());
                 span.record("cache.hits", tally.hits());
@@ -190,6 +206,7 @@ impl Drop for Record {
             ms = (elapsed.as_secs_f64() * 1_000_000.0).round() / 1000.0,
             source,
             cache_status = context.cache_status.get().map_or("-", String::as_str),
+            rule = context.rule.get().map_or("-", String::as_str),
             aborted = self.aborted,
             "access"
         );

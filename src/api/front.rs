@@ -23,9 +23,10 @@ use super::host::VirtualHosts;
 use super::limits::{RequestLimits, RequestRate, check_key};
 use super::listener::Requests;
 use super::passthrough::{Forwarded, Passthrough};
-use super::route::{Address, Route, parse_query};
+use super::route::{Address, Effect, Route, parse_query};
 use super::unsigned::strip_signature;
 use crate::auth::{AuthError, Authenticator, RequestHead, Verified, authorize};
+use crate::read::CacheStatus;
 use crate::telemetry::{ACCESS_TARGET, LogLimit, Metrics, TRACE_TARGET};
 
 #[derive(Clone)]
@@ -188,7 +189,24 @@ impl Front {
         {
             return refuse(error, context);
         }
-        let route = Route::of(request.method(), &address, request.headers());
+        let mut route = Route::of(request.method(), &address, request.headers());
+        if let (Some(bucket), Some(key)) = (&address.bucket, &address.key) {
+            let policy = self.passthrough.rules().policy(bucket, key);
+            context.set_rule(policy.rule.as_deref());
+            if route == Route::Cached && !policy.cache {
+                // A rule turned caching off: the read goes to the upstream as it came.
+                context.set_cache_status(&CacheStatus::pass_through());
+                let operation = if request.method() == http::Method::HEAD {
+                    "HeadObject"
+                } else {
+                    "GetObject"
+                };
+                route = Route::Forward {
+                    operation,
+                    effect: Effect::None,
+                };
+            }
+        }
         if let Some(verified) = request.extensions().get::<Verified>()
             && let Err(error) = authorize(
                 &verified.credential,
@@ -311,6 +329,7 @@ impl hyper::service::Service<Request<Incoming>> for Front {
             cache.misses = Empty,
             cache.source = Empty,
             cache.status = Empty,
+            cache.rule = Empty,
         );
         let reported =
             !span.is_disabled() || tracing::enabled!(target: ACCESS_TARGET, tracing::Level::INFO);

@@ -29,6 +29,7 @@ use super::route::{Address, Effect};
 use crate::auth::{PayloadCheck, Verified};
 use crate::listing::{ListingCache, Page, PageKey};
 use crate::read::ReadPath;
+use crate::rules::Rules;
 use crate::types::ObjectRef;
 use crate::upstream::{ForwardRequest, Forwarder, Payload, UpstreamError};
 use capture::Capture;
@@ -81,6 +82,11 @@ impl Passthrough {
             write_through,
             listings,
         }
+    }
+
+    /// The rules every object's policy comes from.
+    pub fn rules(&self) -> &Rules {
+        self.read.rules()
     }
 
     pub async fn handle(
@@ -159,7 +165,10 @@ impl Passthrough {
             // Held until the upload is admitted, so only taken from free budget: without
             // room the upload is forwarded all the same, just not cached.
             (Effect::WriteObject, Some(settings), Some(length))
-                if length <= settings.max_object_bytes =>
+                if length <= settings.max_object_bytes
+                    && changed
+                        .first()
+                        .is_some_and(|object| self.read.policy(object).cache) =>
             {
                 let capture = self.read.budget().try_reserve(length).map(Capture::new);
                 if let Some(capture) = &capture {

@@ -14,6 +14,7 @@ mod cluster;
 mod listing;
 mod load;
 mod log;
+mod rules;
 mod server;
 mod units;
 mod upstream;
@@ -29,6 +30,7 @@ pub use cache::{CacheConfig, PrefetchConfig};
 pub use cluster::{ClusterConfig, MIN_SECRET_BYTES};
 pub use listing::ListingConfig;
 pub use log::{LogConfig, LogFormat};
+pub use rules::{BucketPattern, RuleConfig};
 pub use server::{AdminConfig, ServerConfig};
 pub use units::{ByteSize, HumanDuration, MetadataTtl, OptionalAddress};
 pub use upstream::UpstreamConfig;
@@ -49,6 +51,8 @@ pub struct Config {
     pub log: LogConfig,
     pub listing: ListingConfig,
     pub cluster: ClusterConfig,
+    /// Cache behaviour per bucket and key prefix; the first matching rule applies.
+    pub rules: Vec<RuleConfig>,
 }
 
 impl Config {
@@ -69,6 +73,7 @@ impl Config {
         self.upstream.validate()?;
         self.auth.validate()?;
         self.listing.validate()?;
+        rules::validate(&self.rules, self.prefetch.enabled)?;
         let mut listeners = vec![
             ("server.listen", self.server.listen),
             ("admin.listen", self.admin.listen),

@@ -285,3 +285,43 @@ fn cluster_mode_needs_members_an_identity_among_them_and_a_secret() {
     let config = load_text(dns, &[]).unwrap();
     assert_eq!(config.cluster.identity(), "10.0.0.5:9100");
 }
+
+#[test]
+fn rules_load_in_order_and_a_bad_one_names_its_index_and_key() {
+    let config = load_text(
+        "[[rules]]\nname = \"shards\"\nbucket = \"ml-*\"\nprefix = \"shards/\"\nmetadata_ttl = \"immutable\"\nprefetch = false\n\n[[rules]]\nname = \"scratch\"\nprefix = \"tmp/\"\ncache = false\n",
+        &[],
+    )
+    .unwrap();
+    assert_eq!(config.rules.len(), 2);
+    assert_eq!(config.rules[0].bucket.as_str(), "ml-*");
+    assert_eq!(config.rules[0].metadata_ttl, Some(MetadataTtl::Immutable));
+    assert_eq!(config.rules[1].bucket, BucketPattern::any());
+    assert_eq!(config.rules[1].cache, Some(false));
+    // The effective configuration prints them back as they were read.
+    let printed = config.to_redacted_toml();
+    let reread: Config = toml::from_str(&printed).unwrap();
+    assert_eq!(reread.rules, config.rules);
+
+    let error = load_text(
+        "[[rules]]\nname = \"a\"\nmetadata_ttl = \"60s\"\n\n[[rules]]\nname = \"b\"\nmetadata_ttl = \"forever\"\n",
+        &[],
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        error.starts_with("config key rules[1].metadata_ttl:"),
+        "{error}"
+    );
+    let error = load_text(
+        "[[rules]]\nname = \"a\"\nbucket = \"a/b\"\ncache = false\n",
+        &[],
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(error.starts_with("config key rules[0].bucket:"), "{error}");
+    let error = load_text("[[rules]]\nname = \"a\"\nttl = \"5s\"\n", &[])
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("unknown field `ttl`"), "{error}");
+}

@@ -37,15 +37,15 @@ macro_rules! string_serde {
                     }
 
                     fn visit_i64<E: de::Error>(self, value: i64) -> Result<$type, E> {
-                        Err(no_unit(value, $expected))
+                        Err($crate::config::units::no_unit(value, $expected))
                     }
 
                     fn visit_u64<E: de::Error>(self, value: u64) -> Result<$type, E> {
-                        Err(no_unit(value, $expected))
+                        Err($crate::config::units::no_unit(value, $expected))
                     }
 
                     fn visit_f64<E: de::Error>(self, value: f64) -> Result<$type, E> {
-                        Err(no_unit(value, $expected))
+                        Err($crate::config::units::no_unit(value, $expected))
                     }
                 }
 
@@ -55,8 +55,10 @@ macro_rules! string_serde {
     };
 }
 
+pub(super) use string_serde;
+
 /// The error for a bare number where a value with a unit is expected.
-fn no_unit<E: de::Error>(value: impl fmt::Display, expected: &str) -> E {
+pub(super) fn no_unit<E: de::Error>(value: impl fmt::Display, expected: &str) -> E {
     E::custom(format!(
         "{value} has no unit (expected a string: {expected})"
     ))

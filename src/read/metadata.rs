@@ -12,6 +12,7 @@ use super::{MetaSource, ReadError, ReadPath, Target};
 use crate::cache::Tier;
 use crate::cache::{MetaRecord, MetaState};
 use crate::object::ObjectMeta;
+use crate::rules::Policy;
 use crate::telemetry::{MetadataLookup, TRACE_TARGET};
 use crate::types::BlockIndex;
 use crate::types::{ByteRange, ObjectRef, RangeRequest};
@@ -119,10 +120,11 @@ impl ReadPath {
                 None
             }
         };
+        let policy = self.policy(object);
         if let Some(record) = &cached
-            && let Some(answer) = self.fresh(record, checksums)
+            && let Some(answer) = self.fresh(record, policy, checksums)
         {
-            return answer.map(|meta| (meta, self.fresh_discovery(record)));
+            return answer.map(|meta| (meta, self.fresh_discovery(record, policy)));
         }
         let known = cached.as_ref().and_then(MetaRecord::meta).cloned();
         let this = self.clone();
@@ -134,10 +136,11 @@ impl ReadPath {
                 // A discovery that finished while this caller read the disk tier has left
                 // its answer in memory: use it instead of asking the upstream again.
                 let settled = this.inner.cache.meta_in_memory(&object);
+                let policy = this.policy(&object);
                 if let Some(record) = &settled
-                    && let Some(answer) = this.fresh(record, checksums)
+                    && let Some(answer) = this.fresh(record, policy, checksums)
                 {
-                    return answer.map(|meta| (meta, this.fresh_discovery(record)));
+                    return answer.map(|meta| (meta, this.fresh_discovery(record, policy)));
                 }
                 this.discover(&object, generation, known, first_read, checksums)
                     .await
@@ -152,20 +155,11 @@ impl ReadPath {
     }
 
     /// How a fresh cached record was found: no blocks, and what is left of its TTL.
-    fn fresh_discovery(&self, record: &MetaRecord) -> Discovered {
-        let inner = &self.inner;
+    fn fresh_discovery(&self, record: &MetaRecord, policy: &Policy) -> Discovered {
         Discovered {
             source: MetaSource::Fresh,
-            ttl: inner.clock.remaining(record, inner.settings.metadata_ttl),
+            ttl: self.inner.clock.remaining(record, policy.metadata_ttl),
             ..Discovered::default()
-        }
-    }
-
-    /// The TTL of metadata the upstream just confirmed.
-    fn full_ttl(&self) -> Option<std::time::Duration> {
-        match self.inner.settings.metadata_ttl {
-            crate::config::MetadataTtl::After(ttl) => Some(ttl),
-            crate::config::MetadataTtl::Immutable => None,
         }
     }
 
@@ -174,21 +168,20 @@ impl ReadPath {
     fn fresh(
         &self,
         record: &MetaRecord,
+        policy: &Policy,
         checksums: bool,
     ) -> Option<Result<Arc<ObjectMeta>, ReadError>> {
         let inner = &self.inner;
         match &record.state {
             MetaState::Found(meta)
-                if inner.clock.is_fresh(record, inner.settings.metadata_ttl)
+                if inner.clock.is_fresh(record, policy.metadata_ttl)
                     && (!checksums || meta.checksums.is_some()) =>
             {
                 inner.metrics.count_metadata(MetadataLookup::Fresh);
                 Some(Ok(meta.clone()))
             }
             MetaState::Missing(missing)
-                if inner
-                    .clock
-                    .is_fresh_negative(record, inner.settings.negative_ttl) =>
+                if inner.clock.is_fresh_negative(record, policy.negative_ttl) =>
             {
                 inner.metrics.count_metadata(MetadataLookup::Negative);
                 Some(Err(ReadError::NotFound(*missing, None)))
@@ -278,7 +271,7 @@ impl ReadPath {
                     }
                 }
                 self.store_meta(object, generation, MetaState::Found(meta.clone()));
-                discovered.ttl = self.full_ttl();
+                discovered.ttl = self.policy(object).full_ttl();
                 Ok((meta, discovered))
             }
             Err(UpstreamError::NotFound {
@@ -286,7 +279,7 @@ impl ReadPath {
                 request_id,
             }) => {
                 self.inner.metrics.count_metadata(MetadataLookup::Missing);
-                if !self.inner.settings.negative_ttl.is_zero() {
+                if !self.policy(object).negative_ttl.is_zero() {
                     self.store_meta(object, generation, MetaState::Missing(missing));
                 } else {
                     self.inner.cache.remove_meta(object);

@@ -61,8 +61,8 @@ use tokio_stream::wrappers::ReceiverStream;
 
 use crate::budget::MemoryBudget;
 use crate::cache::{BlockCache, BlockKey, MetaClock, Tier};
-use crate::config::MetadataTtl;
 use crate::object::{Missing, ObjectMeta};
+use crate::rules::{Policy, Rules};
 use crate::shutdown::Shutdown;
 use crate::telemetry::Metrics;
 use crate::types::{BlockIndex, BlockLayout, ObjectRef, Selection, Unsatisfiable};
@@ -76,11 +76,11 @@ pub use source::{BlockSource, PeerError, PeerId, Peers};
 pub use status::{CacheStatus, MetaSource};
 
 /// Read-path settings taken from the cache configuration.
-#[derive(Debug, Clone, Copy)]
+#[derive(Clone)]
 pub struct ReadSettings {
     pub block_size: u64,
-    pub metadata_ttl: MetadataTtl,
-    pub negative_ttl: std::time::Duration,
+    /// Metadata TTLs, caching and prefetch per object (`[[rules]]` over `[cache]`).
+    pub rules: Arc<Rules>,
     pub readahead_blocks: usize,
     /// Largest prefetch window in blocks; 0 turns prefetch off.
     pub prefetch_window_blocks: u64,
@@ -267,6 +267,12 @@ impl ReadPath {
         shutdown: Shutdown,
         peers: Option<Arc<dyn Peers>>,
     ) -> Self {
+        let prefetch = (settings.prefetch_window_blocks > 0).then(|| {
+            (
+                Detector::new(settings.prefetch_window_blocks),
+                Arc::new(Semaphore::new(settings.prefetch_slots.max(1))),
+            )
+        });
         Self {
             inner: Arc::new(Inner {
                 cache,
@@ -283,15 +289,23 @@ impl ReadPath {
                 clock: MetaClock::new(),
                 discoveries: Coalescer::default(),
                 generations: writes::Generations::default(),
-                prefetch: (settings.prefetch_window_blocks > 0).then(|| {
-                    (
-                        Detector::new(settings.prefetch_window_blocks),
-                        Arc::new(Semaphore::new(settings.prefetch_slots.max(1))),
-                    )
-                }),
+                prefetch,
                 peers,
             }),
         }
+    }
+
+    /// What the cache does for `object`: its `[[rules]]` entry's policy, or the defaults.
+    pub fn policy(&self, object: &ObjectRef) -> &Policy {
+        self.inner
+            .settings
+            .rules
+            .policy(object.bucket(), object.key())
+    }
+
+    /// The rules every object's policy comes from.
+    pub fn rules(&self) -> &Arc<Rules> {
+        &self.inner.settings.rules
     }
 
     /// The memory budget this read path charges its blocks to.

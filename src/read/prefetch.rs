@@ -181,6 +181,9 @@ impl ReadPath {
         let Some((detector, slots)) = &self.inner.prefetch else {
             return;
         };
+        if !self.policy(&target.object).prefetch {
+            return;
+        }
         let key = (target.object.clone(), target.version.clone());
         let budget = slots.available_permits() as u64;
         let observation = detector.observe(key, target.layout, bytes, budget);

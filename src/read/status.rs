@@ -44,6 +44,11 @@ impl CacheStatus {
         }
     }
 
+    /// A read a rule sends past the cache, straight to the upstream.
+    pub fn pass_through() -> Self {
+        Self::bypass(&Discovered::default())
+    }
+
     pub(super) fn bypass(discovered: &Discovered) -> Self {
         Self {
             bypass: true,

@@ -46,6 +46,8 @@ pub struct Settings {
     pub cluster: String,
     /// Lines for the `[listing]` section.
     pub listing: String,
+    /// Tables after every section: `[[rules]]`, `[[upstreams]]`.
+    pub tables: String,
     /// Extra environment variables for the process (e.g. `OTEL_*`).
     pub env: Vec<(String, String)>,
     /// Log at debug level, for tests; off, Portico runs with its own default filter, as
@@ -81,6 +83,7 @@ impl Settings {
             log: String::new(),
             cluster: String::new(),
             listing: String::new(),
+            tables: String::new(),
             env: Vec::new(),
             debug_log: true,
             open_files_limit: None,
@@ -149,6 +152,8 @@ serve_stale_on_error = {serve_stale_on_error}
 
 [listing]
 {listing}
+
+{tables}
 "#,
             domains = domains.join(", "),
             upstream = self.upstream,
@@ -176,6 +181,7 @@ serve_stale_on_error = {serve_stale_on_error}
             log = self.log,
             cluster = self.cluster,
             listing = self.listing,
+            tables = self.tables,
         )
     }
 }

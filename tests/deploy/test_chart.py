@@ -317,13 +317,44 @@ class ChartTest(unittest.TestCase):
                 [PORTICO, "check-config", "--config", str(config)], capture_output=True, text=True
             )
         self.assertEqual(result.returncode, 0, result.stderr)
-        defaults = tomllib.loads(result.stdout[result.stdout.index("[") :])
+        defaults = tomllib.loads(result.stdout)
         sections = json.loads((CHART / "values.schema.json").read_text())["properties"]["config"]["properties"]
         self.assertEqual(sorted(sections), sorted(defaults))
         for name, keys in defaults.items():
             with self.subTest(name):
+                if isinstance(keys, list):
+                    # An array of tables ([[rules]]): empty by default.
+                    self.assertEqual(sections[name]["type"], "array")
+                    self.assertIs(sections[name]["items"]["additionalProperties"], False)
+                    continue
                 self.assertIs(sections[name]["additionalProperties"], False)
                 self.assertEqual(sorted(sections[name]["properties"]), sorted(keys))
+
+    def test_the_schema_knows_every_rule_key(self):
+        rule = {
+            "name": "every-key",
+            "bucket": "ml-*",
+            "prefix": "datasets/",
+            "metadata_ttl": "immutable",
+            "negative_ttl": "0s",
+            "prefetch": False,
+        }
+        with tempfile.TemporaryDirectory() as directory:
+            config = pathlib.Path(directory) / "portico.toml"
+            # JSON strings and booleans are TOML values too.
+            lines = [f"{key} = {json.dumps(value)}" for key, value in rule.items()]
+            config.write_text('[auth]\nmode = "none"\n\n[[rules]]\n' + "\n".join(lines) + "\n")
+            result = subprocess.run(
+                [PORTICO, "check-config", "--config", str(config)], capture_output=True, text=True
+            )
+        self.assertEqual(result.returncode, 0, result.stderr)
+        (effective,) = tomllib.loads(result.stdout)["rules"]
+        # Unset keys are not printed: cache is the one the rule above leaves out.
+        self.assertNotIn("cache", effective)
+        effective["cache"] = True
+        schema = json.loads((CHART / "values.schema.json").read_text())
+        keys = schema["properties"]["config"]["properties"]["rules"]["items"]["properties"]
+        self.assertEqual(sorted(keys), sorted(effective))
 
     def test_the_dashboard_only_charts_metrics_portico_exports(self):
         dashboard = json.loads((CHART / "dashboards" / "portico.json").read_text())

@@ -24,6 +24,7 @@ mod operations;
 mod prefetch;
 mod reads;
 mod resilience;
+mod rules;
 mod scans;
 mod scopes;
 mod tls;

@@ -78,7 +78,8 @@ every YAML number as a float), lists of values. */}}
 {{- end -}}
 {{- end -}}
 
-{{/* portico.toml from .Values.config: one [section] per map, one key = value per entry;
+{{/* portico.toml from .Values.config: one [section] per map, one key = value per entry,
+then one [[rules]] table per entry of config.rules (order kept: the first match wins);
 the credentials file is mounted by the chart when configured. */}}
 {{- define "portico.toml" -}}
 # Rendered by the portico Helm chart from .Values.config; see docs/configuration.md.
@@ -97,10 +98,19 @@ the credentials file is mounted by the chart when configured. */}}
 {{- end -}}
 {{- $_ := set $config "cluster" $cluster -}}
 {{- end -}}
+{{- $rules := default list (get $config "rules") -}}
+{{- $_ := unset $config "rules" -}}
 {{- range $section, $keys := $config }}
 
 [{{ $section }}]
 {{- range $key, $value := $keys }}
+{{ $key }} = {{ include "portico.tomlValue" $value }}
+{{- end }}
+{{- end }}
+{{- range $rules }}
+
+[[rules]]
+{{- range $key, $value := . }}
 {{ $key }} = {{ include "portico.tomlValue" $value }}
 {{- end }}
 {{- end }}
