@@ -7,6 +7,8 @@ MINIO_VERSION := v0.0.0-20260212201848-7aac2a2c5b7c
 MINIO := $(TOOLS_DIR)/bin/minio-$(MINIO_VERSION)
 
 PYTHON_TOOLS := $(TOOLS_DIR)/python-boto3-1.43.11-s3cmd-2.4.0-kv-1.37.0
+MOTO_VERSION := 5.2.5
+MOTO_SERVER := $(TOOLS_DIR)/python-moto-$(MOTO_VERSION)/bin/moto_server
 HELM_VERSION := v3.22.0
 HELM := $(TOOLS_DIR)/bin/helm-$(HELM_VERSION)
 CARGO_FUZZ_VERSION := 0.13.2
@@ -22,6 +24,7 @@ export PORTICO_S3CMD := $(PYTHON_TOOLS)/bin/s3cmd
 export PORTICO_AWS_CLI := $(AWS_CLI)
 export PORTICO_HELM := $(HELM)
 export PORTICO_PROMTOOL := $(PROMTOOL)
+export PORTICO_MOTO_SERVER := $(MOTO_SERVER)
 
 # apt: as root, or through sudo.
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
@@ -92,7 +95,7 @@ $(CARGO_FUZZ):
 	@echo "Installing cargo-fuzz $(CARGO_FUZZ_VERSION) into $(TOOLS_DIR) (first time only)"
 	cargo install cargo-fuzz --version $(CARGO_FUZZ_VERSION) --locked --root $(TOOLS_DIR)/cargo-fuzz-$(CARGO_FUZZ_VERSION)
 
-tools: $(MINIO) $(PYTHON_TOOLS)/bin/s3cmd $(AWS_CLI) $(HELM)
+tools: $(MINIO) $(PYTHON_TOOLS)/bin/s3cmd $(AWS_CLI) $(HELM) $(MOTO_SERVER)
 
 # boto3 and s3cmd for the client tests, kubernetes-validate (with the Kubernetes schemas)
 # and PyYAML for the chart tests, in their own virtualenv.
@@ -100,6 +103,13 @@ $(PYTHON_TOOLS)/bin/s3cmd:
 	@echo "Installing boto3, s3cmd and kubernetes-validate into $(PYTHON_TOOLS) (first time only)"
 	python3 -m venv $(PYTHON_TOOLS)
 	$(PYTHON_TOOLS)/bin/pip install --quiet boto3==1.43.11 s3cmd==2.4.0 kubernetes-validate==1.37.0 PyYAML==6.0.3
+
+# moto's server mode: the local SQS server the event-notification tests send S3 events
+# through, in its own virtualenv (its Flask stack stays out of the client tools').
+$(MOTO_SERVER):
+	@echo "Installing moto $(MOTO_VERSION) (a local SQS server) into $(TOOLS_DIR) (first time only)"
+	python3 -m venv $(TOOLS_DIR)/python-moto-$(MOTO_VERSION)
+	$(TOOLS_DIR)/python-moto-$(MOTO_VERSION)/bin/pip install --quiet 'moto[server]==$(MOTO_VERSION)'
 
 # Helm 3 for the chart tests, built from source once (a few minutes).
 $(HELM):

@@ -1,7 +1,9 @@
 //! The admin listener: `/healthz` (the process answers), `/readyz` (Portico can serve:
 //! the cache is open and it is not shutting down; `degraded` while the disk tier is off,
 //! and a line on the upstream's health, which does not decide readiness) and `/metrics`
-//! (Prometheus/OpenMetrics text), all open; and the admin API under `/admin/` — purge
+//! (Prometheus/OpenMetrics text), all open; `POST /events/s3`, S3 event notifications that
+//! purge what they announce (`Authorization: Bearer <events.token>`, see `crate::events`);
+//! and the admin API under `/admin/` — purge
 //! (on every member in cluster mode), warm jobs, cache usage and the cluster's members,
 //! JSON in and out — which needs `Authorization: Bearer
 //! <admin.token>` (refused outright while no token is configured).
@@ -30,7 +32,8 @@ use tokio::net::TcpListener;
 
 use crate::cache::BlockCache;
 use crate::cluster::{Cluster, PurgeRequest};
-use crate::telemetry::{BlockLookup, Metrics};
+use crate::events::Invalidator;
+use crate::telemetry::{BlockLookup, EventRejection, Metrics};
 use crate::types::RangeRequest;
 use crate::upstream::{CredentialProblem, Upstream};
 use crate::warm::{JobState, JobStatus, Maintenance, MaintenanceError, Selector};
@@ -50,6 +53,9 @@ pub struct AdminState {
     cluster: Option<Arc<Cluster>>,
     /// Fired once shutdown has begun.
     stopping: Shutdown,
+    /// What `POST /events/s3` purges through, and the bearer token it requires (`None`
+    /// refuses every request).
+    events: Option<(Invalidator, String)>,
 }
 
 impl AdminState {
@@ -71,6 +77,16 @@ impl AdminState {
             maintenance,
             cluster,
             stopping,
+            events: None,
+        }
+    }
+
+    /// Serves `POST /events/s3` through `invalidator` to requests bearing `token` (none
+    /// while it is empty).
+    pub fn with_events(self, invalidator: Invalidator, token: &str) -> Self {
+        Self {
+            events: (!token.is_empty()).then(|| (invalidator, token.to_owned())),
+            ..self
         }
     }
 
@@ -120,7 +136,8 @@ pub fn router(state: Arc<AdminState>, serves: Serves) -> Router {
         router = router
             .route("/healthz", get(healthz))
             .route("/readyz", get(readyz))
-            .route("/metrics", get(metrics));
+            .route("/metrics", get(metrics))
+            .route("/events/s3", post(s3_events));
     }
     if serves != Serves::Health {
         router = router
@@ -152,13 +169,7 @@ async fn guard_admin(
         )
             .into_response();
     };
-    let presented = request
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|value| value.to_str().ok())
-        .and_then(|value| value.strip_prefix("Bearer "))
-        .unwrap_or_default();
-    if !bool::from(presented.as_bytes().ct_eq(token.as_bytes())) {
+    if !bearer_matches(request.headers(), token) {
         return (
             StatusCode::UNAUTHORIZED,
             [(header::WWW_AUTHENTICATE, "Bearer realm=\"portico-admin\"")],
@@ -203,6 +214,62 @@ async fn metrics(State(state): State<Arc<AdminState>>) -> impl IntoResponse {
         [(header::CONTENT_TYPE, OPENMETRICS_CONTENT_TYPE)],
         state.metrics.render(),
     )
+}
+
+/// `POST /events/s3`: an S3 event notification message (S3's `Records`, as S3, MinIO and
+/// Ceph RGW send them, in an SNS envelope, or an EventBridge event), with `Authorization:
+/// Bearer <events.token>`. Purges what it announces: 200 with what each record did; 400
+/// for a malformed message (nothing purged); 502 when a purge failed somewhere (the sender
+/// should retry).
+async fn s3_events(
+    State(state): State<Arc<AdminState>>,
+    headers: header::HeaderMap,
+    body: axum::body::Bytes,
+) -> Response {
+    let Some((invalidator, token)) = &state.events else {
+        return (
+            StatusCode::FORBIDDEN,
+            "event notifications are disabled: set events.token (PORTICO_EVENTS_TOKEN)\n",
+        )
+            .into_response();
+    };
+    if !bearer_matches(&headers, token) {
+        state
+            .metrics
+            .count_event_rejection(EventRejection::Unauthorized);
+        return (
+            StatusCode::UNAUTHORIZED,
+            [(header::WWW_AUTHENTICATE, "Bearer realm=\"portico-events\"")],
+            "a valid events token is required: Authorization: Bearer <events.token>\n",
+        )
+            .into_response();
+    }
+    let changes = match crate::events::parse(&body) {
+        Ok(changes) => changes,
+        Err(malformed) => {
+            state
+                .metrics
+                .count_event_rejection(EventRejection::Malformed);
+            return AdminError::bad_request(malformed.to_string()).into_response();
+        }
+    };
+    let applied = invalidator.apply(&changes).await;
+    let status = if applied.failed.is_empty() {
+        StatusCode::OK
+    } else {
+        StatusCode::BAD_GATEWAY
+    };
+    (status, Json(applied)).into_response()
+}
+
+/// Whether `Authorization: Bearer <token>` carries `token` (compared in constant time).
+fn bearer_matches(headers: &header::HeaderMap, token: &str) -> bool {
+    let presented = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.strip_prefix("Bearer "))
+        .unwrap_or_default();
+    bool::from(presented.as_bytes().ct_eq(token.as_bytes()))
 }
 
 /// The objects an admin action applies to: a bucket and either a key or a prefix, and for

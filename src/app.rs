@@ -15,6 +15,7 @@ use crate::budget::MemoryBudget;
 use crate::cache::{BlockCache, CacheError};
 use crate::cluster::{self, Cluster, PeerState};
 use crate::config::Config;
+use crate::events::{Invalidator, SqsConsumer};
 use crate::listing::ListingCache;
 use crate::read::{Peers, ReadPath, ReadSettings};
 use crate::rules::Rules;
@@ -194,6 +195,21 @@ pub async fn run(
         &tls,
         metrics.clone(),
     )?);
+    let invalidator = Invalidator::new(
+        read.clone(),
+        maintenance.clone(),
+        cluster.clone(),
+        metrics.clone(),
+    );
+    let sqs_task = (!config.events.sqs_queue_url.is_empty()).then(|| {
+        let consumer = SqsConsumer::new(
+            &config.events,
+            &shared,
+            &config.upstream.region,
+            invalidator.clone(),
+        );
+        tokio::spawn(consumer.run(stopping.clone()))
+    });
     let front = api::service(
         &config,
         read,
@@ -211,15 +227,18 @@ pub async fn run(
         stopping.clone(),
         grace,
     ));
-    let admin_state = Arc::new(AdminState::new(
-        metrics,
-        cache.clone(),
-        upstream,
-        &config.admin.token,
-        maintenance,
-        cluster,
-        stopping.clone(),
-    ));
+    let admin_state = Arc::new(
+        AdminState::new(
+            metrics,
+            cache.clone(),
+            upstream,
+            &config.admin.token,
+            maintenance,
+            cluster,
+            stopping.clone(),
+        )
+        .with_events(invalidator, &config.events.token),
+    );
     let (admin_serves, api_task) = match listeners.admin_api {
         Some(listener) => (
             admin::Serves::Health,
@@ -257,6 +276,11 @@ pub async fn run(
     }
     if let Err(error) = admin_task.await {
         tracing::error!(%error, "admin listener task failed");
+    }
+    if let Some(sqs_task) = sqs_task
+        && let Err(error) = sqs_task.await
+    {
+        tracing::error!(%error, "SQS event consumer task failed");
     }
     if let Some(peer_task) = peer_task
         && let Err(error) = peer_task.await

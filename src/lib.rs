@@ -15,6 +15,7 @@ pub mod budget;
 pub mod cache;
 pub mod cluster;
 pub mod config;
+pub mod events;
 pub mod fuzzing;
 pub mod listing;
 pub mod object;

@@ -41,6 +41,7 @@ impl Config {
             &mut shown.auth.secret_access_key,
             &mut shown.admin.token,
             &mut shown.cluster.secret,
+            &mut shown.events.token,
         ] {
             if !secret.is_empty() {
                 *secret = "<redacted>".to_owned();

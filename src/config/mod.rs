@@ -11,6 +11,7 @@
 mod auth;
 mod cache;
 mod cluster;
+mod events;
 mod listing;
 mod load;
 mod log;
@@ -28,6 +29,7 @@ use serde::{Deserialize, Serialize};
 pub use auth::{AuthConfig, AuthMode};
 pub use cache::{CacheConfig, PrefetchConfig};
 pub use cluster::{ClusterConfig, MIN_SECRET_BYTES};
+pub use events::EventsConfig;
 pub use listing::ListingConfig;
 pub use log::{LogConfig, LogFormat};
 pub use rules::{BucketPattern, RuleConfig};
@@ -51,6 +53,7 @@ pub struct Config {
     pub log: LogConfig,
     pub listing: ListingConfig,
     pub cluster: ClusterConfig,
+    pub events: EventsConfig,
     /// Cache behaviour per bucket and key prefix; the first matching rule applies.
     pub rules: Vec<RuleConfig>,
 }
@@ -73,6 +76,7 @@ impl Config {
         self.upstream.validate()?;
         self.auth.validate()?;
         self.listing.validate()?;
+        self.events.validate()?;
         rules::validate(&self.rules, self.prefetch.enabled)?;
         let mut listeners = vec![
             ("server.listen", self.server.listen),

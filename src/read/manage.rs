@@ -12,7 +12,6 @@ use futures::StreamExt;
 
 use super::metadata::FirstRead;
 use super::{ReadError, ReadPath, Target};
-use crate::cache::MetaRecord;
 use crate::object::ObjectMeta;
 use crate::types::{ObjectRef, RangeRequest, Selection};
 
@@ -33,16 +32,7 @@ impl ReadPath {
         object: &ObjectRef,
         also: Option<KnownVersion>,
     ) -> Result<u64, ReadError> {
-        let cached = self
-            .inner
-            .cache
-            .meta(object)
-            .await
-            .ok()
-            .flatten()
-            .as_ref()
-            .and_then(MetaRecord::meta)
-            .cloned();
+        let cached = self.cached_meta(object).await;
         self.invalidate(object);
         let mut versions: Vec<Arc<ObjectMeta>> = cached.into_iter().collect();
         if let Some(also) = also {
@@ -70,6 +60,12 @@ impl ReadPath {
             .purge(object)
             .map_err(|error| ReadError::Internal(error.to_string()))?;
         Ok(removed)
+    }
+
+    /// The metadata the cache holds for `object`, fresh or not.
+    pub async fn cached_meta(&self, object: &ObjectRef) -> Option<Arc<ObjectMeta>> {
+        let record = self.inner.cache.meta(object).await.ok().flatten()?;
+        record.meta().cloned()
     }
 
     /// The bytes a warm of `range` of `object` will load, from its (cached) metadata.

@@ -103,6 +103,24 @@ label_values!(
     }
 );
 
+label_values!(
+    /// What an event notification record did (`portico_event_records_total{result}`).
+    EventRecord {
+        Purged => "purged",
+        Unchanged => "unchanged",
+        Ignored => "ignored",
+    }
+);
+
+label_values!(
+    /// Why an event notification message was rejected
+    /// (`portico_event_messages_rejected_total{reason}`).
+    EventRejection {
+        Malformed => "malformed",
+        Unauthorized => "unauthorized",
+    }
+);
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -123,6 +141,11 @@ mod tests {
             ("portico_memory_budget_waits_total", BudgetWait::VALUES),
             ("portico_cluster_peer_requests_total", PeerResult::VALUES),
             ("portico_listing_cache_lookups_total", ListingLookup::VALUES),
+            ("portico_event_records_total", EventRecord::VALUES),
+            (
+                "portico_event_messages_rejected_total",
+                EventRejection::VALUES,
+            ),
         ] {
             let row = table
                 .lines()

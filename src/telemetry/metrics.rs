@@ -15,8 +15,8 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::{Family, MetricConstructor};
 
 use super::labels::{
-    BlockLookup, BudgetWait, HedgeOutcome, ListingLookup, MetadataLookup, PeerResult,
-    PrefetchOutcome, ServedFrom,
+    BlockLookup, BudgetWait, EventRecord, EventRejection, HedgeOutcome, ListingLookup,
+    MetadataLookup, PeerResult, PrefetchOutcome, ServedFrom,
 };
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
@@ -145,6 +145,10 @@ pub struct Metrics {
     pub listing_invalidations: Counter,
     /// Bytes of cached listing pages.
     pub listing_bytes: Gauge,
+    /// Event notification records by what they did: purged, unchanged, ignored.
+    event_records: Family<ResultLabel, Counter>,
+    /// Event notification messages rejected, by reason: malformed, unauthorized.
+    event_rejections: Family<ReasonLabel, Counter>,
 }
 
 impl Default for Metrics {
@@ -195,6 +199,8 @@ impl Metrics {
             listing_lookups: Family::default(),
             listing_invalidations: Counter::default(),
             listing_bytes: Gauge::default(),
+            event_records: Family::default(),
+            event_rejections: Family::default(),
         };
         registry.register(
             "portico_requests",
@@ -381,6 +387,16 @@ impl Metrics {
             "Bytes of cached listing pages (at most listing.memory)",
             metrics.listing_bytes.clone(),
         );
+        registry.register(
+            "portico_event_records",
+            "S3 event notification records (webhook or SQS) by result: purged (the object's metadata and blocks were dropped), unchanged (the cache already holds the version the event names), ignored (an event that changes no object's bytes)",
+            metrics.event_records.clone(),
+        );
+        registry.register(
+            "portico_event_messages_rejected",
+            "S3 event notification messages rejected, by reason: malformed (not an S3, SNS or EventBridge event; nothing purged), unauthorized (webhook without events.token)",
+            metrics.event_rejections.clone(),
+        );
         *metrics.registry.lock() = registry;
         metrics.start_known_series_at_zero();
         metrics
@@ -415,6 +431,7 @@ impl Metrics {
             (&self.peer_requests, &["hit", "miss", "error", "fallback"]),
             (&self.peer_served, &["hit", "miss", "error"]),
             (&self.listing_lookups, &["hit", "miss"]),
+            (&self.event_records, &["purged", "unchanged", "ignored"]),
         ];
         for (family, known) in results {
             for &result in known {
@@ -591,6 +608,22 @@ impl Metrics {
         self.listing_lookups
             .get_or_create(&ResultLabel {
                 result: result.as_str(),
+            })
+            .inc();
+    }
+
+    pub fn count_event_record(&self, result: EventRecord) {
+        self.event_records
+            .get_or_create(&ResultLabel {
+                result: result.as_str(),
+            })
+            .inc();
+    }
+
+    pub fn count_event_rejection(&self, reason: EventRejection) {
+        self.event_rejections
+            .get_or_create(&ReasonLabel {
+                reason: reason.as_str(),
             })
             .inc();
     }

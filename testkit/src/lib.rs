@@ -10,6 +10,7 @@ pub mod portico;
 pub mod process;
 pub mod raw;
 pub mod sign;
+pub mod sqs;
 
 use aws_sdk_s3::Client;
 use aws_sdk_s3::config::retry::RetryConfig;

@@ -1,6 +1,8 @@
 //! One MinIO server per test binary, on a free loopback port, with its data in a
-//! temporary directory. A shell watchdog stops it and removes the data when the test
-//! process exits (its stdin pipe closes), however the process ends.
+//! temporary directory, and more for the tests that need their own (a notification
+//! target in MinIO's environment). A shell watchdog stops each one and removes its data
+//! when it is dropped or the test process exits (its stdin pipe closes), however the
+//! process ends.
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -70,13 +72,18 @@ fn is_live(address: &str) -> bool {
 }
 
 fn start() -> Minio {
+    start_on(free_port(), &[])
+}
+
+/// A MinIO server of its own on `port`, with `env` added to its environment (e.g.
+/// `MINIO_NOTIFY_WEBHOOK_*`); stopped when dropped.
+pub fn start_on(port: u16, env: &[(&str, &str)]) -> Minio {
     let binary = minio_binary();
     let data = tempfile::Builder::new()
         .prefix("portico-minio-")
         .tempdir()
         .expect("temporary directory")
         .keep();
-    let port = free_port();
     let address = format!("127.0.0.1:{port}");
     let script = r#"
         "$MINIO" server "$DATA" --address "$ADDRESS" --quiet >"$DATA.log" 2>&1 &
@@ -86,7 +93,9 @@ fn start() -> Minio {
         wait "$child" 2>/dev/null
         rm -rf "$DATA" "$DATA.log"
     "#;
-    let mut child = Command::new("sh")
+    let mut command = Command::new("sh");
+    command.envs(env.iter().copied());
+    let mut child = command
         .arg("-c")
         .arg(script)
         .env("MINIO", &binary)

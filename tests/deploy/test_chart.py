@@ -143,7 +143,7 @@ class ChartTest(unittest.TestCase):
             config for config in by_kind(manifests, "ConfigMap") if "portico.toml" in config["data"]
         ]
         toml = config_map["data"]["portico.toml"]
-        for secret in ["minio-reader-secret", "analytics-secret", "admin-token"]:
+        for secret in ["minio-reader-secret", "analytics-secret", "admin-token", "events-token"]:
             self.assertNotIn(secret, toml)
         (statefulset,) = by_kind(manifests, "StatefulSet")
         env = {item["name"]: item for item in portico_container(pod_spec(statefulset))["env"]}
@@ -151,6 +151,7 @@ class ChartTest(unittest.TestCase):
             "PORTICO_UPSTREAM_SECRET_ACCESS_KEY",
             "PORTICO_AUTH_SECRET_ACCESS_KEY",
             "PORTICO_ADMIN_TOKEN",
+            "PORTICO_EVENTS_TOKEN",
         ]:
             self.assertIn("secretKeyRef", env[name]["valueFrom"], name)
         self.assertEqual(

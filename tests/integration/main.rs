@@ -14,6 +14,7 @@ mod conformance;
 mod corruption;
 mod dependencies;
 mod errors;
+mod events;
 mod forwarding;
 mod hardening;
 mod inprocess;

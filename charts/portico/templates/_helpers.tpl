@@ -180,6 +180,11 @@ limits:
 {{ include "portico.secretEnv" (list "PORTICO_ADMIN_TOKEN" (default $secret .existingSecret) (ternary "token" "admin_token" (ne .existingSecret ""))) }}
 {{- end }}
 {{- end }}
+{{- with .Values.eventsToken }}
+{{- if or .existingSecret .value }}
+{{ include "portico.secretEnv" (list "PORTICO_EVENTS_TOKEN" (default $secret .existingSecret) (ternary "token" "events_token" (ne .existingSecret ""))) }}
+{{- end }}
+{{- end }}
 {{- if include "portico.clusterOn" . }}
 - name: POD_IP
   valueFrom:
