@@ -32,20 +32,24 @@ use tokio::net::TcpListener;
 
 use crate::cache::BlockCache;
 use crate::cluster::{Cluster, PurgeRequest};
+use crate::config::DEFAULT_UPSTREAM;
 use crate::events::Invalidator;
 use crate::telemetry::{BlockLookup, EventRejection, Metrics};
 use crate::types::RangeRequest;
-use crate::upstream::{CredentialProblem, Upstream};
+use crate::upstream::{CredentialProblem, Origins};
 use crate::warm::{JobState, JobStatus, Maintenance, MaintenanceError, Selector};
 
 const PROBE_INTERVAL: Duration = Duration::from_secs(5);
 const OPENMETRICS_CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
+/// An upstream's name and whether its probe succeeded (else what is wrong).
+type Probed = (Arc<str>, Result<(), String>);
+
 pub struct AdminState {
     metrics: Arc<Metrics>,
     cache: BlockCache,
-    upstream: Arc<Upstream>,
-    last_probe: tokio::sync::Mutex<Option<(Instant, Result<(), String>)>>,
+    upstreams: Arc<Origins>,
+    last_probe: tokio::sync::Mutex<Option<(Instant, Vec<Probed>)>>,
     /// The bearer token `/admin/` requires; `None` disables those endpoints.
     token: Option<String>,
     maintenance: Maintenance,
@@ -62,7 +66,7 @@ impl AdminState {
     pub fn new(
         metrics: Arc<Metrics>,
         cache: BlockCache,
-        upstream: Arc<Upstream>,
+        upstreams: Arc<Origins>,
         token: &str,
         maintenance: Maintenance,
         cluster: Option<Arc<Cluster>>,
@@ -71,7 +75,7 @@ impl AdminState {
         Self {
             metrics,
             cache,
-            upstream,
+            upstreams,
             last_probe: tokio::sync::Mutex::new(None),
             token: (!token.is_empty()).then(|| token.to_owned()),
             maintenance,
@@ -90,32 +94,63 @@ impl AdminState {
         }
     }
 
-    /// The upstream's reachability, probed at most once per interval.
-    async fn upstream_reachable(&self) -> Result<(), String> {
+    /// Each upstream's reachability (`default` first), probed at most once per interval,
+    /// all at once.
+    async fn upstreams_reachable(&self) -> Vec<Probed> {
         let mut last = self.last_probe.lock().await;
-        if let Some((at, result)) = last.as_ref()
+        if let Some((at, results)) = last.as_ref()
             && at.elapsed() < PROBE_INTERVAL
         {
-            return result.clone();
+            return results.clone();
         }
-        let result = self.upstream.probe().await.map_err(|error| {
-            let request_id = error
-                .request_id()
-                .map(|id| format!(" (upstream request id {id})"))
-                .unwrap_or_default();
-            match error.credential_problem() {
-                Some(CredentialProblem::Missing) => format!(
-                    "no credential: set upstream.access_key_id and upstream.secret_access_key, or provide AWS credentials: {error}"
-                ),
-                Some(CredentialProblem::Rejected) => format!(
-                    "reachable, but it refuses Portico's credential: check upstream.access_key_id and upstream.secret_access_key: {error}{request_id}"
-                ),
-                None => format!("unreachable: {error}"),
-            }
+        let probes = self.upstreams.all().iter().map(|origin| async move {
+            let section = if origin.name.as_ref() == DEFAULT_UPSTREAM {
+                "upstream".to_owned()
+            } else {
+                format!("the [[upstreams]] entry {:?}", origin.name)
+            };
+            let result = origin.upstream.probe().await.map_err(|error| {
+                let request_id = error
+                    .request_id()
+                    .map(|id| format!(" (upstream request id {id})"))
+                    .unwrap_or_default();
+                match error.credential_problem() {
+                    Some(CredentialProblem::Missing) => format!(
+                        "no credential: set access_key_id and secret_access_key of {section}, or provide AWS credentials: {error}"
+                    ),
+                    Some(CredentialProblem::Rejected) => format!(
+                        "reachable, but it refuses Portico's credential: check access_key_id and secret_access_key of {section}: {error}{request_id}"
+                    ),
+                    None => format!("unreachable: {error}"),
+                }
+            });
+            self.metrics.set_upstream_up(&origin.name, result.is_ok());
+            (origin.name.clone(), result)
         });
-        self.metrics.upstream_up.set(i64::from(result.is_ok()));
-        *last = Some((Instant::now(), result.clone()));
-        result
+        let results = futures::future::join_all(probes).await;
+        *last = Some((Instant::now(), results.clone()));
+        results
+    }
+
+    /// `/readyz`'s lines on the upstreams: `upstream: …` with one, `upstream NAME: …` each
+    /// with several.
+    async fn upstream_lines(&self) -> String {
+        let results = self.upstreams_reachable().await;
+        let several = results.len() > 1;
+        results
+            .iter()
+            .map(|(name, result)| {
+                let state = match result {
+                    Ok(()) => "reachable".to_owned(),
+                    Err(problem) => format!("{problem} (cached objects are still served)"),
+                };
+                if several {
+                    format!("upstream {name}: {state}\n")
+                } else {
+                    format!("upstream: {state}\n")
+                }
+            })
+            .collect()
     }
 }
 
@@ -191,25 +226,22 @@ async fn readyz(State(state): State<Arc<AdminState>>) -> impl IntoResponse {
         None if state.cache.has_disk_tier() => ("ready", "memory + disk".to_owned()),
         None => ("ready", "memory only".to_owned()),
     };
-    let upstream = match state.upstream_reachable().await {
-        Ok(()) => "reachable".to_owned(),
-        Err(problem) => format!("{problem} (cached objects are still served)"),
-    };
+    let upstreams = state.upstream_lines().await;
     if state.stopping.is_fired() {
         return (
             StatusCode::SERVICE_UNAVAILABLE,
-            format!("not ready: shutting down\ncache: open ({cache})\nupstream: {upstream}\n"),
+            format!("not ready: shutting down\ncache: open ({cache})\n{upstreams}"),
         );
     }
     (
         StatusCode::OK,
-        format!("{ready}\ncache: open ({cache})\nupstream: {upstream}\n"),
+        format!("{ready}\ncache: open ({cache})\n{upstreams}"),
     )
 }
 
 async fn metrics(State(state): State<Arc<AdminState>>) -> impl IntoResponse {
     // A scrape refreshes portico_upstream_up (rate-limited like /readyz).
-    let _ = state.upstream_reachable().await;
+    let _ = state.upstreams_reachable().await;
     (
         [(header::CONTENT_TYPE, OPENMETRICS_CONTENT_TYPE)],
         state.metrics.render(),

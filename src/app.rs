@@ -14,14 +14,14 @@ use crate::api;
 use crate::budget::MemoryBudget;
 use crate::cache::{BlockCache, CacheError};
 use crate::cluster::{self, Cluster, PeerState};
-use crate::config::Config;
+use crate::config::{Config, DEFAULT_UPSTREAM, UpstreamConfig};
 use crate::events::{Invalidator, SqsConsumer};
 use crate::listing::ListingCache;
 use crate::read::{Peers, ReadPath, ReadSettings};
 use crate::rules::Rules;
 use crate::shutdown::{self, Shutdown};
 use crate::telemetry::Metrics;
-use crate::upstream::{self, Upstream};
+use crate::upstream::{self, Origin, Origins, Upstream};
 use crate::warm::Maintenance;
 
 #[derive(Debug, thiserror::Error)]
@@ -146,9 +146,8 @@ pub async fn run(
     tracing::debug!(?open_files, "open-file limit (ulimit -n)");
     let (trigger, stopping) = shutdown::channel();
     let cache = BlockCache::open(&config.cache, metrics.clone()).await?;
-    let tls = upstream::tls_config(&config.upstream)?;
-    let shared = upstream::sdk_config(&config.upstream, &tls).await;
-    let upstream = Arc::new(Upstream::new(&config.upstream, &shared, metrics.clone()));
+    let (origins, shared) = connect_origins(&config, &metrics).await?;
+    let origins = Arc::new(origins);
     let budget = MemoryBudget::new(
         config.server.max_inflight_bytes.bytes(),
         config.server.inflight_wait.get(),
@@ -160,7 +159,7 @@ pub async fn run(
     };
     let read = ReadPath::new(
         cache.clone(),
-        upstream.clone(),
+        origins.clone(),
         metrics.clone(),
         read_settings(&config),
         budget,
@@ -171,7 +170,7 @@ pub async fn run(
         ListingCache::new(&config.listing, read.budget().clone(), metrics.clone()).map(Arc::new);
     let maintenance = Maintenance::new(
         read.clone(),
-        upstream.clone(),
+        origins.clone(),
         listings.clone(),
         config.admin.warm_concurrency as usize,
         stopping.clone(),
@@ -189,12 +188,6 @@ pub async fn run(
         });
         tokio::spawn(cluster::serve(listener, state, stopping.clone()))
     });
-    let forwarder = Arc::new(upstream::Forwarder::new(
-        &config.upstream,
-        &shared,
-        &tls,
-        metrics.clone(),
-    )?);
     let invalidator = Invalidator::new(
         read.clone(),
         maintenance.clone(),
@@ -213,7 +206,7 @@ pub async fn run(
     let front = api::service(
         &config,
         read,
-        forwarder,
+        origins.clone(),
         listings,
         metrics.clone(),
         stopping.clone(),
@@ -231,7 +224,7 @@ pub async fn run(
         AdminState::new(
             metrics,
             cache.clone(),
-            upstream,
+            origins,
             &config.admin.token,
             maintenance,
             cluster,
@@ -290,6 +283,46 @@ pub async fn run(
     cache.close().await?;
     tracing::info!("cache closed; goodbye");
     Ok(())
+}
+
+/// The upstreams by bucket (`[upstream]` as `default`, then `[[upstreams]]`) with their
+/// fallbacks, and the AWS SDK configuration of `default` (the SQS consumer's too).
+async fn connect_origins(
+    config: &Config,
+    metrics: &Arc<Metrics>,
+) -> Result<(Origins, aws_config::SdkConfig), AppError> {
+    let connect = async |name: &str, settings: &UpstreamConfig| {
+        let tls = upstream::tls_config(settings)?;
+        let shared = upstream::sdk_config(settings, &tls).await;
+        let client = Arc::new(Upstream::new(settings, &shared, metrics.clone()));
+        let forwarder = Arc::new(upstream::Forwarder::new(
+            settings,
+            &shared,
+            &tls,
+            metrics.clone(),
+        )?);
+        Ok::<_, AppError>((Origin::new(name, client, forwarder), shared))
+    };
+    let (default, shared) = connect(DEFAULT_UPSTREAM, &config.upstream).await?;
+    let mut origins = Origins::single(default, metrics.clone());
+    let mut fallbacks = vec![(DEFAULT_UPSTREAM, &config.upstream)];
+    let resolved: Vec<UpstreamConfig> = config
+        .upstreams
+        .iter()
+        .map(|entry| entry.resolve(&config.upstream))
+        .collect();
+    for (entry, settings) in config.upstreams.iter().zip(&resolved) {
+        let (origin, _) = connect(&entry.name, settings).await?;
+        origins.add(origin, &entry.buckets);
+        fallbacks.push((entry.name.as_str(), settings));
+    }
+    for (name, settings) in fallbacks {
+        if !settings.fallback.is_empty() {
+            // Validated with the configuration: both names exist.
+            origins.set_fallback(name, &settings.fallback, &settings.fallback_bucket);
+        }
+    }
+    Ok((origins, shared))
 }
 
 /// Read-path settings from the cache, prefetch and upstream sections.

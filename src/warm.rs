@@ -17,7 +17,7 @@ use crate::listing::ListingCache;
 use crate::read::{KnownVersion, ReadError, ReadPath};
 use crate::shutdown::Shutdown;
 use crate::types::{ObjectRef, ObjectRefError, RangeRequest, Selection};
-use crate::upstream::{Upstream, UpstreamError};
+use crate::upstream::{Origins, UpstreamError};
 
 /// Warm jobs running at once at most.
 pub const MAX_RUNNING_JOBS: usize = 4;
@@ -140,7 +140,7 @@ pub struct Maintenance {
     /// Listing pages a purge drops, when listings are cached.
     listings: Option<Arc<ListingCache>>,
     read: ReadPath,
-    upstream: Arc<Upstream>,
+    upstreams: Arc<Origins>,
     concurrency: usize,
     jobs: Arc<Mutex<BTreeMap<u64, Arc<Job>>>>,
     next_id: Arc<AtomicU64>,
@@ -152,14 +152,14 @@ impl Maintenance {
     /// Warm jobs load up to `concurrency` blocks at a time each, until `shutdown`.
     pub fn new(
         read: ReadPath,
-        upstream: Arc<Upstream>,
+        upstreams: Arc<Origins>,
         listings: Option<Arc<ListingCache>>,
         concurrency: usize,
         shutdown: Shutdown,
     ) -> Self {
         Self {
             read,
-            upstream,
+            upstreams,
             listings,
             concurrency: concurrency.max(1),
             jobs: Arc::default(),
@@ -176,7 +176,8 @@ impl Maintenance {
         match selector {
             Selector::Key(object) => Ok(vec![(object.clone(), None)]),
             Selector::Prefix { bucket, prefix } => {
-                let listed = self.upstream.list(bucket, prefix).await?;
+                let upstream = &self.upstreams.for_bucket(bucket).upstream;
+                let listed = upstream.list(bucket, prefix).await?;
                 Ok(listed
                     .into_iter()
                     .filter_map(|entry| {

@@ -35,7 +35,7 @@ use crate::listing::ListingCache;
 use crate::read::ReadPath;
 use crate::shutdown::Shutdown;
 use crate::telemetry::Metrics;
-use crate::upstream::Forwarder;
+use crate::upstream::Origins;
 use limits::RequestLimits;
 use passthrough::{Passthrough, WriteThrough};
 
@@ -43,7 +43,7 @@ use passthrough::{Passthrough, WriteThrough};
 pub fn service(
     config: &Config,
     read: ReadPath,
-    forwarder: Arc<Forwarder>,
+    upstreams: Arc<Origins>,
     listings: Option<Arc<ListingCache>>,
     metrics: Arc<Metrics>,
     shutdown: Shutdown,
@@ -79,7 +79,7 @@ pub fn service(
         // Held in memory until the upload completes: at most a quarter of the memory tier.
         max_object_bytes: config.cache.memory_capacity.bytes() / 4,
     });
-    let passthrough = Arc::new(Passthrough::new(forwarder, read, write_through, listings));
+    let passthrough = Arc::new(Passthrough::new(upstreams, read, write_through, listings));
     Ok(Front::new(
         builder.build(),
         passthrough,

@@ -1,6 +1,7 @@
 //! Forwarded requests: the client's request is re-framed for the upstream (signature and
 //! hop-by-hop headers dropped, `aws-chunked` payloads decoded and, when they carry
-//! trailing checksums, re-encoded unsigned), sent through the [`Forwarder`], and the
+//! trailing checksums, re-encoded unsigned), sent through the forwarder of the upstream
+//! its bucket routes to (`crate::upstream::Origins`; never failed over), and the
 //! upstream's response streamed back as it came. Writes invalidate the keys they change,
 //! and the listing pages whose prefix covers them. Listings within
 //! `listing.cached_prefixes` are answered from the listing cache (`crate::listing`).
@@ -31,7 +32,7 @@ use crate::listing::{ListingCache, Page, PageKey};
 use crate::read::ReadPath;
 use crate::rules::Rules;
 use crate::types::ObjectRef;
-use crate::upstream::{ForwardRequest, Forwarder, Payload, UpstreamError};
+use crate::upstream::{ForwardRequest, Origins, Payload, UpstreamError};
 use capture::Capture;
 use delete::{MAX_DELETE_LIST_BYTES, collect_bounded, deleted, deleted_objects};
 use framing::{Framing, body_error, client_body, forwarded_headers, full_body};
@@ -54,7 +55,9 @@ pub struct WriteThrough {
 }
 
 pub struct Passthrough {
-    forwarder: Arc<Forwarder>,
+    /// The upstreams by bucket: a request goes to its bucket's, one without a bucket
+    /// (ListBuckets) to `default`.
+    upstreams: Arc<Origins>,
     read: ReadPath,
     write_through: Option<WriteThrough>,
     /// Listing pages within `listing.cached_prefixes`, when any are configured.
@@ -71,13 +74,13 @@ pub struct Forwarded {
 
 impl Passthrough {
     pub fn new(
-        forwarder: Arc<Forwarder>,
+        upstreams: Arc<Origins>,
         read: ReadPath,
         write_through: Option<WriteThrough>,
         listings: Option<Arc<ListingCache>>,
     ) -> Self {
         Self {
-            forwarder,
+            upstreams,
             read,
             write_through,
             listings,
@@ -180,7 +183,11 @@ impl Passthrough {
         };
 
         let Address { bucket, key, query } = address;
-        let result = self
+        let origin = match &bucket {
+            Some(bucket) => self.upstreams.for_bucket(bucket),
+            None => self.upstreams.default_origin(),
+        };
+        let result = origin
             .forwarder
             .send(ForwardRequest {
                 operation,

@@ -19,18 +19,39 @@ impl Config {
             Some(path) => read_file(path)?,
             None => Table::new(),
         };
-        apply_env(&mut tree, env)?;
+        let env: Vec<(String, String)> = env.into_iter().collect();
+        apply_env(&mut tree, env.iter().cloned())?;
         apply_cli(&mut tree, cli);
-        let config: Config =
-            serde_path_to_error::deserialize(toml::Value::Table(tree)).map_err(|error| {
+        let mut config: Config = serde_path_to_error::deserialize(toml::Value::Table(tree))
+            .map_err(|error| {
                 let key = error.path().to_string();
                 // Deserializers append context on further lines; the key is already named.
                 let detail = error.into_inner().to_string();
                 let detail = detail.lines().next().unwrap_or_default().to_owned();
                 ConfigError::new(format_args!("config key {key}: {detail}"))
             })?;
+        config.apply_upstream_credentials(&env);
         config.validate()?;
         Ok(config)
+    }
+
+    /// `PORTICO_UPSTREAMS_<NAME>_ACCESS_KEY_ID` and `..._SECRET_ACCESS_KEY` (the entry's
+    /// name upper-cased, `-` and `.` as `_`): an `[[upstreams]]` entry's credential from
+    /// the environment (a Kubernetes Secret) instead of the file.
+    fn apply_upstream_credentials(&mut self, env: &[(String, String)]) {
+        for entry in &mut self.upstreams {
+            let prefix = format!(
+                "PORTICO_UPSTREAMS_{}_",
+                entry.name.to_ascii_uppercase().replace(['-', '.'], "_")
+            );
+            for (name, value) in env {
+                match name.strip_prefix(&prefix) {
+                    Some("ACCESS_KEY_ID") => entry.access_key_id = value.clone(),
+                    Some("SECRET_ACCESS_KEY") => entry.secret_access_key = value.clone(),
+                    _ => {}
+                }
+            }
+        }
     }
 
     /// The effective configuration as TOML, with secrets replaced by `"<redacted>"`.
@@ -45,6 +66,11 @@ impl Config {
         ] {
             if !secret.is_empty() {
                 *secret = "<redacted>".to_owned();
+            }
+        }
+        for entry in &mut shown.upstreams {
+            if !entry.secret_access_key.is_empty() {
+                entry.secret_access_key = "<redacted>".to_owned();
             }
         }
         toml::to_string(&shown).unwrap_or_else(|error| format!("<config not printable: {error}>"))

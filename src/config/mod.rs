@@ -19,6 +19,7 @@ mod rules;
 mod server;
 mod units;
 mod upstream;
+mod upstreams;
 
 use std::fmt;
 use std::net::SocketAddr;
@@ -36,6 +37,7 @@ pub use rules::{BucketPattern, RuleConfig};
 pub use server::{AdminConfig, ServerConfig};
 pub use units::{ByteSize, HumanDuration, MetadataTtl, OptionalAddress};
 pub use upstream::UpstreamConfig;
+pub use upstreams::{DEFAULT_UPSTREAM, UpstreamEntryConfig};
 
 /// Smallest and largest accepted `cache.block_size`.
 pub const MIN_BLOCK_SIZE: ByteSize = ByteSize::kib(64);
@@ -54,6 +56,8 @@ pub struct Config {
     pub listing: ListingConfig,
     pub cluster: ClusterConfig,
     pub events: EventsConfig,
+    /// More upstreams, by bucket; `[upstream]` serves the buckets none of them names.
+    pub upstreams: Vec<UpstreamEntryConfig>,
     /// Cache behaviour per bucket and key prefix; the first matching rule applies.
     pub rules: Vec<RuleConfig>,
 }
@@ -74,6 +78,7 @@ impl Config {
         self.admin.validate()?;
         self.cache.validate()?;
         self.upstream.validate()?;
+        upstreams::validate(&self.upstreams, &self.upstream)?;
         self.auth.validate()?;
         self.listing.validate()?;
         self.events.validate()?;

@@ -325,3 +325,36 @@ fn rules_load_in_order_and_a_bad_one_names_its_index_and_key() {
         .to_string();
     assert!(error.contains("unknown field `ttl`"), "{error}");
 }
+
+#[test]
+fn upstream_entries_load_and_take_their_credential_from_the_environment() {
+    let config = load_text(
+        "[upstream]\nfallback = \"replica\"\nfallback_bucket = \"{bucket}-r\"\n\n[[upstreams]]\nname = \"lab-eu.1\"\nbuckets = [\"lab-*\"]\nendpoint = \"http://127.0.0.1:9000\"\n\n[[upstreams]]\nname = \"replica\"\nregion = \"us-east-2\"\n",
+        &[
+            ("PORTICO_UPSTREAMS_LAB_EU_1_ACCESS_KEY_ID", "lab-key"),
+            ("PORTICO_UPSTREAMS_LAB_EU_1_SECRET_ACCESS_KEY", "lab-secret"),
+        ],
+    )
+    .unwrap();
+    assert_eq!(config.upstreams.len(), 2);
+    assert_eq!(config.upstreams[0].access_key_id, "lab-key");
+    assert_eq!(config.upstreams[0].buckets[0].as_str(), "lab-*");
+    assert!(config.upstreams[1].access_key_id.is_empty());
+    assert_eq!(config.upstream.fallback, "replica");
+    let printed = config.to_redacted_toml();
+    assert!(!printed.contains("lab-secret"), "{printed}");
+    assert!(printed.contains("<redacted>"), "{printed}");
+
+    let error = load_text(
+        "[[upstreams]]\nname = \"lab\"\nbuckets = [\"lab-*\"]\n",
+        &[("PORTICO_UPSTREAMS_LAB_ACCESS_KEY_ID", "only-the-key")],
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        error.starts_with(
+            "config keys upstreams[0].access_key_id and upstreams[0].secret_access_key"
+        ),
+        "{error}"
+    );
+}

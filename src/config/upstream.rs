@@ -40,6 +40,12 @@ pub struct UpstreamConfig {
     /// PEM CA certificates trusted for upstream TLS in addition to the system bundle
     /// (a private S3 endpoint's CA); empty means the system bundle alone.
     pub ca_file: PathBuf,
+    /// An `[[upstreams]]` entry's name that cached reads go to when this upstream fails
+    /// (a replica); empty: none.
+    pub fallback: String,
+    /// The bucket on the fallback: `{bucket}` stands for the bucket read; empty: the same
+    /// name.
+    pub fallback_bucket: String,
 }
 
 impl Default for UpstreamConfig {
@@ -58,6 +64,8 @@ impl Default for UpstreamConfig {
             hedge_quantile: 0.95,
             hedge_min_delay: HumanDuration(Duration::from_millis(50)),
             ca_file: PathBuf::new(),
+            fallback: String::new(),
+            fallback_bucket: String::new(),
         }
     }
 }
@@ -65,20 +73,7 @@ impl Default for UpstreamConfig {
 impl UpstreamConfig {
     /// The endpoint, region, retries, hedging, timeouts and credential keys.
     pub(super) fn validate(&self) -> Result<(), ConfigError> {
-        let endpoint = &self.endpoint;
-        if !(endpoint.is_empty()
-            || endpoint.starts_with("http://")
-            || endpoint.starts_with("https://"))
-        {
-            return Err(ConfigError::new(format_args!(
-                "config key upstream.endpoint: {endpoint:?} is not accepted (expected an http:// or https:// URL, or empty for AWS S3)"
-            )));
-        }
-        if self.region.is_empty() {
-            return Err(ConfigError::new(
-                "config key upstream.region: must not be empty (e.g. us-east-1)",
-            ));
-        }
+        self.validate_server("upstream")?;
         let upstream = self;
         if !(1..=10).contains(&upstream.max_attempts) {
             return Err(ConfigError::new(format_args!(
@@ -103,10 +98,30 @@ impl UpstreamConfig {
                 )));
             }
         }
-        if upstream.access_key_id.is_empty() != upstream.secret_access_key.is_empty() {
-            return Err(ConfigError::new(
-                "config keys upstream.access_key_id and upstream.secret_access_key: set both, or neither to use the AWS credential chain",
-            ));
+        Ok(())
+    }
+
+    /// Where and how the server is reached: endpoint, region and credentials, named under
+    /// `section` (`upstream`, `upstreams[1]`).
+    pub(super) fn validate_server(&self, section: &str) -> Result<(), ConfigError> {
+        let endpoint = &self.endpoint;
+        if !(endpoint.is_empty()
+            || endpoint.starts_with("http://")
+            || endpoint.starts_with("https://"))
+        {
+            return Err(ConfigError::new(format_args!(
+                "config key {section}.endpoint: {endpoint:?} is not accepted (expected an http:// or https:// URL, or empty for AWS S3)"
+            )));
+        }
+        if self.region.is_empty() {
+            return Err(ConfigError::new(format_args!(
+                "config key {section}.region: must not be empty (e.g. us-east-1)"
+            )));
+        }
+        if self.access_key_id.is_empty() != self.secret_access_key.is_empty() {
+            return Err(ConfigError::new(format_args!(
+                "config keys {section}.access_key_id and {section}.secret_access_key: set both, or neither to use the AWS credential chain"
+            )));
         }
         Ok(())
     }

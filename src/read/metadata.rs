@@ -218,12 +218,12 @@ impl ReadPath {
                         },
                     )
                 }),
-            // Only a HEAD reports checksums. In cluster mode blocks come only from their
-            // owners, through their caches (which coalesce them): a HEAD learns the
-            // version to ask for.
-            (Some(_), _) | (None, FirstRead::Head) => {
-                self.head_fresh(object).await.map(without_blocks)
-            }
+            // Only a HEAD reports checksums: one pinned to the known version (a fallback
+            // answers for that version alone), a plain one if it changed.
+            (Some(known), _) => self.head_known(object, known).await.map(without_blocks),
+            // In cluster mode blocks come only from their owners, through their caches
+            // (which coalesce them): a HEAD learns the version to ask for.
+            (None, FirstRead::Head) => self.head_fresh(object).await.map(without_blocks),
             (None, _) if self.inner.peers.is_some() => {
                 self.head_fresh(object).await.map(without_blocks)
             }
@@ -308,7 +308,7 @@ impl ReadPath {
         known: &Arc<ObjectMeta>,
     ) -> Result<(Arc<ObjectMeta>, bool), UpstreamError> {
         let etag = (!known.etag.is_empty()).then_some(known.etag.as_str());
-        match self.inner.source.head(object, etag).await? {
+        match self.inner.source.head(object, etag, None).await? {
             HeadOutcome::NotModified => {
                 self.inner
                     .metrics
@@ -329,8 +329,31 @@ impl ReadPath {
         }
     }
 
+    /// The known version's metadata with its checksums (a HEAD with `If-Match`), or, when
+    /// the object changed, the new version's.
+    async fn head_known(
+        &self,
+        object: &ObjectRef,
+        known: &ObjectMeta,
+    ) -> Result<Arc<ObjectMeta>, UpstreamError> {
+        let pinned = (!known.etag.is_empty()).then_some(known.etag.as_str());
+        match self.inner.source.head(object, None, pinned).await {
+            Ok(HeadOutcome::Found(meta)) => {
+                self.inner
+                    .metrics
+                    .count_metadata(MetadataLookup::Revalidated);
+                Ok(Arc::new(*meta))
+            }
+            Ok(HeadOutcome::NotModified) => Err(UpstreamError::invalid_response(
+                "304 for a HEAD without If-None-Match",
+            )),
+            Err(UpstreamError::PreconditionFailed { .. }) => self.head_fresh(object).await,
+            Err(error) => Err(error),
+        }
+    }
+
     async fn head_fresh(&self, object: &ObjectRef) -> Result<Arc<ObjectMeta>, UpstreamError> {
-        match self.inner.source.head(object, None).await? {
+        match self.inner.source.head(object, None, None).await? {
             HeadOutcome::Found(meta) => {
                 self.inner.metrics.count_metadata(MetadataLookup::Fetched);
                 Ok(Arc::new(*meta))

@@ -1,5 +1,5 @@
 //! Where the read path's bytes and metadata come from: a [`BlockSource`]. The upstream S3
-//! server is the one a node starts with; a peer that owns a block is another, and the read
+//! servers, by bucket and with their fallbacks ([`Origins`]), are the one a node starts with; a peer that owns a block is another, and the read
 //! path's unit tests use one held in memory.
 //!
 //! Invariant: a source answers for the version it is asked about. With `if_match`, a
@@ -14,18 +14,20 @@ use bytes::Bytes;
 use crate::object::ObjectMeta;
 use crate::types::{BlockIndex, ByteRange, ObjectRef, RangeRequest};
 use crate::upstream::{
-    HeadOutcome, RangeRead, ResponseHead, StreamedRead, Upstream, UpstreamError,
+    HeadOutcome, Origins, RangeRead, ResponseHead, StreamedRead, Upstream, UpstreamError,
 };
 
 /// A producer of object metadata and byte ranges for the read path.
 #[async_trait]
 pub trait BlockSource: Send + Sync + 'static {
     /// The object's metadata with its stored checksums; with `if_none_match`, an unchanged
-    /// object answers [`HeadOutcome::NotModified`].
+    /// object answers [`HeadOutcome::NotModified`]; with `if_match`, another version fails
+    /// with [`UpstreamError::PreconditionFailed`].
     async fn head(
         &self,
         object: &ObjectRef,
         if_none_match: Option<&str>,
+        if_match: Option<&str>,
     ) -> Result<HeadOutcome, UpstreamError>;
 
     /// `range` of `object` read whole, at most `max_bytes` of it, with the metadata of the
@@ -55,8 +57,41 @@ impl BlockSource for Upstream {
         &self,
         object: &ObjectRef,
         if_none_match: Option<&str>,
+        if_match: Option<&str>,
     ) -> Result<HeadOutcome, UpstreamError> {
-        Upstream::head(self, object, if_none_match).await
+        self.head_if(object, if_none_match, if_match).await
+    }
+
+    async fn get(
+        &self,
+        object: &ObjectRef,
+        range: RangeRequest,
+        if_match: Option<&str>,
+        max_bytes: u64,
+        head: &ResponseHead,
+    ) -> Result<RangeRead, UpstreamError> {
+        self.get_range(object, range, if_match, max_bytes, head)
+            .await
+    }
+
+    async fn stream(
+        &self,
+        object: &ObjectRef,
+        range: ByteRange,
+    ) -> Result<StreamedRead, UpstreamError> {
+        self.stream_range(object, range).await
+    }
+}
+
+#[async_trait]
+impl BlockSource for Origins {
+    async fn head(
+        &self,
+        object: &ObjectRef,
+        if_none_match: Option<&str>,
+        if_match: Option<&str>,
+    ) -> Result<HeadOutcome, UpstreamError> {
+        Origins::head(self, object, if_none_match, if_match).await
     }
 
     async fn get(

@@ -77,9 +77,12 @@ impl ReadPath {
     ) -> Result<(), AdmitError> {
         let generation = self.inner.generations.current(object);
         let size: u64 = data.iter().map(|piece| piece.len() as u64).sum();
-        let meta = match self.inner.source.head(object, None).await? {
-            HeadOutcome::Found(meta) => meta,
-            HeadOutcome::NotModified => return Err(AdmitError::Superseded),
+        let meta = match self.inner.source.head(object, None, Some(etag)).await {
+            Ok(HeadOutcome::Found(meta)) => meta,
+            Ok(HeadOutcome::NotModified) | Err(UpstreamError::PreconditionFailed { .. }) => {
+                return Err(AdmitError::Superseded);
+            }
+            Err(error) => return Err(error.into()),
         };
         if meta.etag != etag || meta.size != size {
             return Err(AdmitError::Superseded);

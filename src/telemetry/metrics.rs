@@ -44,6 +44,11 @@ pub struct ResultLabel {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct UpstreamLabel {
+    pub upstream: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 pub struct DirectionLabel {
     pub direction: &'static str,
 }
@@ -100,7 +105,10 @@ pub struct Metrics {
     pub stale_serves: Counter,
     /// 1 while the disk tier is off after an I/O error (memory-only), else 0.
     pub cache_degraded: Gauge,
-    pub upstream_up: Gauge,
+    /// Per upstream: 1 when its last probe succeeded.
+    upstream_up: Family<UpstreamLabel, Gauge>,
+    /// Cached reads sent to an upstream's fallback after it failed, by upstream.
+    upstream_failovers: Family<UpstreamLabel, Counter>,
     /// Upstream answers showing Portico's credential failing, by reason.
     pub upstream_credential_errors: Family<ReasonLabel, Counter>,
     /// Disk-tier I/O errors seen, by operation (read, write).
@@ -176,7 +184,8 @@ impl Metrics {
             upstream_hedges: Family::default(),
             stale_serves: Counter::default(),
             cache_degraded: Gauge::default(),
-            upstream_up: Gauge::default(),
+            upstream_up: Family::default(),
+            upstream_failovers: Family::default(),
             upstream_credential_errors: Family::default(),
             cache_disk_errors: Family::default(),
             connections_refused: Family::default(),
@@ -274,8 +283,13 @@ impl Metrics {
         );
         registry.register(
             "portico_upstream_up",
-            "1 when the last upstream probe (at most one per 5 s, made by /readyz and /metrics) got an answer that accepted Portico's credential, else 0",
+            "1 when the last probe of an upstream (at most one per 5 s, made by /readyz and /metrics) got an answer that accepted Portico's credential, else 0; by upstream (default is [upstream])",
             metrics.upstream_up.clone(),
+        );
+        registry.register(
+            "portico_upstream_failovers",
+            "Cached reads (HEADs, block GETs) sent to an upstream's fallback after the upstream failed, by the upstream that failed",
+            metrics.upstream_failovers.clone(),
         );
         registry.register(
             "portico_upstream_credential_errors",
@@ -444,6 +458,9 @@ impl Metrics {
         for direction in ["received", "sent"] {
             drop(self.peer_bytes.get_or_create(&DirectionLabel { direction }));
         }
+        for reason in ["malformed", "unauthorized"] {
+            drop(self.event_rejections.get_or_create(&ReasonLabel { reason }));
+        }
         for operation in ["read", "write"] {
             drop(
                 self.cache_disk_errors
@@ -608,6 +625,32 @@ impl Metrics {
         self.listing_lookups
             .get_or_create(&ResultLabel {
                 result: result.as_str(),
+            })
+            .inc();
+    }
+
+    /// Whether the upstream `name` answered its last probe.
+    pub fn set_upstream_up(&self, name: &str, up: bool) {
+        self.upstream_up
+            .get_or_create(&UpstreamLabel {
+                upstream: name.to_owned(),
+            })
+            .set(i64::from(up));
+    }
+
+    /// Starts the series of the upstream `name` (down until probed, no failovers).
+    pub fn start_upstream(&self, name: &str) {
+        let label = UpstreamLabel {
+            upstream: name.to_owned(),
+        };
+        drop(self.upstream_up.get_or_create(&label));
+        drop(self.upstream_failovers.get_or_create(&label));
+    }
+
+    pub fn count_failover(&self, upstream: &str) {
+        self.upstream_failovers
+            .get_or_create(&UpstreamLabel {
+                upstream: upstream.to_owned(),
             })
             .inc();
     }

@@ -8,6 +8,7 @@ mod blank_key;
 mod client;
 mod error;
 mod forward;
+mod origins;
 mod results;
 mod signer;
 
@@ -33,6 +34,7 @@ use client::RetryCounter;
 pub use client::{sdk_config, tls_config};
 pub use error::{CredentialProblem, UpstreamError};
 pub use forward::{EndpointError, ForwardRequest, Forwarder, Payload, UpstreamBody};
+pub use origins::{Origin, Origins};
 pub use portico_http_client::TlsError;
 pub use results::{HeadOutcome, Listed, RangeRead, ResponseHead, StreamedRead};
 
@@ -290,6 +292,17 @@ impl Upstream {
         object: &ObjectRef,
         if_none_match: Option<&str>,
     ) -> Result<HeadOutcome, UpstreamError> {
+        self.head_if(object, if_none_match, None).await
+    }
+
+    /// [`Self::head`], also with `If-Match`: another version fails with
+    /// [`UpstreamError::PreconditionFailed`].
+    pub async fn head_if(
+        &self,
+        object: &ObjectRef,
+        if_none_match: Option<&str>,
+        if_match: Option<&str>,
+    ) -> Result<HeadOutcome, UpstreamError> {
         let started = Instant::now();
         let span =
             tracing::info_span!(target: TRACE_TARGET, "upstream.head", http.status_code = Empty);
@@ -301,7 +314,8 @@ impl Upstream {
             .key(key)
             .set_version_id(object.version().map(str::to_owned))
             .checksum_mode(ChecksumMode::Enabled)
-            .set_if_none_match(if_none_match.map(str::to_owned));
+            .set_if_none_match(if_none_match.map(str::to_owned))
+            .set_if_match(if_match.map(str::to_owned));
         let sent = async {
             match restore {
                 Some(restore) => {

@@ -93,9 +93,7 @@ pub fn start_on(port: u16, env: &[(&str, &str)]) -> Minio {
         wait "$child" 2>/dev/null
         rm -rf "$DATA" "$DATA.log"
     "#;
-    let mut command = Command::new("sh");
-    command.envs(env.iter().copied());
-    let mut child = command
+    let mut child = Command::new("sh")
         .arg("-c")
         .arg(script)
         .env("MINIO", &binary)
@@ -104,6 +102,8 @@ pub fn start_on(port: u16, env: &[(&str, &str)]) -> Minio {
         .env("MINIO_ROOT_USER", ACCESS_KEY)
         .env("MINIO_ROOT_PASSWORD", SECRET_KEY)
         .env("MINIO_BROWSER", "off")
+        // Last, so a test can replace the root credential too.
+        .envs(env.iter().copied())
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
         .spawn()

@@ -152,6 +152,8 @@ class ChartTest(unittest.TestCase):
             "PORTICO_AUTH_SECRET_ACCESS_KEY",
             "PORTICO_ADMIN_TOKEN",
             "PORTICO_EVENTS_TOKEN",
+            "PORTICO_UPSTREAMS_LAB_ACCESS_KEY_ID",
+            "PORTICO_UPSTREAMS_REPLICA_SECRET_ACCESS_KEY",
         ]:
             self.assertIn("secretKeyRef", env[name]["valueFrom"], name)
         self.assertEqual(

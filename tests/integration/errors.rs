@@ -70,7 +70,7 @@ async fn an_unreachable_upstream_gives_503_for_uncached_reads_and_portico_stays_
     assert_eq!(status, 200, "{body}");
     assert!(body.starts_with("ready\n"), "{body}");
     assert!(body.contains("\nupstream: unreachable"), "{body}");
-    let up = "portico_upstream_up";
+    let up = "portico_upstream_up{upstream=\"default\"}";
     assert_eq!(rig.portico().metric(up).await, 0.0);
 
     rig.forwarder.restart().await;
@@ -113,7 +113,12 @@ async fn portico_s_own_upstream_credential_failing_is_named_as_such() {
     );
     let rejected = "portico_upstream_credential_errors_total{reason=\"rejected\"}";
     assert!(rig.portico().metric(rejected).await >= 2.0);
-    assert_eq!(rig.portico().metric("portico_upstream_up").await, 0.0);
+    assert_eq!(
+        rig.portico()
+            .metric("portico_upstream_up{upstream=\"default\"}")
+            .await,
+        0.0
+    );
     assert_eq!(
         rig.portico()
             .logs()

@@ -30,5 +30,6 @@ mod scans;
 mod scopes;
 mod tls;
 mod tracing;
+mod upstreams;
 mod versions;
 mod writes;

@@ -79,7 +79,8 @@ every YAML number as a float), lists of values. */}}
 {{- end -}}
 
 {{/* portico.toml from .Values.config: one [section] per map, one key = value per entry,
-then one [[rules]] table per entry of config.rules (order kept: the first match wins);
+then one [[upstreams]] and one [[rules]] table per entry of config.upstreams and
+config.rules (order kept: the first match wins);
 the credentials file is mounted by the chart when configured. */}}
 {{- define "portico.toml" -}}
 # Rendered by the portico Helm chart from .Values.config; see docs/configuration.md.
@@ -100,10 +101,19 @@ the credentials file is mounted by the chart when configured. */}}
 {{- end -}}
 {{- $rules := default list (get $config "rules") -}}
 {{- $_ := unset $config "rules" -}}
+{{- $upstreams := default list (get $config "upstreams") -}}
+{{- $_ := unset $config "upstreams" -}}
 {{- range $section, $keys := $config }}
 
 [{{ $section }}]
 {{- range $key, $value := $keys }}
+{{ $key }} = {{ include "portico.tomlValue" $value }}
+{{- end }}
+{{- end }}
+{{- range $upstreams }}
+
+[[upstreams]]
+{{- range $key, $value := . }}
 {{ $key }} = {{ include "portico.tomlValue" $value }}
 {{- end }}
 {{- end }}
@@ -179,6 +189,11 @@ limits:
 {{- if or .existingSecret .value }}
 {{ include "portico.secretEnv" (list "PORTICO_ADMIN_TOKEN" (default $secret .existingSecret) (ternary "token" "admin_token" (ne .existingSecret ""))) }}
 {{- end }}
+{{- end }}
+{{- range .Values.upstreamsCredentials }}
+{{- $prefix := printf "PORTICO_UPSTREAMS_%s_" (.name | upper | replace "-" "_" | replace "." "_") }}
+{{ include "portico.secretEnv" (list (printf "%sACCESS_KEY_ID" $prefix) .existingSecret "access_key_id") }}
+{{ include "portico.secretEnv" (list (printf "%sSECRET_ACCESS_KEY" $prefix) .existingSecret "secret_access_key") }}
 {{- end }}
 {{- with .Values.eventsToken }}
 {{- if or .existingSecret .value }}

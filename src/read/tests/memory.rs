@@ -112,13 +112,17 @@ impl BlockSource for MemorySource {
         &self,
         object: &ObjectRef,
         if_none_match: Option<&str>,
+        if_match: Option<&str>,
     ) -> Result<HeadOutcome, UpstreamError> {
         let key = object.key().to_owned();
-        let conditional = if_none_match.is_some();
+        let conditional = if_none_match.is_some() || if_match.is_some();
         self.answer(Call::Head { key, conditional }).await?;
         let (mut meta, _) = self.object(object.key())?;
         if if_none_match == Some(meta.etag.as_str()) {
             return Ok(HeadOutcome::NotModified);
+        }
+        if if_match.is_some_and(|etag| etag != meta.etag) {
+            return Err(UpstreamError::PreconditionFailed { request_id: None });
         }
         meta.checksums = Some(Checksums::default());
         Ok(HeadOutcome::Found(Box::new(meta)))

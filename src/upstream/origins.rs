@@ -1,0 +1,216 @@
+//! Several upstreams, chosen by bucket (`[upstream]`, named `default`, and `[[upstreams]]`
+//! entries), and read failover to an upstream's fallback (a replica).
+//!
+//! Invariants:
+//! - Every request for a bucket goes to the one upstream its bucket routes to: the first
+//!   `[[upstreams]]` entry whose patterns match, else `default`. Writes, listings and
+//!   everything forwarded never fail over.
+//! - A cached read (HEAD, block GET) fails over only when the routed upstream failed with
+//!   an error worth retrying (no answer, timeout, 5xx, throttling) after its retries.
+//! - A read of a known version is pinned to it on the fallback: block GETs keep their
+//!   `If-Match`, a revalidation becomes a HEAD with `If-Match`. When the fallback does not
+//!   hold that version (412) or fails too, the routed upstream's own error is returned,
+//!   so the client gets an error (or, for a revalidation, the cached version with
+//!   `serve_stale_on_error`), never bytes of another version.
+//! - An object no version of which is known is read from the fallback unpinned: the
+//!   version the fallback holds, every block pinned to it.
+//! - Reads of objects without an ETag (streamed, never cached) do not fail over: nothing
+//!   names their version.
+
+use std::sync::Arc;
+
+use crate::config::BucketPattern;
+use crate::telemetry::Metrics;
+use crate::types::{ByteRange, ObjectRef, RangeRequest};
+
+use super::{
+    Forwarder, HeadOutcome, RangeRead, ResponseHead, StreamedRead, Upstream, UpstreamError,
+};
+
+/// One upstream: its S3 client for cached reads and its forwarder for everything else.
+pub struct Origin {
+    pub name: Arc<str>,
+    pub upstream: Arc<Upstream>,
+    pub forwarder: Arc<Forwarder>,
+    /// The fallback upstream's index and its bucket template (`{bucket}` replaced).
+    fallback: Option<(usize, String)>,
+}
+
+impl Origin {
+    pub fn new(name: &str, upstream: Arc<Upstream>, forwarder: Arc<Forwarder>) -> Self {
+        Self {
+            name: name.into(),
+            upstream,
+            forwarder,
+            fallback: None,
+        }
+    }
+}
+
+/// The upstreams by bucket. The first is `default`.
+pub struct Origins {
+    origins: Vec<Origin>,
+    /// Bucket patterns in order, each with the origin it routes to.
+    routes: Vec<(BucketPattern, usize)>,
+    metrics: Arc<Metrics>,
+}
+
+impl Origins {
+    /// `default` alone: every bucket goes to it.
+    pub fn single(default: Origin, metrics: Arc<Metrics>) -> Self {
+        metrics.start_upstream(&default.name);
+        Self {
+            origins: vec![default],
+            routes: Vec::new(),
+            metrics,
+        }
+    }
+
+    /// Adds an upstream serving `buckets` (after those added before it).
+    pub fn add(&mut self, origin: Origin, buckets: &[BucketPattern]) {
+        self.metrics.start_upstream(&origin.name);
+        let index = self.origins.len();
+        self.routes
+            .extend(buckets.iter().map(|bucket| (bucket.clone(), index)));
+        self.origins.push(origin);
+    }
+
+    /// Makes `fallback` (a name added before) the fallback of `name`, reached in the bucket
+    /// `bucket_template` names (`{bucket}`: the bucket read; empty: the same bucket).
+    /// Returns whether both names are known.
+    pub fn set_fallback(&mut self, name: &str, fallback: &str, bucket_template: &str) -> bool {
+        let position = |wanted: &str| {
+            self.origins
+                .iter()
+                .position(|origin| origin.name.as_ref() == wanted)
+        };
+        let (Some(index), Some(fallback)) = (position(name), position(fallback)) else {
+            return false;
+        };
+        let template = if bucket_template.is_empty() {
+            "{bucket}".to_owned()
+        } else {
+            bucket_template.to_owned()
+        };
+        self.origins[index].fallback = Some((fallback, template));
+        true
+    }
+
+    /// Every upstream, `default` first.
+    pub fn all(&self) -> &[Origin] {
+        &self.origins
+    }
+
+    /// `[upstream]`: buckets no entry names, and requests that name no bucket.
+    pub fn default_origin(&self) -> &Origin {
+        &self.origins[0]
+    }
+
+    /// The upstream `bucket` is served from.
+    pub fn for_bucket(&self, bucket: &str) -> &Origin {
+        let index = self
+            .routes
+            .iter()
+            .find(|(pattern, _)| pattern.matches(bucket))
+            .map_or(0, |(_, index)| *index);
+        &self.origins[index]
+    }
+
+    /// The fallback of the upstream `object` routes to, and the object there, when the
+    /// routed upstream failed with `error` and has one.
+    fn fallback_for(
+        &self,
+        object: &ObjectRef,
+        error: &UpstreamError,
+    ) -> Option<(&Origin, &Origin, ObjectRef)> {
+        if !error.is_retryable() {
+            return None;
+        }
+        let primary = self.for_bucket(object.bucket());
+        let (index, template) = primary.fallback.as_ref()?;
+        let bucket = template.replace("{bucket}", object.bucket());
+        let mapped = ObjectRef::new(&bucket, object.key())
+            .and_then(|mapped| mapped.with_version(object.version()))
+            .ok()?;
+        self.metrics.count_failover(&primary.name);
+        Some((primary, &self.origins[*index], mapped))
+    }
+
+    /// The object's metadata; see [`crate::read::BlockSource::head`].
+    pub async fn head(
+        &self,
+        object: &ObjectRef,
+        if_none_match: Option<&str>,
+        if_match: Option<&str>,
+    ) -> Result<HeadOutcome, UpstreamError> {
+        let routed = self.for_bucket(object.bucket());
+        let error = match routed
+            .upstream
+            .head_if(object, if_none_match, if_match)
+            .await
+        {
+            Err(error) => error,
+            answer => return answer,
+        };
+        let Some((primary, fallback, mapped)) = self.fallback_for(object, &error) else {
+            return Err(error);
+        };
+        // A known version (confirmed, or asked for): only that version will do.
+        let pinned = if_none_match.or(if_match);
+        let answer = fallback.upstream.head_if(&mapped, None, pinned).await;
+        match (answer, if_none_match) {
+            (Ok(HeadOutcome::Found(_)), Some(_)) => Ok(HeadOutcome::NotModified),
+            (Ok(found), None) => Ok(found),
+            (other, _) => {
+                tracing::warn!(%object, primary = %primary.name, fallback = %fallback.name, %error, answer = ?other.err(), "upstream failed and its fallback could not answer for the version; reporting the upstream's error");
+                Err(error)
+            }
+        }
+    }
+
+    /// `range` of `object`; see [`crate::read::BlockSource::get`].
+    pub async fn get_range(
+        &self,
+        object: &ObjectRef,
+        range: RangeRequest,
+        if_match: Option<&str>,
+        max_bytes: u64,
+        head: &ResponseHead,
+    ) -> Result<RangeRead, UpstreamError> {
+        let routed = self.for_bucket(object.bucket());
+        let error = match routed
+            .upstream
+            .get_range(object, range, if_match, max_bytes, head)
+            .await
+        {
+            Err(error) => error,
+            answer => return answer,
+        };
+        let Some((primary, fallback, mapped)) = self.fallback_for(object, &error) else {
+            return Err(error);
+        };
+        match fallback
+            .upstream
+            .get_range(&mapped, range, if_match, max_bytes, head)
+            .await
+        {
+            Ok(read) => Ok(read),
+            Err(answer) => {
+                tracing::warn!(%object, primary = %primary.name, fallback = %fallback.name, %error, %answer, "upstream failed and its fallback could not serve the version; reporting the upstream's error");
+                Err(error)
+            }
+        }
+    }
+
+    /// `range` of an object that is never cached, from the upstream it routes to alone.
+    pub async fn stream_range(
+        &self,
+        object: &ObjectRef,
+        range: ByteRange,
+    ) -> Result<StreamedRead, UpstreamError> {
+        self.for_bucket(object.bucket())
+            .upstream
+            .stream_range(object, range)
+            .await
+    }
+}
