@@ -102,6 +102,15 @@ pub struct CliOverrides {
     pub cache_dir: Option<PathBuf>,
 }
 
+/// Whether `text` is a name rules and upstreams accept (and a bucket name's characters):
+/// letters, digits, `.`, `-` and `_`, at least one.
+fn is_plain_name(text: &str) -> bool {
+    !text.is_empty()
+        && text
+            .bytes()
+            .all(|byte| byte.is_ascii_alphanumeric() || b".-_".contains(&byte))
+}
+
 /// A configuration error: one line naming the key and what it accepts.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]

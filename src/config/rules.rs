@@ -12,7 +12,7 @@ use std::str::FromStr;
 use serde::de::{self, Deserializer, Visitor};
 use serde::{Deserialize, Serialize, Serializer};
 
-use super::{ConfigError, HumanDuration, MetadataTtl};
+use super::{ConfigError, HumanDuration, MetadataTtl, is_plain_name};
 
 /// Bucket names as a rule matches them: one name, or a glob where `*` stands for any run
 /// of characters (`*` alone: every bucket).
@@ -140,11 +140,7 @@ pub(super) fn validate(rules: &[RuleConfig], prefetch_enabled: bool) -> Result<(
     for (index, rule) in rules.iter().enumerate() {
         let key = |field: &str| format!("config key rules[{index}].{field}");
         let name = &rule.name;
-        if name.is_empty()
-            || !name
-                .bytes()
-                .all(|byte| byte.is_ascii_alphanumeric() || b".-_".contains(&byte))
-        {
+        if !is_plain_name(name) {
             return Err(ConfigError::new(format_args!(
                 "{}: {name:?} is not accepted (expected a name of letters, digits, '.', '-' or '_', e.g. \"datasets\")",
                 key("name")

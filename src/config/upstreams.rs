@@ -10,7 +10,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use super::{BucketPattern, ConfigError, UpstreamConfig};
+use super::{BucketPattern, ConfigError, UpstreamConfig, is_plain_name};
 
 /// The name `[upstream]` goes by in fallbacks, metrics and `/readyz`.
 pub const DEFAULT_UPSTREAM: &str = "default";
@@ -69,11 +69,7 @@ pub(super) fn validate(
     let mut names = BTreeSet::from([DEFAULT_UPSTREAM]);
     for (index, entry) in entries.iter().enumerate() {
         let name = &entry.name;
-        if name.is_empty()
-            || !name
-                .bytes()
-                .all(|byte| byte.is_ascii_alphanumeric() || b".-_".contains(&byte))
-        {
+        if !is_plain_name(name) {
             return Err(ConfigError::new(format_args!(
                 "config key upstreams[{index}].name: {name:?} is not accepted (expected letters, digits, '.', '-' or '_', e.g. \"eu-west\")"
             )));
@@ -121,12 +117,7 @@ pub(super) fn validate(
                 "config key {section}.fallback: {fallback:?} names no upstream (expected \"default\" or an [[upstreams]] name)"
             )));
         }
-        let template = bucket.replace("{bucket}", "b");
-        if !bucket.is_empty()
-            && !template
-                .bytes()
-                .all(|byte| byte.is_ascii_alphanumeric() || b".-_".contains(&byte))
-        {
+        if !bucket.is_empty() && !is_plain_name(&bucket.replace("{bucket}", "b")) {
             return Err(ConfigError::new(format_args!(
                 "config key {section}.fallback_bucket: {bucket:?} is not accepted (expected a bucket name, where {{bucket}} stands for the bucket read, e.g. \"{{bucket}}-replica\")"
             )));
