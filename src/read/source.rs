@@ -13,9 +13,7 @@ use bytes::Bytes;
 
 use crate::object::ObjectMeta;
 use crate::types::{BlockIndex, ByteRange, ObjectRef, RangeRequest};
-use crate::upstream::{
-    HeadOutcome, Origins, RangeRead, ResponseHead, StreamedRead, Upstream, UpstreamError,
-};
+use crate::upstream::{HeadOutcome, Origins, RangeRead, ResponseHead, StreamedRead, UpstreamError};
 
 /// A producer of object metadata and byte ranges for the read path.
 #[async_trait]
@@ -49,38 +47,6 @@ pub trait BlockSource: Send + Sync + 'static {
         object: &ObjectRef,
         range: ByteRange,
     ) -> Result<StreamedRead, UpstreamError>;
-}
-
-#[async_trait]
-impl BlockSource for Upstream {
-    async fn head(
-        &self,
-        object: &ObjectRef,
-        if_none_match: Option<&str>,
-        if_match: Option<&str>,
-    ) -> Result<HeadOutcome, UpstreamError> {
-        self.head_if(object, if_none_match, if_match).await
-    }
-
-    async fn get(
-        &self,
-        object: &ObjectRef,
-        range: RangeRequest,
-        if_match: Option<&str>,
-        max_bytes: u64,
-        head: &ResponseHead,
-    ) -> Result<RangeRead, UpstreamError> {
-        self.get_range(object, range, if_match, max_bytes, head)
-            .await
-    }
-
-    async fn stream(
-        &self,
-        object: &ObjectRef,
-        range: ByteRange,
-    ) -> Result<StreamedRead, UpstreamError> {
-        self.stream_range(object, range).await
-    }
 }
 
 #[async_trait]

@@ -6,7 +6,6 @@
 use std::time::{Duration, Instant};
 
 use aws_sdk_s3::Client;
-use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::types::{Event, NotificationConfiguration, QueueConfiguration};
 use bytes::Bytes;
 use portico_testkit::minio::{free_port, start_on};
@@ -14,7 +13,7 @@ use portico_testkit::portico::{Portico, Settings};
 use portico_testkit::sqs::SqsServer;
 use portico_testkit::{create_bucket, http_send, random_bytes, s3_client, sdk_http_client};
 
-use crate::support::{Rig, binary, try_get};
+use crate::support::{Rig, binary, put_object, try_get};
 
 const TOKEN: &str = "events-token-for-tests";
 /// How soon a change must show through Portico once the store has it.
@@ -51,17 +50,6 @@ async fn served_within(
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-}
-
-async fn put(client: &Client, bucket: &str, key: &str, data: &[u8]) {
-    client
-        .put_object()
-        .bucket(bucket)
-        .key(key)
-        .body(ByteStream::from(data.to_vec()))
-        .send()
-        .await
-        .unwrap_or_else(|error| panic!("PUT {key}: {error:?}"));
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -109,11 +97,11 @@ async fn objects_changed_directly_on_minio_are_served_new_within_a_second_throug
     let client = s3_client(&portico.s3, true);
     let key = "models/run 7/weights+final.bin";
     let first = random_bytes(300_000, 1);
-    put(&direct, &bucket, key, &first).await;
+    put_object(&direct, &bucket, key, &first).await;
     served_within(&client, &bucket, key, Some(&first)).await;
 
     let second = random_bytes(200_000, 2);
-    put(&direct, &bucket, key, &second).await;
+    put_object(&direct, &bucket, key, &second).await;
     let took = served_within(&client, &bucket, key, Some(&second)).await;
     println!("overwrite on MinIO served through Portico after {took:?}");
 
@@ -128,7 +116,7 @@ async fn objects_changed_directly_on_minio_are_served_new_within_a_second_throug
 
     // The 404 was remembered (negative_ttl 5s); the next creation's event forgets it.
     let third = random_bytes(1000, 3);
-    put(&direct, &bucket, key, &third).await;
+    put_object(&direct, &bucket, key, &third).await;
     served_within(&client, &bucket, key, Some(&third)).await;
     assert!(
         portico

@@ -2,12 +2,9 @@
 //! sub-resources, `partNumber` reads, and upstream errors passed through — none of them
 //! ever answered from the plain cached object.
 
-use aws_sdk_s3::primitives::ByteStream;
-use aws_sdk_s3::types::{
-    CompletedMultipartUpload, CompletedPart, EncodingType, ObjectAttributes, Tag, Tagging,
-};
+use aws_sdk_s3::types::{EncodingType, ObjectAttributes, Tag, Tagging};
 
-use crate::support::{Rig, random_bytes, signed_request};
+use crate::support::{Rig, multipart_upload, random_bytes, signed_request};
 
 const KEYS: [&str; 5] = [
     "a/one.txt",
@@ -102,49 +99,7 @@ async fn sub_resources_and_part_reads_are_never_the_cached_object() {
         random_bytes(5 * 1024 * 1024, 1),
         random_bytes(1024 * 1024 + 9, 2),
     ];
-    let upload = rig
-        .direct
-        .create_multipart_upload()
-        .bucket(&rig.bucket)
-        .key("multi")
-        .send()
-        .await
-        .expect("create");
-    let upload_id = upload.upload_id().expect("upload id");
-    let mut completed = Vec::new();
-    for (index, data) in parts.iter().enumerate() {
-        let number = index as i32 + 1;
-        let part = rig
-            .direct
-            .upload_part()
-            .bucket(&rig.bucket)
-            .key("multi")
-            .upload_id(upload_id)
-            .part_number(number)
-            .body(ByteStream::from(data.clone()))
-            .send()
-            .await
-            .expect("upload part");
-        completed.push(
-            CompletedPart::builder()
-                .part_number(number)
-                .set_e_tag(part.e_tag().map(str::to_owned))
-                .build(),
-        );
-    }
-    rig.direct
-        .complete_multipart_upload()
-        .bucket(&rig.bucket)
-        .key("multi")
-        .upload_id(upload_id)
-        .multipart_upload(
-            CompletedMultipartUpload::builder()
-                .set_parts(Some(completed))
-                .build(),
-        )
-        .send()
-        .await
-        .expect("complete");
+    multipart_upload(&rig.direct, &rig.bucket, "multi", &parts).await;
     let whole = rig.get("multi", None).await;
     assert_eq!(whole.len(), parts[0].len() + parts[1].len());
 

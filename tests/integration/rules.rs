@@ -3,10 +3,9 @@
 //! uploads all go to the upstream), everything else follows `[cache]`, and the access log
 //! names the rule that applied.
 
-use aws_sdk_s3::primitives::ByteStream;
 use portico_testkit::random_bytes;
 
-use crate::support::Rig;
+use crate::support::{Rig, put_object};
 
 const MIB: usize = 1 << 20;
 
@@ -78,31 +77,19 @@ async fn an_immutable_prefix_is_not_revalidated_and_a_pass_through_prefix_is_nev
     assert_eq!(head.content_length(), Some(scratch.len() as i64));
     assert_eq!(upstream(&rig), (3, 1));
 
-    // A write-through upload under scratch/ is not cached either.
+    // A write-through upload under scratch/ is not cached either; one elsewhere is.
     let uploaded = random_bytes(1000, 4);
-    rig.client
-        .put_object()
-        .bucket(&rig.bucket)
-        .key("scratch/uploaded")
-        .body(ByteStream::from(uploaded.clone()))
-        .send()
-        .await
-        .expect("PUT through Portico");
+    put_object(&rig.client, &rig.bucket, "scratch/uploaded", &uploaded).await;
     let written = random_bytes(1000, 5);
-    rig.client
-        .put_object()
-        .bucket(&rig.bucket)
-        .key("other/uploaded")
-        .body(ByteStream::from(written.clone()))
-        .send()
-        .await
-        .expect("PUT through Portico");
+    put_object(&rig.client, &rig.bucket, "other/uploaded", &written).await;
 
     // With the upstream gone, only what the cache holds is served: the shard (immutable,
-    // no revalidation needed) and nothing under scratch/.
+    // no revalidation needed), the write-through upload outside scratch/ (stale, kept by
+    // serve_stale_on_error), and nothing under scratch/.
     let mut rig = rig;
     rig.forwarder.stop().await;
     assert!(rig.get("shards/0001", Some("bytes=0-99")).await == shard[..100]);
+    assert!(rig.get("other/uploaded", None).await == written);
     for key in ["scratch/run", "scratch/uploaded"] {
         let error = rig.try_get(key, None).await.unwrap_err();
         assert!(

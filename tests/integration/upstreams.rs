@@ -5,11 +5,10 @@
 
 use aws_sdk_s3::Client;
 use aws_sdk_s3::primitives::ByteStream;
-use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart};
 use portico_testkit::minio::{Minio, free_port, start_on};
 use portico_testkit::{create_bucket, http_get, random_bytes, s3_client_as};
 
-use crate::support::{Rig, try_get};
+use crate::support::{Rig, multipart_upload, put_object, try_get};
 
 const SECOND_KEY: &str = "second-admin";
 const SECOND_SECRET: &str = "second-admin-secret";
@@ -36,17 +35,6 @@ fn entry(name: &str, minio: &Minio, buckets: &str) -> String {
     )
 }
 
-async fn put(client: &Client, bucket: &str, key: &str, data: &[u8]) {
-    client
-        .put_object()
-        .bucket(bucket)
-        .key(key)
-        .body(ByteStream::from(data.to_vec()))
-        .send()
-        .await
-        .unwrap_or_else(|error| panic!("PUT {bucket}/{key}: {error:?}"));
-}
-
 async fn read(client: &Client, bucket: &str, key: &str) -> Vec<u8> {
     try_get(client, bucket, key, None)
         .await
@@ -65,7 +53,7 @@ async fn buckets_route_to_their_upstream_for_every_operation() {
 
     // PUT, GET, HEAD through Portico land on the second MinIO, signed with its credential.
     let data = random_bytes(3 * MIB / 2, 1);
-    put(client, &beta, "objects/one", &data).await;
+    put_object(client, &beta, "objects/one", &data).await;
     assert!(read(&direct_second, &beta, "objects/one").await == data);
     assert!(read(client, &beta, "objects/one").await == data);
     let head = client
@@ -86,54 +74,15 @@ async fn buckets_route_to_their_upstream_for_every_operation() {
     assert_eq!(keys, ["objects/one"]);
 
     // A multipart upload, part by part, to the second MinIO.
-    let upload = client
-        .create_multipart_upload()
-        .bucket(&beta)
-        .key("objects/multipart")
-        .send()
-        .await
-        .expect("CreateMultipartUpload");
-    let id = upload.upload_id().expect("upload id");
     let parts = [random_bytes(5 * MIB, 2), random_bytes(MIB, 3)];
-    let mut completed = Vec::new();
-    for (number, part) in (1..).zip(&parts) {
-        let uploaded = client
-            .upload_part()
-            .bucket(&beta)
-            .key("objects/multipart")
-            .upload_id(id)
-            .part_number(number)
-            .body(ByteStream::from(part.clone()))
-            .send()
-            .await
-            .expect("UploadPart");
-        completed.push(
-            CompletedPart::builder()
-                .part_number(number)
-                .set_e_tag(uploaded.e_tag().map(str::to_owned))
-                .build(),
-        );
-    }
-    client
-        .complete_multipart_upload()
-        .bucket(&beta)
-        .key("objects/multipart")
-        .upload_id(id)
-        .multipart_upload(
-            CompletedMultipartUpload::builder()
-                .set_parts(Some(completed))
-                .build(),
-        )
-        .send()
-        .await
-        .expect("CompleteMultipartUpload");
+    multipart_upload(client, &beta, "objects/multipart", &parts).await;
     let whole = parts.concat();
     assert!(read(&direct_second, &beta, "objects/multipart").await == whole);
     assert!(read(client, &beta, "objects/multipart").await == whole);
 
     // The rig's own bucket stays on the first MinIO, which knows nothing of the other.
     let own = random_bytes(1000, 4);
-    put(client, &rig.bucket, "here", &own).await;
+    put_object(client, &rig.bucket, "here", &own).await;
     assert!(read(&rig.direct, &rig.bucket, "here").await == own);
     assert!(
         try_get(&rig.direct, &beta, "objects/one", None)
@@ -177,13 +126,13 @@ async fn reads_fail_over_to_a_replica_pinned_to_their_version_and_writes_do_not(
     for key in ["same", "fresh"] {
         let data = if key == "same" { &same } else { &fresh };
         rig.put(key, data).await;
-        put(&direct_replica, &replica_bucket, key, data).await;
+        put_object(&direct_replica, &replica_bucket, key, data).await;
     }
     // Not replicated yet: the replica still holds the older version.
     let newer = random_bytes(5 * MIB / 2, 7);
     let older = random_bytes(5 * MIB / 2, 8);
     rig.put("lagging", &newer).await;
-    put(&direct_replica, &replica_bucket, "lagging", &older).await;
+    put_object(&direct_replica, &replica_bucket, "lagging", &older).await;
 
     // While the primary serves: the first block of each is cached, with its metadata.
     for (key, expected) in [("same", &same), ("lagging", &newer)] {

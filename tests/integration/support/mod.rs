@@ -8,6 +8,7 @@ use aws_sdk_s3::error::ProvideErrorMetadata;
 use aws_sdk_s3::operation::get_object::builders::GetObjectFluentBuilder;
 use aws_sdk_s3::operation::head_object::HeadObjectOutput;
 use aws_sdk_s3::primitives::ByteStream;
+use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart};
 use portico_testkit::create_bucket;
 use portico_testkit::forwarder::Forwarder;
 use portico_testkit::minio::minio;
@@ -123,14 +124,7 @@ impl Rig {
 
     /// Uploads directly to MinIO.
     pub async fn put(&self, key: &str, data: &[u8]) {
-        self.direct
-            .put_object()
-            .bucket(&self.bucket)
-            .key(key)
-            .body(ByteStream::from(data.to_vec()))
-            .send()
-            .await
-            .unwrap_or_else(|error| panic!("PUT {key}: {error:?}"));
+        put_object(&self.direct, &self.bucket, key, data).await;
     }
 
     /// HEADs through Portico, so its metadata is cached.
@@ -189,6 +183,62 @@ pub async fn try_get(
         .await
         .map_err(|error| format!("GET body: {error}"))?;
     Ok(body.into_bytes().to_vec())
+}
+
+/// PUTs `data` as `key` in `bucket` through `client`.
+pub async fn put_object(client: &Client, bucket: &str, key: &str, data: &[u8]) {
+    client
+        .put_object()
+        .bucket(bucket)
+        .key(key)
+        .body(ByteStream::from(data.to_vec()))
+        .send()
+        .await
+        .unwrap_or_else(|error| panic!("PUT {bucket}/{key}: {error:?}"));
+}
+
+/// Uploads `parts` as one multipart object `key` in `bucket` through `client`.
+pub async fn multipart_upload(client: &Client, bucket: &str, key: &str, parts: &[Vec<u8>]) {
+    let upload = client
+        .create_multipart_upload()
+        .bucket(bucket)
+        .key(key)
+        .send()
+        .await
+        .expect("CreateMultipartUpload");
+    let upload_id = upload.upload_id().expect("upload id");
+    let mut completed = Vec::new();
+    for (number, data) in (1..).zip(parts) {
+        let part = client
+            .upload_part()
+            .bucket(bucket)
+            .key(key)
+            .upload_id(upload_id)
+            .part_number(number)
+            .body(ByteStream::from(data.clone()))
+            .send()
+            .await
+            .expect("UploadPart");
+        completed.push(
+            CompletedPart::builder()
+                .part_number(number)
+                .set_e_tag(part.e_tag().map(str::to_owned))
+                .build(),
+        );
+    }
+    client
+        .complete_multipart_upload()
+        .bucket(bucket)
+        .key(key)
+        .upload_id(upload_id)
+        .multipart_upload(
+            CompletedMultipartUpload::builder()
+                .set_parts(Some(completed))
+                .build(),
+        )
+        .send()
+        .await
+        .expect("CompleteMultipartUpload");
 }
 
 /// Turns versioning on for `bucket` (through MinIO directly).
