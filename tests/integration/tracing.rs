@@ -116,6 +116,9 @@ async fn a_get_is_traced_over_otlp_and_logged_once_in_the_access_log() {
     let (endpoint, exports) = receiver().await;
     let mut rig = Rig::start("tracing", |settings| {
         settings.log = "access_log = true\n".to_owned();
+        // A rule that changes nothing this test sees, to be named on the span.
+        settings.tables =
+            "[[rules]]\nname = \"traced\"\nprefix = \"traced\"\nprefetch = false\n".to_owned();
         settings.env = vec![
             ("OTEL_EXPORTER_OTLP_ENDPOINT".to_owned(), endpoint),
             (
@@ -156,6 +159,7 @@ async fn a_get_is_traced_over_otlp_and_logged_once_in_the_access_log() {
         assert_eq!(request.attribute("s3.key"), Some("traced.bin"));
         assert_eq!(request.attribute("http.status_code"), Some("200"));
         assert_eq!(request.attribute("cache.blocks"), Some("2"));
+        assert_eq!(request.attribute("cache.rule"), Some("traced"));
         assert_eq!(
             request.attribute("bytes"),
             Some((2 * MIB).to_string().as_str())
