@@ -55,6 +55,8 @@ pub fn with_children(pid: u32) -> Vec<u32> {
 #[derive(Clone, Copy)]
 pub struct CpuTicks {
     stolen: u64,
+    /// Idle and waiting for I/O.
+    idle: u64,
     all: u64,
 }
 
@@ -74,8 +76,18 @@ impl CpuTicks {
             .collect();
         Self {
             stolen: fields.get(7).copied().unwrap_or(0),
+            idle: fields.get(3).copied().unwrap_or(0) + fields.get(4).copied().unwrap_or(0),
             all: fields.iter().sum(),
         }
+    }
+
+    /// The share of CPU time spent running anything (not idle, not waiting for I/O, not
+    /// stolen) since `earlier`, in per cent of all CPUs.
+    pub fn busy_percent_since(&self, earlier: CpuTicks) -> f64 {
+        let all = self.all.saturating_sub(earlier.all).max(1);
+        let idle = self.idle.saturating_sub(earlier.idle);
+        let stolen = self.stolen.saturating_sub(earlier.stolen);
+        all.saturating_sub(idle + stolen) as f64 * 100.0 / all as f64
     }
 
     /// The share of CPU time stolen since `earlier`, in per cent.
