@@ -305,21 +305,21 @@ async fn connect_origins(
     };
     let (default, shared) = connect(DEFAULT_UPSTREAM, &config.upstream).await?;
     let mut origins = Origins::single(default, metrics.clone());
-    let mut fallbacks = vec![(DEFAULT_UPSTREAM, &config.upstream)];
-    let resolved: Vec<UpstreamConfig> = config
-        .upstreams
-        .iter()
-        .map(|entry| entry.resolve(&config.upstream))
-        .collect();
-    for (entry, settings) in config.upstreams.iter().zip(&resolved) {
-        let (origin, _) = connect(&entry.name, settings).await?;
+    for entry in &config.upstreams {
+        let (origin, _) = connect(&entry.name, &entry.resolve(&config.upstream)).await?;
         origins.add(origin, &entry.buckets);
-        fallbacks.push((entry.name.as_str(), settings));
     }
-    for (name, settings) in fallbacks {
-        if !settings.fallback.is_empty() {
-            // Validated with the configuration: both names exist.
-            origins.set_fallback(name, &settings.fallback, &settings.fallback_bucket);
+    let base = &config.upstream;
+    let fallbacks = std::iter::once((DEFAULT_UPSTREAM, &base.fallback, &base.fallback_bucket))
+        .chain(
+            config
+                .upstreams
+                .iter()
+                .map(|entry| (entry.name.as_str(), &entry.fallback, &entry.fallback_bucket)),
+        );
+    for (name, fallback, bucket) in fallbacks {
+        if !fallback.is_empty() {
+            origins.set_fallback(name, fallback, bucket);
         }
     }
     Ok((origins, shared))

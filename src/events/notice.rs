@@ -66,12 +66,13 @@ fn from_value(value: Value, unwrap_sns: bool) -> Result<Vec<Change>, Malformed> 
             })
             .collect();
     }
-    if value.get("detail-type").is_some() && value.get("source") == Some(&"aws.s3".into()) {
+    let text = |name: &str| value.get(name).and_then(Value::as_str);
+    if value.get("detail-type").is_some() && text("source") == Some("aws.s3") {
         let event: EventBridgeEvent = serde_json::from_value(value)
             .map_err(|error| Malformed::new(format!("EventBridge event: {error}")))?;
         return event.change().map(|change| vec![change]);
     }
-    if unwrap_sns && value.get("Type") == Some(&"Notification".into()) {
+    if unwrap_sns && text("Type") == Some("Notification") {
         let Some(Value::String(message)) = value.get("Message") else {
             return Err(Malformed::new("SNS notification without a Message string"));
         };
@@ -79,7 +80,7 @@ fn from_value(value: Value, unwrap_sns: bool) -> Result<Vec<Change>, Malformed> 
             .map_err(|error| Malformed::new(format!("SNS Message is not JSON: {error}")))?;
         return from_value(inner, false);
     }
-    if value.get("Event").and_then(Value::as_str) == Some("s3:TestEvent") {
+    if text("Event") == Some("s3:TestEvent") {
         return Ok(Vec::new());
     }
     Err(Malformed::new(

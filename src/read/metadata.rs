@@ -259,6 +259,7 @@ impl ReadPath {
             };
             return Ok((known.clone(), stale));
         }
+        let policy = self.policy(object);
         match outcome {
             Ok((meta, mut discovered)) => {
                 // The blocks before the metadata: a request that finds the metadata must
@@ -271,7 +272,7 @@ impl ReadPath {
                     }
                 }
                 self.store_meta(object, generation, MetaState::Found(meta.clone()));
-                discovered.ttl = self.policy(object).full_ttl();
+                discovered.ttl = policy.full_ttl();
                 Ok((meta, discovered))
             }
             Err(UpstreamError::NotFound {
@@ -279,7 +280,7 @@ impl ReadPath {
                 request_id,
             }) => {
                 self.inner.metrics.count_metadata(MetadataLookup::Missing);
-                if !self.policy(object).negative_ttl.is_zero() {
+                if !policy.negative_ttl.is_zero() {
                     self.store_meta(object, generation, MetaState::Missing(missing));
                 } else {
                     self.inner.cache.remove_meta(object);

@@ -1,5 +1,6 @@
 //! Where the read path's bytes and metadata come from: a [`BlockSource`]. The upstream S3
-//! servers, by bucket and with their fallbacks ([`Origins`]), are the one a node starts with; a peer that owns a block is another, and the read
+//! servers, by bucket and with their fallbacks (`crate::upstream::Origins`), are the one a
+//! node starts with; a peer that owns a block is another, and the read
 //! path's unit tests use one held in memory.
 //!
 //! Invariant: a source answers for the version it is asked about. With `if_match`, a
@@ -13,7 +14,7 @@ use bytes::Bytes;
 
 use crate::object::ObjectMeta;
 use crate::types::{BlockIndex, ByteRange, ObjectRef, RangeRequest};
-use crate::upstream::{HeadOutcome, Origins, RangeRead, ResponseHead, StreamedRead, UpstreamError};
+use crate::upstream::{HeadOutcome, RangeRead, ResponseHead, StreamedRead, UpstreamError};
 
 /// A producer of object metadata and byte ranges for the read path.
 #[async_trait]
@@ -47,38 +48,6 @@ pub trait BlockSource: Send + Sync + 'static {
         object: &ObjectRef,
         range: ByteRange,
     ) -> Result<StreamedRead, UpstreamError>;
-}
-
-#[async_trait]
-impl BlockSource for Origins {
-    async fn head(
-        &self,
-        object: &ObjectRef,
-        if_none_match: Option<&str>,
-        if_match: Option<&str>,
-    ) -> Result<HeadOutcome, UpstreamError> {
-        Origins::head(self, object, if_none_match, if_match).await
-    }
-
-    async fn get(
-        &self,
-        object: &ObjectRef,
-        range: RangeRequest,
-        if_match: Option<&str>,
-        max_bytes: u64,
-        head: &ResponseHead,
-    ) -> Result<RangeRead, UpstreamError> {
-        self.get_range(object, range, if_match, max_bytes, head)
-            .await
-    }
-
-    async fn stream(
-        &self,
-        object: &ObjectRef,
-        range: ByteRange,
-    ) -> Result<StreamedRead, UpstreamError> {
-        self.stream_range(object, range).await
-    }
 }
 
 /// A cluster member, as this node addresses it (`host:port` of its peer listener).

@@ -19,7 +19,10 @@
 
 use std::sync::Arc;
 
+use async_trait::async_trait;
+
 use crate::config::BucketPattern;
+use crate::read::BlockSource;
 use crate::telemetry::Metrics;
 use crate::types::{ByteRange, ObjectRef, RangeRequest};
 
@@ -76,16 +79,16 @@ impl Origins {
     }
 
     /// Makes `fallback` (a name added before) the fallback of `name`, reached in the bucket
-    /// `bucket_template` names (`{bucket}`: the bucket read; empty: the same bucket).
-    /// Returns whether both names are known.
-    pub fn set_fallback(&mut self, name: &str, fallback: &str, bucket_template: &str) -> bool {
+    /// `bucket_template` names (`{bucket}`: the bucket read; empty: the same bucket). The
+    /// configuration's validation has checked both names; an unknown one sets nothing.
+    pub fn set_fallback(&mut self, name: &str, fallback: &str, bucket_template: &str) {
         let position = |wanted: &str| {
             self.origins
                 .iter()
                 .position(|origin| origin.name.as_ref() == wanted)
         };
         let (Some(index), Some(fallback)) = (position(name), position(fallback)) else {
-            return false;
+            return;
         };
         let template = if bucket_template.is_empty() {
             "{bucket}".to_owned()
@@ -93,7 +96,6 @@ impl Origins {
             bucket_template.to_owned()
         };
         self.origins[index].fallback = Some((fallback, template));
-        true
     }
 
     /// Every upstream, `default` first.
@@ -116,35 +118,37 @@ impl Origins {
         &self.origins[index]
     }
 
-    /// The fallback of the upstream `object` routes to, and the object there, when the
-    /// routed upstream failed with `error` and has one.
+    /// The fallback of `primary` (the upstream `object` routes to) and the object there,
+    /// when `primary` failed with `error` and has one.
     fn fallback_for(
         &self,
+        primary: &Origin,
         object: &ObjectRef,
         error: &UpstreamError,
-    ) -> Option<(&Origin, &Origin, ObjectRef)> {
+    ) -> Option<(&Origin, ObjectRef)> {
         if !error.is_retryable() {
             return None;
         }
-        let primary = self.for_bucket(object.bucket());
         let (index, template) = primary.fallback.as_ref()?;
         let bucket = template.replace("{bucket}", object.bucket());
         let mapped = ObjectRef::new(&bucket, object.key())
             .and_then(|mapped| mapped.with_version(object.version()))
             .ok()?;
         self.metrics.count_failover(&primary.name);
-        Some((primary, &self.origins[*index], mapped))
+        Some((&self.origins[*index], mapped))
     }
+}
 
-    /// The object's metadata; see [`crate::read::BlockSource::head`].
-    pub async fn head(
+#[async_trait]
+impl BlockSource for Origins {
+    async fn head(
         &self,
         object: &ObjectRef,
         if_none_match: Option<&str>,
         if_match: Option<&str>,
     ) -> Result<HeadOutcome, UpstreamError> {
-        let routed = self.for_bucket(object.bucket());
-        let error = match routed
+        let primary = self.for_bucket(object.bucket());
+        let error = match primary
             .upstream
             .head_if(object, if_none_match, if_match)
             .await
@@ -152,7 +156,7 @@ impl Origins {
             Err(error) => error,
             answer => return answer,
         };
-        let Some((primary, fallback, mapped)) = self.fallback_for(object, &error) else {
+        let Some((fallback, mapped)) = self.fallback_for(primary, object, &error) else {
             return Err(error);
         };
         // A known version (confirmed, or asked for): only that version will do.
@@ -168,8 +172,7 @@ impl Origins {
         }
     }
 
-    /// `range` of `object`; see [`crate::read::BlockSource::get`].
-    pub async fn get_range(
+    async fn get(
         &self,
         object: &ObjectRef,
         range: RangeRequest,
@@ -177,8 +180,8 @@ impl Origins {
         max_bytes: u64,
         head: &ResponseHead,
     ) -> Result<RangeRead, UpstreamError> {
-        let routed = self.for_bucket(object.bucket());
-        let error = match routed
+        let primary = self.for_bucket(object.bucket());
+        let error = match primary
             .upstream
             .get_range(object, range, if_match, max_bytes, head)
             .await
@@ -186,7 +189,7 @@ impl Origins {
             Err(error) => error,
             answer => return answer,
         };
-        let Some((primary, fallback, mapped)) = self.fallback_for(object, &error) else {
+        let Some((fallback, mapped)) = self.fallback_for(primary, object, &error) else {
             return Err(error);
         };
         match fallback
@@ -202,8 +205,8 @@ impl Origins {
         }
     }
 
-    /// `range` of an object that is never cached, from the upstream it routes to alone.
-    pub async fn stream_range(
+    /// Never fails over: nothing names the version of an object without an ETag.
+    async fn stream(
         &self,
         object: &ObjectRef,
         range: ByteRange,
