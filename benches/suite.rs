@@ -19,9 +19,9 @@
 //! comma-separated list) runs some of the scenarios only.
 //!
 //! `hot-random-disk` runs hot-random's load over a working set four times the memory tier
-//! of a second Portico (`memory_capacity = 256MiB`), against nginx and nginx-sf, and
-//! reports the disk tier's read amplification and the origin requests of the measured
-//! rounds.
+//! of a second Portico (`memory_capacity = 256MiB`), against nginx and nginx-sf and a
+//! Portico whose memory holds the whole set (the ceiling of any disk tier), and reports
+//! the disk tier's read amplification and the origin requests of the measured rounds.
 //!
 //! cold-sequential also reads its object straight from the origin in 4 MiB ranges, 8 at a
 //! time (`direct-parallel`): the most a prefetcher can pull through the origin here.
@@ -96,6 +96,9 @@ const CEILING_SENDFILE: usize = 5;
 const DISK_OBJECTS: usize = 16;
 const DISK_OBJECT_BYTES: u64 = 64 * MIB;
 const DISK_MEMORY_CAPACITY: &str = "256MiB";
+/// hot-random-disk's reference Portico whose memory tier holds the whole working set:
+/// the most any disk tier could serve it at on this machine.
+const DISK_SET_IN_MEMORY: &str = "2GiB";
 /// direct-parallel: the cold-sequential object read straight from the origin, in
 /// `BLOCK_BYTES` ranges, this many at a time: the most a prefetcher can pull through the
 /// origin on this machine.
@@ -700,7 +703,8 @@ fn main() {
 /// buffered I/O), nginx and nginx with `sendfile`, all warmed up with two whole reads of
 /// every object before the measured rounds, so that the origin requests counted are the
 /// measured phase's only. Then the device ceiling: what the disk gives random `O_DIRECT`
-/// reads of a piece.
+/// reads of a piece. A third Portico whose memory tier holds the whole set shows what
+/// serving it without any disk read gives on this machine: the ceiling of a disk tier.
 async fn hot_random_disk_scenario(
     settings: &Settings,
     work: &Path,
@@ -709,9 +713,9 @@ async fn hot_random_disk_scenario(
     origin_address: &str,
     bucket: &str,
 ) {
-    let start = |dir: &str, direct_io: bool| {
+    let start = |dir: &str, memory_capacity: &'static str, direct_io: bool| {
         let mut settings = settings.clone();
-        settings.memory_capacity = DISK_MEMORY_CAPACITY;
+        settings.memory_capacity = memory_capacity;
         settings.cache_dir = work.join(dir);
         settings
             .env
@@ -719,9 +723,10 @@ async fn hot_random_disk_scenario(
         async move { Portico::start(Path::new(env!("CARGO_BIN_EXE_portico")), &settings).await }
     };
     let porticos = [
-        start("portico-disk", true).await,
-        start("portico-disk-buffered", false).await,
+        start("portico-disk", DISK_MEMORY_CAPACITY, true).await,
+        start("portico-disk-buffered", DISK_MEMORY_CAPACITY, false).await,
     ];
+    let in_memory = start("portico-disk-in-memory", DISK_SET_IN_MEMORY, true).await;
     let nginx_sendfile = Nginx::start(&work.join("nginx-disk-sf"), origin_address, true);
     let disk_targets = [
         targets[NGINX].clone(),
@@ -732,6 +737,7 @@ async fn hot_random_disk_scenario(
             pids: with_children(nginx_sendfile.child.id()),
         },
         portico_target("portico-buf", &porticos[1], bucket),
+        portico_target("portico-mem", &in_memory, bucket),
     ];
     for target in &disk_targets {
         read_twice(target.base.clone(), disk_objects()).await;
@@ -746,7 +752,7 @@ async fn hot_random_disk_scenario(
         ));
     }
     let runs = run_interleaved(
-        "hot-random-disk: 16 clients, random 64 KiB-4 MiB ranges of a 1 GiB working set (4x portico's 256 MiB memory tier), 5 rounds of 2 s per target, round-robin, after 2 whole reads; portico-buf: the disk tier without O_DIRECT",
+        "hot-random-disk: 16 clients, random 64 KiB-4 MiB ranges of a 1 GiB working set (4x portico's 256 MiB memory tier), 5 rounds of 2 s per target, round-robin, after 2 whole reads; portico-buf: the disk tier without O_DIRECT; portico-mem: a 2 GiB memory tier holding the whole set",
         &disk_targets,
         origin,
         HOT_ROUNDS,
@@ -761,7 +767,7 @@ async fn hot_random_disk_scenario(
         HOT_CLIENTS,
         Duration::from_secs(3),
     );
-    let (nginx, nginx_sf) = (&runs[0], &runs[2]);
+    let (nginx, nginx_sf, memory) = (&runs[0], &runs[2], &runs[4]);
     for ((name, run), (portico, (read_before, served_before))) in
         [("portico", &runs[1]), ("portico-buf", &runs[3])]
             .into_iter()
@@ -793,8 +799,15 @@ async fn hot_random_disk_scenario(
         "device ceiling: {HOT_CLIENTS} threads reading random {} KiB ranges of a 1 GiB file with O_DIRECT: {device:.0} MiB/s",
         PIECE_READ_BYTES / KIB
     );
+    println!(
+        "portico-mem (no disk read at all) / nginx: throughput {:.2}x, p99 {:.2}x; portico / portico-mem {:.2}x, portico-buf / portico-mem {:.2}x",
+        memory.mib_per_sec() / nginx.mib_per_sec(),
+        memory.latency_ms(0.99) / nginx.latency_ms(0.99),
+        runs[1].mib_per_sec() / memory.mib_per_sec(),
+        runs[3].mib_per_sec() / memory.mib_per_sec(),
+    );
     nginx_sendfile.stop();
-    for portico in porticos {
+    for portico in porticos.into_iter().chain([in_memory]) {
         portico.stop().await;
     }
 }
