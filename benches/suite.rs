@@ -751,6 +751,7 @@ async fn hot_random_disk_scenario(
             portico.metric(served_disk).await,
         ));
     }
+    let in_memory_read_before = in_memory.metric(disk_read).await;
     let runs = run_interleaved(
         "hot-random-disk: 16 clients, random 64 KiB-4 MiB ranges of a 1 GiB working set (4x portico's 256 MiB memory tier), 5 rounds of 2 s per target, round-robin, after 2 whole reads; portico-buf: the disk tier without O_DIRECT; portico-mem: a 2 GiB memory tier holding the whole set",
         &disk_targets,
@@ -800,7 +801,8 @@ async fn hot_random_disk_scenario(
         PIECE_READ_BYTES / KIB
     );
     println!(
-        "portico-mem (no disk read at all) / nginx: throughput {:.2}x, p99 {:.2}x; portico / portico-mem {:.2}x, portico-buf / portico-mem {:.2}x",
+        "portico-mem ({:.0} MiB read from its disk tier in the measured rounds) / nginx: throughput {:.2}x, p99 {:.2}x; portico / portico-mem {:.2}x, portico-buf / portico-mem {:.2}x",
+        (in_memory.metric(disk_read).await - in_memory_read_before) / MIB as f64,
         memory.mib_per_sec() / nginx.mib_per_sec(),
         memory.latency_ms(0.99) / nginx.latency_ms(0.99),
         runs[1].mib_per_sec() / memory.mib_per_sec(),
