@@ -725,8 +725,8 @@ async fn hot_random_disk_scenario(
     let porticos = [
         start("portico-disk", DISK_MEMORY_CAPACITY, true).await,
         start("portico-disk-buffered", DISK_MEMORY_CAPACITY, false).await,
+        start("portico-disk-in-memory", DISK_SET_IN_MEMORY, true).await,
     ];
-    let in_memory = start("portico-disk-in-memory", DISK_SET_IN_MEMORY, true).await;
     let nginx_sendfile = Nginx::start(&work.join("nginx-disk-sf"), origin_address, true);
     let disk_targets = [
         targets[NGINX].clone(),
@@ -737,7 +737,7 @@ async fn hot_random_disk_scenario(
             pids: with_children(nginx_sendfile.child.id()),
         },
         portico_target("portico-buf", &porticos[1], bucket),
-        portico_target("portico-mem", &in_memory, bucket),
+        portico_target("portico-mem", &porticos[2], bucket),
     ];
     for target in &disk_targets {
         read_twice(target.base.clone(), disk_objects()).await;
@@ -751,7 +751,6 @@ async fn hot_random_disk_scenario(
             portico.metric(served_disk).await,
         ));
     }
-    let in_memory_read_before = in_memory.metric(disk_read).await;
     let runs = run_interleaved(
         "hot-random-disk: 16 clients, random 64 KiB-4 MiB ranges of a 1 GiB working set (4x portico's 256 MiB memory tier), 5 rounds of 2 s per target, round-robin, after 2 whole reads; portico-buf: the disk tier without O_DIRECT; portico-mem: a 2 GiB memory tier holding the whole set",
         &disk_targets,
@@ -768,11 +767,13 @@ async fn hot_random_disk_scenario(
         HOT_CLIENTS,
         Duration::from_secs(3),
     );
-    let (nginx, nginx_sf, memory) = (&runs[0], &runs[2], &runs[4]);
+    let [nginx, direct, nginx_sf, buffered, memory] = &runs[..] else {
+        unreachable!("one run per target");
+    };
     for ((name, run), (portico, (read_before, served_before))) in
-        [("portico", &runs[1]), ("portico-buf", &runs[3])]
+        [("portico", direct), ("portico-buf", buffered)]
             .into_iter()
-            .zip(porticos.iter().zip(before))
+            .zip(porticos.iter().zip(&before))
     {
         for (base_name, base) in [("nginx", nginx), ("nginx-sf", nginx_sf)] {
             let ratio = run.mib_per_sec() / base.mib_per_sec();
@@ -802,14 +803,14 @@ async fn hot_random_disk_scenario(
     );
     println!(
         "portico-mem ({:.0} MiB read from its disk tier in the measured rounds) / nginx: throughput {:.2}x, p99 {:.2}x; portico / portico-mem {:.2}x, portico-buf / portico-mem {:.2}x",
-        (in_memory.metric(disk_read).await - in_memory_read_before) / MIB as f64,
+        (porticos[2].metric(disk_read).await - before[2].0) / MIB as f64,
         memory.mib_per_sec() / nginx.mib_per_sec(),
         memory.latency_ms(0.99) / nginx.latency_ms(0.99),
-        runs[1].mib_per_sec() / memory.mib_per_sec(),
-        runs[3].mib_per_sec() / memory.mib_per_sec(),
+        direct.mib_per_sec() / memory.mib_per_sec(),
+        buffered.mib_per_sec() / memory.mib_per_sec(),
     );
     nginx_sendfile.stop();
-    for portico in porticos.into_iter().chain([in_memory]) {
+    for portico in porticos {
         portico.stop().await;
     }
 }
