@@ -20,8 +20,11 @@
 //!
 //! `hot-random-disk` runs hot-random's load over a working set four times the memory tier
 //! of a second Portico (`memory_capacity = 256MiB`), against nginx and nginx-sf and a
-//! Portico whose memory holds the whole set (the ceiling of any disk tier), and reports
-//! the disk tier's read amplification and the origin requests of the measured rounds.
+//! Portico whose memory holds the whole set (the ceiling of any disk tier), and against
+//! `nginx-lim`: nginx in a memory cgroup as large as that Portico's RSS, so that the set
+//! does not fit its page cache either (see `cgroup.rs`). It reports the disk tier's read
+//! amplification, what each target read from the device, and the origin requests of the
+//! measured rounds.
 //!
 //! cold-sequential also reads its object straight from the origin in 4 MiB ranges, 8 at a
 //! time (`direct-parallel`): the most a prefetcher can pull through the origin here.
@@ -40,6 +43,8 @@
 
 #[path = "suite/ceiling.rs"]
 mod ceiling;
+#[path = "suite/cgroup.rs"]
+mod cgroup;
 #[path = "suite/cluster.rs"]
 mod cluster;
 #[path = "suite/device.rs"]
@@ -54,12 +59,13 @@ use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use aws_sdk_s3::primitives::ByteStream;
+use cgroup::MemoryCgroup;
 use portico_testkit::forwarder::Forwarder;
 use portico_testkit::load::{self, Exchange, Http, fetch};
 use portico_testkit::minio::{free_port, minio};
 use portico_testkit::portico::{Portico, Settings};
 use portico_testkit::process::{
-    CpuTicks, cpu_seconds, reset_peak_rss, status_field_kib, with_children,
+    CpuTicks, cpu_seconds, reset_peak_rss, status_field_kib, storage_read_bytes, with_children,
 };
 use portico_testkit::{create_bucket, random_bytes, s3_client, write_random_file};
 use rand::{Rng, SeedableRng};
@@ -99,6 +105,9 @@ const DISK_MEMORY_CAPACITY: &str = "256MiB";
 /// hot-random-disk's reference Portico whose memory tier holds the whole working set:
 /// the most any disk tier could serve it at on this machine.
 const DISK_SET_IN_MEMORY: &str = "2GiB";
+/// nginx-lim's memory, page cache included: about what the disk Porticos of
+/// hot-random-disk hold at their peak (376-406 MiB of RSS, a 256 MiB memory tier in it).
+const NGINX_MEMORY_LIMIT: u64 = 384 * MIB;
 /// direct-parallel: the cold-sequential object read straight from the origin, in
 /// `BLOCK_BYTES` ranges, this many at a time: the most a prefetcher can pull through the
 /// origin on this machine.
@@ -124,6 +133,12 @@ struct Target {
 impl Target {
     fn reset_peak_rss(&self) {
         self.pids.iter().for_each(|pid| reset_peak_rss(*pid));
+    }
+
+    /// Bytes the target's processes had the storage read for them, page-cache hits not
+    /// counted.
+    fn storage_read_bytes(&self) -> u64 {
+        self.pids.iter().map(|pid| storage_read_bytes(*pid)).sum()
     }
 
     /// Peak RSS since the last reset, summed over the target's processes; `None` for
@@ -586,6 +601,24 @@ impl Nginx {
 
     /// nginx with its cache bounded to `max_size` (nginx's size syntax).
     fn start_sized(dir: &Path, origin: &str, sendfile: bool, max_size: &str) -> Self {
+        Self::launch(dir, origin, sendfile, max_size, None)
+    }
+
+    /// nginx without `sendfile` in `cgroup`, so that its page cache shares the cgroup's
+    /// memory limit with its processes, and with disk reads handed to a thread pool
+    /// (`aio threads`), as nginx is run for a cache larger than its memory: without it
+    /// a read that misses the page cache blocks a worker and every request it serves.
+    fn start_in(dir: &Path, origin: &str, cgroup: &MemoryCgroup) -> Self {
+        Self::launch(dir, origin, false, "8g", Some(cgroup))
+    }
+
+    fn launch(
+        dir: &Path,
+        origin: &str,
+        sendfile: bool,
+        max_size: &str,
+        cgroup: Option<&MemoryCgroup>,
+    ) -> Self {
         let port = free_port();
         for sub in ["cache", "tmp"] {
             std::fs::create_dir_all(dir.join(sub)).expect("nginx directories");
@@ -601,6 +634,7 @@ impl Nginx {
         } else {
             "sendfile off;\n    tcp_nopush off;"
         };
+        let aio = if cgroup.is_some() { "aio threads;" } else { "" };
         let config = format!(
             r#"daemon off;
 master_process on;
@@ -611,6 +645,7 @@ events {{ worker_connections 4096; }}
 http {{
     access_log off;
     {sending}
+    {aio}
     client_body_temp_path {dir}/tmp/body;
     proxy_temp_path {dir}/tmp/proxy;
     fastcgi_temp_path {dir}/tmp/fastcgi;
@@ -640,17 +675,25 @@ http {{
         );
         let path = format!("{dir}/nginx.conf");
         std::fs::write(&path, config).expect("nginx.conf");
-        let child = Command::new("/usr/sbin/nginx")
-            .args([
-                "-p",
-                &dir.to_string(),
-                "-c",
-                &path,
-                "-e",
-                &format!("{dir}/error.log"),
-            ])
-            .spawn()
-            .expect("start nginx (make bench installs it)");
+        let args = [
+            "-p".to_owned(),
+            dir.to_string(),
+            "-c".to_owned(),
+            path,
+            "-e".to_owned(),
+            format!("{dir}/error.log"),
+        ];
+        let program = "/usr/sbin/nginx";
+        let child = match cgroup {
+            Some(cgroup) => cgroup.command(program, &args),
+            None => {
+                let mut command = Command::new(program);
+                command.args(&args);
+                command
+            }
+        }
+        .spawn()
+        .expect("start nginx (make bench installs it)");
         wait_for_port(port, &format!("nginx (see {dir}/error.log)"));
         Self { child, port }
     }
@@ -705,6 +748,9 @@ fn main() {
 /// measured phase's only. Then the device ceiling: what the disk gives random `O_DIRECT`
 /// reads of a piece. A third Portico whose memory tier holds the whole set shows what
 /// serving it without any disk read gives on this machine: the ceiling of a disk tier.
+/// nginx-lim, where the kernel lets the suite create a memory cgroup, is nginx with the
+/// memory the `O_DIRECT` Portico holds, its page cache included: the comparison of a
+/// working set larger than memory for both.
 async fn hot_random_disk_scenario(
     settings: &Settings,
     work: &Path,
@@ -728,7 +774,13 @@ async fn hot_random_disk_scenario(
         start("portico-disk-in-memory", DISK_SET_IN_MEMORY, true).await,
     ];
     let nginx_sendfile = Nginx::start(&work.join("nginx-disk-sf"), origin_address, true);
-    let disk_targets = [
+    let cgroup = MemoryCgroup::create("portico-bench-nginx", NGINX_MEMORY_LIMIT)
+        .map_err(|why| println!("nginx-lim does not run: {why}"))
+        .ok();
+    let nginx_limited = cgroup
+        .as_ref()
+        .map(|cgroup| Nginx::start_in(&work.join("nginx-disk-limited"), origin_address, cgroup));
+    let mut disk_targets = vec![
         targets[NGINX].clone(),
         portico_target("portico", &porticos[0], bucket),
         Target {
@@ -739,9 +791,20 @@ async fn hot_random_disk_scenario(
         portico_target("portico-buf", &porticos[1], bucket),
         portico_target("portico-mem", &porticos[2], bucket),
     ];
+    if let Some(nginx) = &nginx_limited {
+        disk_targets.push(Target {
+            name: "nginx-lim",
+            base: local_base(nginx.port, bucket),
+            pids: with_children(nginx.child.id()),
+        });
+    }
     for target in &disk_targets {
         read_twice(target.base.clone(), disk_objects()).await;
     }
+    let storage_before: Vec<u64> = disk_targets
+        .iter()
+        .map(Target::storage_read_bytes)
+        .collect();
     let disk_read = "foyer_storage_disk_io_bytes_total_total{name=\"portico\",op=\"read\"}";
     let served_disk = "portico_served_bytes_total{source=\"disk\"}";
     let mut before = Vec::new();
@@ -760,6 +823,23 @@ async fn hot_random_disk_scenario(
         hot_random_disk,
     )
     .await;
+    let storage_read: Vec<String> = disk_targets
+        .iter()
+        .zip(&storage_before)
+        .zip(&runs)
+        .map(|((target, before), run)| {
+            let mib = (target.storage_read_bytes() - before) as f64 / MIB as f64;
+            format!(
+                "{} {:.0} MiB/s",
+                target.name,
+                mib / run.elapsed.as_secs_f64()
+            )
+        })
+        .collect();
+    println!(
+        "read from the device (not the page cache) in the measured rounds: {}",
+        storage_read.join(", ")
+    );
     let device = device::random_read_mib_per_sec(
         work,
         DISK_OBJECTS as u64 * DISK_OBJECT_BYTES,
@@ -767,15 +847,25 @@ async fn hot_random_disk_scenario(
         HOT_CLIENTS,
         Duration::from_secs(3),
     );
-    let [nginx, direct, nginx_sf, buffered, memory] = &runs[..] else {
+    let [nginx, direct, nginx_sf, buffered, memory, limited @ ..] = &runs[..] else {
         unreachable!("one run per target");
     };
-    for ((name, run), (portico, (read_before, served_before))) in
-        [("portico", direct), ("portico-buf", buffered)]
-            .into_iter()
-            .zip(porticos.iter().zip(&before))
+    // nginx-lim has the memory of the O_DIRECT Portico, whose RSS is all it holds;
+    // portico-buf's page cache is outside every limit, so it is not compared with it.
+    let limited = limited.first().map(|run| ("nginx-lim", run));
+    let page_cache_bases = [("nginx", nginx), ("nginx-sf", nginx_sf)];
+    for ((name, run, bases), (portico, (read_before, served_before))) in [
+        ("portico", direct, page_cache_bases.iter().chain(&limited)),
+        (
+            "portico-buf",
+            buffered,
+            page_cache_bases.iter().chain(&None),
+        ),
+    ]
+    .into_iter()
+    .zip(porticos.iter().zip(&before))
     {
-        for (base_name, base) in [("nginx", nginx), ("nginx-sf", nginx_sf)] {
+        for &(base_name, base) in bases {
             let ratio = run.mib_per_sec() / base.mib_per_sec();
             let p99 = run.latency_ms(0.99) / base.latency_ms(0.99);
             println!(
@@ -809,6 +899,21 @@ async fn hot_random_disk_scenario(
         direct.mib_per_sec() / memory.mib_per_sec(),
         buffered.mib_per_sec() / memory.mib_per_sec(),
     );
+    if let (Some(cgroup), Some((_, run))) = (&cgroup, limited) {
+        println!(
+            "nginx-lim: nginx (aio threads) in a memory cgroup of {} MiB, its page cache included (peak {} MiB); {:.0} MiB/s, p99 {:.1} ms",
+            cgroup.limit_bytes / MIB,
+            cgroup
+                .peak_bytes()
+                .map_or("unknown".to_owned(), |bytes| (bytes / MIB).to_string()),
+            run.mib_per_sec(),
+            run.latency_ms(0.99),
+        );
+    }
+    if let Some(nginx) = nginx_limited {
+        nginx.stop();
+    }
+    drop(cgroup);
     nginx_sendfile.stop();
     for portico in porticos {
         portico.stop().await;

@@ -1,5 +1,6 @@
-//! What benchmarks measure from `/proc`: a process's resident memory, its peak and its
-//! CPU time, and the CPU time the hypervisor took from the machine.
+//! What benchmarks measure from `/proc`: a process's resident memory, its peak, its CPU
+//! time and the bytes it read from storage, and the CPU time the hypervisor took from the
+//! machine.
 
 /// A `/proc/<pid>/status` field in KiB (`VmRSS:`, `VmHWM:`), 0 when unreadable.
 pub fn status_field_kib(pid: u32, field: &str) -> u64 {
@@ -35,6 +36,17 @@ pub fn cpu_seconds(pid: u32) -> f64 {
         .unwrap_or(0);
     // The kernel's USER_HZ is 100 on every Linux platform this runs on.
     ticks as f64 / 100.0
+}
+
+/// Bytes the process (all its threads) had the storage below the page cache read for it
+/// (`read_bytes` of `/proc/<pid>/io`): reads served from the page cache do not count.
+/// 0 when unreadable.
+pub fn storage_read_bytes(pid: u32) -> u64 {
+    let io = std::fs::read_to_string(format!("/proc/{pid}/io")).unwrap_or_default();
+    io.lines()
+        .find_map(|line| line.strip_prefix("read_bytes:"))
+        .and_then(|value| value.trim().parse().ok())
+        .unwrap_or(0)
 }
 
 /// The process and its direct children (an nginx master and its workers).
