@@ -111,11 +111,14 @@ impl ReadPath {
     ) -> Result<(BodyStream, Arc<Tally>, CacheStatus), ReadError> {
         let target = Target::new(object, meta.clone(), self.inner.settings.block_size);
         let first_index = target.layout.block_of(bytes.first());
+        // Before waiting for the first block: a sequential reader catching up with the
+        // prefetches waits here, and the fetch slots freed meanwhile refill at once
+        // instead of idling until its block arrives.
+        self.prefetch_after(&target, bytes);
         let first_block = self
             .block_or_discovered(&target, first_index, bytes, charge, &discovered)
             .await?;
         let status = CacheStatus::new(&discovered, Some(first_block.tier));
-        self.prefetch_after(&target, bytes);
         let tally = Arc::new(Tally::default());
         let body = self.stream(target, bytes, first_block, discovered, tally.clone());
         Ok((body, tally, status))

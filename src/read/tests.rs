@@ -370,23 +370,31 @@ async fn sequential_reads_prefetch_and_a_demand_read_joins_the_prefetch() {
         ..settings()
     };
     let read = read_path(&source, settings).await;
-    for index in 0..3 {
+    let block = |index: u64| &expected[(index * BLOCK) as usize..((index + 1) * BLOCK) as usize];
+    for index in 0..2 {
         let (bytes, _) = get(
             &read,
             "epoch",
             range(index * BLOCK, (index + 1) * BLOCK - 1),
         )
         .await;
-        assert!(bytes == expected[(index * BLOCK) as usize..((index + 1) * BLOCK) as usize]);
+        assert!(bytes == block(index));
     }
-    // The third continuation opened a window of one block: block 3 is on its way.
+    // The third read continues the run and opens a window of one block as it starts, so
+    // block 3 is on its way while block 2 still is.
+    let third = tokio::spawn({
+        let read = read.clone();
+        async move { get(&read, "epoch", range(2 * BLOCK, 3 * BLOCK - 1)).await }
+    });
+    tokio::time::sleep(LATENCY / 2).await;
     assert_eq!(source.gets_of("epoch", &block_range(3)), 1);
     let (bytes, status) = get(&read, "epoch", range(3 * BLOCK, 4 * BLOCK - 1)).await;
-    assert!(bytes == expected[3 * BLOCK as usize..4 * BLOCK as usize]);
+    assert!(bytes == block(3));
     assert!(
         status.contains("collapsed"),
         "joined the prefetch: {status}"
     );
+    assert!(third.await.unwrap().0 == block(2));
     assert_eq!(source.gets_of("epoch", &block_range(3)), 1);
     // The window doubled: blocks 4 and 5 follow, each fetched once, and are then hits.
     tokio::time::sleep(LATENCY * 2).await;
@@ -395,6 +403,39 @@ async fn sequential_reads_prefetch_and_a_demand_read_joins_the_prefetch() {
     let (_, status) = get(&read, "epoch", range(4 * BLOCK, 6 * BLOCK - 1)).await;
     assert!(status.ends_with("detail=memory"), "{status}");
     assert_eq!(source.gets_of("epoch", &block_range(4)), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_sequential_read_waiting_for_its_block_already_issues_the_prefetches_after_it() {
+    let source = Arc::new(MemorySource::default());
+    source.put("epoch", body(8 * BLOCK as usize, 1), 1);
+    let settings = ReadSettings {
+        prefetch_window_blocks: 4,
+        ..settings()
+    };
+    let read = read_path(&source, settings).await;
+    // Block 3, prefetched after the third read, will not arrive while the test runs.
+    source.stall_next("epoch", &block_range(3));
+    for index in 0..3 {
+        get(
+            &read,
+            "epoch",
+            range(index * BLOCK, (index + 1) * BLOCK - 1),
+        )
+        .await;
+    }
+    assert_eq!(source.gets_of("epoch", &block_range(3)), 1);
+    let waiting = tokio::spawn({
+        let read = read.clone();
+        async move { get(&read, "epoch", range(3 * BLOCK, 4 * BLOCK - 1)).await }
+    });
+    tokio::time::sleep(LATENCY / 2).await;
+    assert!(!waiting.is_finished(), "block 3 is stalled");
+    // The fourth continuation doubled the window to two blocks after block 3.
+    assert_eq!(source.gets_of("epoch", &block_range(4)), 1);
+    assert_eq!(source.gets_of("epoch", &block_range(5)), 1);
+    assert_eq!(source.gets_of("epoch", &block_range(6)), 0);
+    waiting.abort();
 }
 
 #[tokio::test(start_paused = true)]
