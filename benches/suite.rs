@@ -586,6 +586,9 @@ fn wait_for_port(port: u16, server: &str) {
     }
 }
 
+/// nginx's cache size unless a scenario bounds it: more than any scenario reads.
+const NGINX_MAX_SIZE: &str = "8g";
+
 /// nginx as an S3 caching proxy: 4 MiB slices cached on disk, one fetch per slice. With
 /// `sendfile`, it also takes the two sending settings of Debian's stock `nginx.conf`
 /// (`sendfile on`, `tcp_nopush on`); without, nginx's built-in defaults (both off).
@@ -596,7 +599,7 @@ struct Nginx {
 
 impl Nginx {
     fn start(dir: &Path, origin: &str, sendfile: bool) -> Self {
-        Self::start_sized(dir, origin, sendfile, "8g")
+        Self::start_sized(dir, origin, sendfile, NGINX_MAX_SIZE)
     }
 
     /// nginx with its cache bounded to `max_size` (nginx's size syntax).
@@ -609,7 +612,7 @@ impl Nginx {
     /// (`aio threads`), as nginx is run for a cache larger than its memory: without it
     /// a read that misses the page cache blocks a worker and every request it serves.
     fn start_in(dir: &Path, origin: &str, cgroup: &MemoryCgroup) -> Self {
-        Self::launch(dir, origin, false, "8g", Some(cgroup))
+        Self::launch(dir, origin, false, NGINX_MAX_SIZE, Some(cgroup))
     }
 
     fn launch(
@@ -828,7 +831,7 @@ async fn hot_random_disk_scenario(
         .zip(&storage_before)
         .zip(&runs)
         .map(|((target, before), run)| {
-            let mib = (target.storage_read_bytes() - before) as f64 / MIB as f64;
+            let mib = target.storage_read_bytes().saturating_sub(*before) as f64 / MIB as f64;
             format!(
                 "{} {:.0} MiB/s",
                 target.name,
@@ -853,19 +856,16 @@ async fn hot_random_disk_scenario(
     // nginx-lim has the memory of the O_DIRECT Portico, whose RSS is all it holds;
     // portico-buf's page cache is outside every limit, so it is not compared with it.
     let limited = limited.first().map(|run| ("nginx-lim", run));
-    let page_cache_bases = [("nginx", nginx), ("nginx-sf", nginx_sf)];
+    let page_cache_bases = vec![("nginx", nginx), ("nginx-sf", nginx_sf)];
+    let all_bases: Vec<_> = page_cache_bases.iter().copied().chain(limited).collect();
     for ((name, run, bases), (portico, (read_before, served_before))) in [
-        ("portico", direct, page_cache_bases.iter().chain(&limited)),
-        (
-            "portico-buf",
-            buffered,
-            page_cache_bases.iter().chain(&None),
-        ),
+        ("portico", direct, all_bases),
+        ("portico-buf", buffered, page_cache_bases),
     ]
     .into_iter()
     .zip(porticos.iter().zip(&before))
     {
-        for &(base_name, base) in bases {
+        for (base_name, base) in bases {
             let ratio = run.mib_per_sec() / base.mib_per_sec();
             let p99 = run.latency_ms(0.99) / base.latency_ms(0.99);
             println!(

@@ -2,15 +2,20 @@
 //! time and the bytes it read from storage, and the CPU time the hypervisor took from the
 //! machine.
 
-/// A `/proc/<pid>/status` field in KiB (`VmRSS:`, `VmHWM:`), 0 when unreadable.
-pub fn status_field_kib(pid: u32, field: &str) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status
-        .lines()
+/// The number after `field` on its line of the `/proc` file `path` (`field: value`
+/// lines, as in `status` and `io`), 0 when unreadable.
+fn proc_field(path: &str, field: &str) -> u64 {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    text.lines()
         .find_map(|line| line.strip_prefix(field))
         .and_then(|rest| rest.split_whitespace().next())
         .and_then(|value| value.parse().ok())
         .unwrap_or(0)
+}
+
+/// A `/proc/<pid>/status` field in KiB (`VmRSS:`, `VmHWM:`), 0 when unreadable.
+pub fn status_field_kib(pid: u32, field: &str) -> u64 {
+    proc_field(&format!("/proc/{pid}/status"), field)
 }
 
 /// Resets the peak resident set size (`VmHWM`) to the current one.
@@ -42,11 +47,7 @@ pub fn cpu_seconds(pid: u32) -> f64 {
 /// (`read_bytes` of `/proc/<pid>/io`): reads served from the page cache do not count.
 /// 0 when unreadable.
 pub fn storage_read_bytes(pid: u32) -> u64 {
-    let io = std::fs::read_to_string(format!("/proc/{pid}/io")).unwrap_or_default();
-    io.lines()
-        .find_map(|line| line.strip_prefix("read_bytes:"))
-        .and_then(|value| value.trim().parse().ok())
-        .unwrap_or(0)
+    proc_field(&format!("/proc/{pid}/io"), "read_bytes:")
 }
 
 /// The process and its direct children (an nginx master and its workers).
