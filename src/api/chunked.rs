@@ -2,6 +2,9 @@
 //! (`STREAMING-*` payloads, with or without trailers) and re-encoding the decoded bytes
 //! plus trailing checksums for the upstream (`STREAMING-UNSIGNED-PAYLOAD-TRAILER`).
 //!
+//! Without a signer (authentication off) a signed payload is decoded all the same: chunk
+//! signatures and the trailer signature are dropped, the trailers they signed are kept.
+//!
 //! Invariants: the decoder never buffers chunk data (only header and trailer lines, each
 //! bounded); it yields exactly the bytes the chunk sizes announce and fails on any framing
 //! error, on a body that ends early, on a decoded length other than the announced one and,
@@ -29,6 +32,8 @@ pub use encode::EncodedBody;
 const MAX_LINE_BYTES: usize = 4096;
 /// The most trailer bytes accepted in total.
 const MAX_TRAILER_BYTES: usize = 16 * 1024;
+/// The trailer that signs the others; it ends at Portico in every auth mode.
+const TRAILER_SIGNATURE: &str = "x-amz-trailer-signature";
 /// Upstream chunks are at least this large (except the last): fewer, cheaper frames.
 pub(super) const UPSTREAM_CHUNK_BYTES: usize = 64 * 1024;
 
@@ -198,22 +203,22 @@ impl Decoder {
                     return Err(ChunkedError::Malformed("trailers too large"));
                 }
                 let (name, value) = parse_trailer(line)?;
-                match self.signatures.as_mut() {
-                    Some(signatures) if name == "x-amz-trailer-signature" => {
+                if name == TRAILER_SIGNATURE {
+                    // Signed for Portico's eyes alone: checked when authentication is on,
+                    // never forwarded (the upstream would take it for one more trailer).
+                    if let Some(signatures) = self.signatures.as_mut() {
                         let signature = value.to_str().unwrap_or_default().to_owned();
                         signatures.trailer_signature = Some(signature);
                     }
-                    Some(signatures) => {
-                        let value_text = String::from_utf8_lossy(value.as_bytes());
-                        signatures
-                            .canonical_trailers
-                            .push(format!("{}:{value_text}\n", name.as_str()));
-                        self.trailers.append(name, value);
-                    }
-                    None => {
-                        self.trailers.append(name, value);
-                    }
+                    return Ok(());
                 }
+                if let Some(signatures) = self.signatures.as_mut() {
+                    let value_text = String::from_utf8_lossy(value.as_bytes());
+                    signatures
+                        .canonical_trailers
+                        .push(format!("{}:{value_text}\n", name.as_str()));
+                }
+                self.trailers.append(name, value);
             }
             State::Data(_) | State::Done => unreachable!("no lines are read in this state"),
         }

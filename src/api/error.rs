@@ -194,10 +194,14 @@ pub fn auth_error(error: &AuthError) -> S3Error {
             StatusCode::FORBIDDEN,
             "Access Denied",
         ),
-        AuthError::UnsupportedAlgorithm(_) => fixed(
+        // SigV4a (`AWS4-ECDSA-P256-SHA256`, multi-region access points) lands here too:
+        // the message names what the client used, so its user sees why.
+        AuthError::UnsupportedAlgorithm(algorithm) => (
             S3ErrorCode::InvalidRequest,
             StatusCode::BAD_REQUEST,
-            "The authorization mechanism you have provided is not supported. Please use AWS4-HMAC-SHA256.",
+            Cow::Owned(format!(
+                "The authorization mechanism you have provided ({algorithm}) is not supported. Please use AWS4-HMAC-SHA256."
+            )),
         ),
         AuthError::MalformedHeader(_) | AuthError::MalformedCredential(_) => fixed(
             S3ErrorCode::AuthorizationHeaderMalformed,

@@ -96,7 +96,7 @@ impl SignatureParts {
         };
         let algorithm = value("X-Amz-Algorithm")?;
         if algorithm != ALGORITHM {
-            return Err(AuthError::UnsupportedAlgorithm(algorithm.to_owned()));
+            return Err(AuthError::UnsupportedAlgorithm(first_word(algorithm)));
         }
         let expires = value("X-Amz-Expires")?
             .parse::<u64>()

@@ -1,6 +1,6 @@
 //! Signing raw requests for tests with `aws-sigv4` (the AWS SDK's own signer, independent of
 //! Portico's verifier): header signatures, presigned URLs, and signed `aws-chunked` bodies
-//! with chained chunk and trailer signatures.
+//! with chained chunk and trailer signatures, in SigV4 and in SigV4a.
 
 use std::time::{Duration, SystemTime};
 
@@ -9,9 +9,10 @@ use aws_sigv4::http_request::{
     PayloadChecksumKind, PercentEncodingMode, SignableBody, SignableRequest, SignatureLocation,
     SigningSettings, UriPathNormalizationMode, sign,
 };
-use aws_sigv4::sign::v4;
+use aws_sigv4::sign::{v4, v4a};
 use aws_smithy_runtime_api::client::identity::Identity;
 use bytes::Bytes;
+use sha2::{Digest, Sha256};
 
 use crate::minio::{ACCESS_KEY, SECRET_KEY};
 
@@ -157,37 +158,131 @@ impl Signer {
             .settings(())
             .build()
             .expect("signing parameters");
-        let mut previous = seed.to_owned();
-        let mut out = Vec::with_capacity(data.len() + 1024);
-        let pieces = data.chunks(chunk_size).chain(std::iter::once(&[][..]));
-        for piece in pieces {
-            let chunk = Bytes::copy_from_slice(piece);
-            let signature = v4::sign_chunk(&chunk, &previous, &params)
-                .expect("chunk signature")
-                .into_parts()
-                .1;
-            out.extend_from_slice(
-                format!("{:x};chunk-signature={signature}\r\n", piece.len()).as_bytes(),
-            );
-            out.extend_from_slice(piece);
-            if !piece.is_empty() {
-                out.extend_from_slice(b"\r\n");
-            }
-            previous = signature;
-        }
-        if let Some((name, value)) = trailer {
-            let mut headers = aws_smithy_runtime_api::http::Headers::new();
-            headers.insert(name.to_owned(), value.to_owned());
-            let signature = v4::sign_trailer(&headers, &previous, &params)
-                .expect("trailer signature")
-                .into_parts()
-                .1;
-            out.extend_from_slice(format!("{name}:{value}\r\n").as_bytes());
-            out.extend_from_slice(format!("x-amz-trailer-signature:{signature}\r\n").as_bytes());
-        }
-        out.extend_from_slice(b"\r\n");
-        out
+        chained_body(
+            seed,
+            data,
+            chunk_size,
+            trailer,
+            |chunk, previous| {
+                v4::sign_chunk(&Bytes::copy_from_slice(chunk), previous, &params)
+                    .expect("chunk signature")
+                    .into_parts()
+                    .1
+            },
+            |(name, value), previous| {
+                let mut headers = aws_smithy_runtime_api::http::Headers::new();
+                headers.insert(name.to_owned(), value.to_owned());
+                v4::sign_trailer(&headers, previous, &params)
+                    .expect("trailer signature")
+                    .into_parts()
+                    .1
+            },
+        )
     }
+
+    /// Signs a request with SigV4a (`AWS4-ECDSA-P256-SHA256`, what clients of multi-region
+    /// access points send), for every region.
+    pub fn sign_v4a(
+        &self,
+        method: &str,
+        url: &str,
+        headers: &[(&str, &str)],
+        payload_hash: &str,
+    ) -> Signed {
+        let identity = self.identity();
+        let params: aws_sigv4::http_request::SigningParams<'_> = v4a::SigningParams::builder()
+            .identity(&identity)
+            .region_set("*")
+            .name("s3")
+            .time(self.time)
+            .settings(self.settings(None))
+            .build()
+            .expect("signing parameters")
+            .into();
+        let signable = SignableRequest::new(
+            method,
+            url,
+            headers.iter().copied(),
+            SignableBody::Precomputed(payload_hash.to_owned()),
+        )
+        .expect("signable request");
+        let (instructions, signature) = sign(signable, &params).expect("sign").into_parts();
+        let (headers, _) = instructions.into_parts();
+        Signed {
+            headers: headers
+                .into_iter()
+                .map(|header| (header.name().to_owned(), header.value().to_owned()))
+                .collect(),
+            query: Vec::new(),
+            signature,
+        }
+    }
+
+    /// [`Signer::chunked_body`] for a SigV4a request signed at `amz_date`: each chunk and
+    /// the trailer signed with the request's ECDSA key (`STREAMING-AWS4-ECDSA-P256-SHA256-*`).
+    pub fn chunked_body_v4a(
+        &self,
+        seed: &str,
+        amz_date: &str,
+        data: &[u8],
+        chunk_size: usize,
+        trailer: Option<(&str, &str)>,
+    ) -> Vec<u8> {
+        let key = v4a::generate_signing_key(&self.access_key_id, &self.secret);
+        let scope = format!("{}/s3/aws4_request", &amz_date[..8]);
+        let sign = |kind: &str, previous: &str, hashed: &str| {
+            let string_to_sign =
+                format!("AWS4-ECDSA-P256-SHA256-{kind}\n{amz_date}\n{scope}\n{previous}\n{hashed}");
+            v4a::calculate_signature(&key, string_to_sign.as_bytes())
+        };
+        chained_body(
+            seed,
+            data,
+            chunk_size,
+            trailer,
+            |chunk, previous| {
+                let hashed = format!("{EMPTY_SHA256}\n{}", hex::encode(Sha256::digest(chunk)));
+                sign("PAYLOAD", previous, &hashed)
+            },
+            |(name, value), previous| {
+                let canonical = format!("{name}:{value}\n");
+                sign("TRAILER", previous, &hex::encode(Sha256::digest(canonical)))
+            },
+        )
+    }
+}
+
+/// `aws-chunked` framing with chained signatures: `sign_chunk(data, previous signature)`
+/// for every chunk and the final empty one, `sign_trailer` for the trailer if there is one.
+fn chained_body(
+    seed: &str,
+    data: &[u8],
+    chunk_size: usize,
+    trailer: Option<(&str, &str)>,
+    mut sign_chunk: impl FnMut(&[u8], &str) -> String,
+    sign_trailer: impl FnOnce((&str, &str), &str) -> String,
+) -> Vec<u8> {
+    let mut previous = seed.to_owned();
+    let mut out = Vec::with_capacity(data.len() + 1024);
+    let pieces = data.chunks(chunk_size).chain(std::iter::once(&[][..]));
+    for piece in pieces {
+        let signature = sign_chunk(piece, &previous);
+        out.extend_from_slice(
+            format!("{:x};chunk-signature={signature}\r\n", piece.len()).as_bytes(),
+        );
+        out.extend_from_slice(piece);
+        if !piece.is_empty() {
+            out.extend_from_slice(b"\r\n");
+        }
+        previous = signature;
+    }
+    if let Some((name, value)) = trailer {
+        let signature = sign_trailer((name, value), &previous);
+        out.extend_from_slice(format!("{name}:{value}\r\n").as_bytes());
+        out.extend_from_slice(format!("x-amz-trailer-signature:{signature}\r\n").as_bytes());
+    }
+    out.extend_from_slice(b"\r\n");
+    out
 }
 
 fn encode(value: &str) -> String {

@@ -22,6 +22,7 @@ mod lifecycle;
 mod listings;
 mod metrics;
 mod operations;
+mod payloads;
 mod prefetch;
 mod reads;
 mod resilience;

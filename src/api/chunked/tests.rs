@@ -32,6 +32,21 @@ fn trailers_are_returned() {
 }
 
 #[test]
+fn without_a_signer_a_signed_payload_loses_its_signatures_and_keeps_its_checksums() {
+    // A SigV4 chunk signature is 64 hex digits, a SigV4a one a DER ECDSA signature.
+    let sigv4a = "3045022100".to_owned() + &"ab".repeat(64);
+    let body = format!(
+        "5;chunk-signature={sigv4a}\r\nhello\r\n6;chunk-signature=bbbb\r\n world\r\n\
+         0;chunk-signature=cccc\r\nx-amz-checksum-crc32:DUoRhQ==\r\n\
+         x-amz-trailer-signature:dddd\r\n\r\n"
+    );
+    let (data, trailers) = decode_all(&[body.as_bytes()]).unwrap();
+    assert_eq!(data, b"hello world");
+    assert_eq!(trailers.len(), 1, "{trailers:?}");
+    assert_eq!(trailers["x-amz-checksum-crc32"], "DUoRhQ==");
+}
+
+#[test]
 fn framing_errors_are_rejected() {
     let cases: [(&[u8], ChunkedError); 6] = [
         (

@@ -17,7 +17,7 @@ use crate::upstream::{Payload, UpstreamBody};
 
 /// Request headers never forwarded: connection-level, or replaced by Portico's signature
 /// and framing.
-pub(super) const DROPPED_REQUEST_HEADERS: [&str; 16] = [
+pub(super) const DROPPED_REQUEST_HEADERS: [&str; 17] = [
     "authorization",
     "connection",
     "content-length",
@@ -33,6 +33,8 @@ pub(super) const DROPPED_REQUEST_HEADERS: [&str; 16] = [
     "x-amz-content-sha256",
     "x-amz-date",
     "x-amz-decoded-content-length",
+    // SigV4a's scope, signed for Portico alone.
+    "x-amz-region-set",
     "x-amz-security-token",
 ];
 
@@ -215,6 +217,7 @@ mod tests {
             ("authorization", "AWS4-HMAC-SHA256 x"),
             ("x-amz-date", "20260101T000000Z"),
             ("x-amz-content-sha256", "UNSIGNED-PAYLOAD"),
+            ("x-amz-region-set", "*"),
             ("connection", "keep-alive, x-hop"),
             ("x-hop", "1"),
             ("content-type", "text/plain"),
