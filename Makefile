@@ -14,6 +14,11 @@ HELM := $(TOOLS_DIR)/bin/helm-$(HELM_VERSION)
 CARGO_FUZZ_VERSION := 0.13.2
 CARGO_FUZZ := $(TOOLS_DIR)/cargo-fuzz-$(CARGO_FUZZ_VERSION)/bin/cargo-fuzz
 AWS_CLI ?= /usr/bin/aws
+MVN := /usr/bin/mvn
+# The AWS SDK for Java v2 client of the integration tests (tests/integration/java), compiled
+# with Maven into target/java-client; its jars stay in Maven's ~/.m2.
+JAVA_CLIENT_CLASSPATH := $(CURDIR)/target/java-client/classpath.txt
+JAVA_CLIENT_SOURCES := tests/integration/java/pom.xml $(wildcard tests/integration/java/src/main/java/portico/*.java)
 NGINX := /usr/sbin/nginx
 # promtool from Debian 12's prometheus package, unpacked (no service is installed).
 PROMTOOL := $(TOOLS_DIR)/bin/promtool-debian12
@@ -25,6 +30,7 @@ export PORTICO_AWS_CLI := $(AWS_CLI)
 export PORTICO_HELM := $(HELM)
 export PORTICO_PROMTOOL := $(PROMTOOL)
 export PORTICO_MOTO_SERVER := $(MOTO_SERVER)
+export PORTICO_JAVA_CLASSPATH := $(JAVA_CLIENT_CLASSPATH)
 
 # apt: as root, or through sudo.
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
@@ -32,7 +38,7 @@ APT_UPDATE := $(SUDO) apt-get update -q
 # Lists are refreshed first: on a fresh machine they are empty or stale.
 APT_INSTALL := $(APT_UPDATE) && $(SUDO) apt-get install -y -q
 
-.PHONY: run test ci fmt-check clippy build release bench fuzz conformance tools clean-demo
+.PHONY: run test ci fmt-check clippy build release bench fuzz conformance tools java-client clean-demo
 
 ## run: build Portico and start it in front of a local MinIO with demo data (Ctrl-C stops
 ## both). Needs only MinIO (built once) and curl: nothing the tests need is installed.
@@ -42,7 +48,7 @@ run: $(MINIO) build
 ## test: the whole test suite: unit and integration tests (against a real MinIO), then the
 ## Helm chart, alert rule and container image tests (helm lint/template, Kubernetes schemas,
 ## promtool, check-config)
-test: tools $(PROMTOOL)
+test: tools $(PROMTOOL) $(JAVA_CLIENT_CLASSPATH)
 	cargo test --workspace
 	PORTICO_BIN=$(CURDIR)/target/debug/portico $(PYTHON_TOOLS)/bin/python -m unittest discover -s tests/deploy -t tests/deploy
 
@@ -110,6 +116,20 @@ $(MOTO_SERVER):
 	@echo "Installing moto $(MOTO_VERSION) (a local SQS server) into $(TOOLS_DIR) (first time only)"
 	python3 -m venv $(TOOLS_DIR)/python-moto-$(MOTO_VERSION)
 	$(TOOLS_DIR)/python-moto-$(MOTO_VERSION)/bin/pip install --quiet 'moto[server]==$(MOTO_VERSION)'
+
+# The Java SDK client: compiled, and its classpath listed for the tests (the SDK 2.57.8 and
+# the CRT 0.49.0, pinned in its pom.xml); again only when its sources change.
+$(JAVA_CLIENT_CLASSPATH): $(JAVA_CLIENT_SOURCES) | $(MVN)
+	@echo "Building the AWS SDK for Java v2 test client with Maven (first time: downloads the SDK)"
+	$(MVN) -B -q -f tests/integration/java/pom.xml compile dependency:build-classpath -Dmdep.outputFile=$@
+
+## java-client: the AWS SDK for Java v2 client the integration tests run (built by `make test`)
+java-client: $(JAVA_CLIENT_CLASSPATH)
+
+# A JDK and Maven from Debian, for the Java SDK client.
+$(MVN):
+	@echo "Installing a JDK and Maven (Debian packages openjdk-17-jdk-headless, maven)"
+	$(APT_INSTALL) openjdk-17-jdk-headless maven
 
 # Helm 3 for the chart tests, built from source once (a few minutes).
 $(HELM):

@@ -1,4 +1,5 @@
-//! Real S3 tools through Portico: the aws CLI, boto3 and s3cmd, each checking what it
+//! Real S3 tools through Portico: the aws CLI, boto3, s3cmd and the AWS SDK for Java v2
+//! (its plain and its CRT client, in both auth modes), each checking what it
 //! reads back against what was written and against MinIO direct.
 
 use std::collections::BTreeMap;
@@ -6,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use portico_testkit::minio::{ACCESS_KEY, SECRET_KEY, minio};
 
-use crate::support::cli::{AwsCli, run, tool};
+use crate::support::cli::{AwsCli, run, tool, try_run};
 use crate::support::{Rig, random_bytes};
 
 /// Writes a small directory tree of random files; returns their relative paths and bytes.
@@ -133,7 +134,21 @@ async fn aws_cli_copies_lists_syncs_and_removes_through_portico() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn boto3_reads_writes_lists_deletes_and_presigns_through_portico() {
-    let rig = Rig::start("boto3", |_| {}).await;
+    boto3_through_portico(true).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn boto3_reads_writes_lists_deletes_and_presigns_through_portico_without_authentication() {
+    boto3_through_portico(false).await;
+}
+
+async fn boto3_through_portico(authenticated: bool) {
+    let rig = Rig::start("boto3", |settings| {
+        if !authenticated {
+            settings.without_auth();
+        }
+    })
+    .await;
     let script = concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/tests/integration/scripts/boto3_client.py"
@@ -217,4 +232,71 @@ async fn s3cmd_copies_a_tree_up_and_back() {
     )
     .await;
     assert!(!again.contains("upload:"), "{again}");
+}
+
+/// The Java client's classpath: its classes and the SDK's jars, as `make test` built them.
+fn java_classpath() -> String {
+    let listed = std::env::var("PORTICO_JAVA_CLASSPATH").unwrap_or_else(|_| {
+        concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/target/java-client/classpath.txt"
+        )
+        .to_owned()
+    });
+    let jars = std::fs::read_to_string(&listed).unwrap_or_else(|error| {
+        panic!(
+            "the AWS SDK for Java client is not built ({listed}: {error}): run `make java-client` (or \
+             `make test`), which builds it with Maven (needs a JDK 17 and Maven: apt-get install openjdk-17-jdk-headless maven)"
+        )
+    });
+    let classes = std::path::Path::new(&listed).with_file_name("classes");
+    format!("{}:{}", classes.display(), jars.trim())
+}
+
+/// The AWS SDK for Java v2 at its defaults, the plain client and the CRT client, through
+/// a Portico with authentication on or off: each step checked against MinIO direct.
+async fn java_sdk_through_portico(authenticated: bool) {
+    let rig = Rig::start("java", |settings| {
+        if !authenticated {
+            settings.without_auth();
+        }
+    })
+    .await;
+    let classpath = java_classpath();
+    let output = try_run(
+        "java",
+        &[
+            "-cp",
+            &classpath,
+            "portico.JavaClient",
+            &rig.portico().s3,
+            &minio().endpoint(),
+            ACCESS_KEY,
+            SECRET_KEY,
+            &rig.bucket,
+            "sync",
+            "crt",
+        ],
+        &[],
+    )
+    .await
+    .unwrap_or_else(|failure| {
+        panic!("{failure}\n(java is the JDK's: apt-get install openjdk-17-jdk-headless)")
+    });
+    for client in ["sync", "crt"] {
+        for step in ["put", "multipart", "head", "get", "range", "list", "delete"] {
+            let line = format!("{client} {step} ok");
+            assert!(output.contains(&line), "missing {line:?} in:\n{output}");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn java_sdk_sync_and_crt_clients_write_and_read_through_portico_with_sigv4() {
+    java_sdk_through_portico(true).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn java_sdk_sync_and_crt_clients_write_and_read_through_portico_without_authentication() {
+    java_sdk_through_portico(false).await;
 }
