@@ -9,7 +9,10 @@
 //! - Pages are served only to requests that passed authentication and the bucket scope
 //!   check (the cache sits in the forwarding path, after both).
 //! - Read-your-writes: a write or delete of a key through Portico, and a purge, drop every
-//!   page of its bucket whose prefix covers the key before the write is answered.
+//!   page of its bucket whose prefix covers the key before the write is answered. A page
+//!   fetched while a write of its bucket was invalidating is not cached: each insert
+//!   checks, under the lock every invalidation takes, that no write of the bucket came
+//!   after the fetch began ([`WriteMark`]).
 //! - Memory is bounded by `listing.memory`, least recently used pages first, and every
 //!   page is charged to the memory budget (`server.max_inflight_bytes`): a page that finds
 //!   no room is not cached.
@@ -67,7 +70,14 @@ struct State {
     pages: HashMap<PageKey, Stored>,
     bytes: u64,
     uses: u64,
+    /// Invalidations so far, by bucket.
+    writes: HashMap<String, u64>,
 }
+
+/// How many writes of a bucket the cache had seen when a listing's fetch began: its page
+/// is cached only if none came after.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WriteMark(u64);
 
 pub struct ListingCache {
     /// `(bucket, prefix)`; `None`: any bucket.
@@ -156,9 +166,17 @@ impl ListingCache {
         found
     }
 
-    /// Caches `page` (a 200 answer) for `key`, evicting the least recently used pages to
-    /// stay within `listing.memory`; not cached when the memory budget has no room.
-    pub fn insert(&self, key: PageKey, page: Page) {
+    /// Where the writes of `bucket` stand: taken before a listing is fetched, for
+    /// [`Self::insert`].
+    pub fn mark(&self, bucket: &str) -> WriteMark {
+        WriteMark(self.state.lock().writes.get(bucket).copied().unwrap_or(0))
+    }
+
+    /// Caches `page` (a 200 answer) for `key`, fetched since `mark`, evicting the least
+    /// recently used pages to stay within `listing.memory`; not cached when a write of
+    /// the bucket came after `mark` (the page may predate it), nor when the memory budget
+    /// has no room.
+    pub fn insert(&self, key: PageKey, page: Page, mark: WriteMark) {
         let bytes = page_bytes(&page);
         if bytes > self.max_bytes {
             return;
@@ -168,6 +186,9 @@ impl ListingCache {
         };
         let prefix = prefix_of(&key.query).to_owned();
         let mut state = self.state.lock();
+        if state.writes.get(&key.bucket).copied().unwrap_or(0) != mark.0 {
+            return;
+        }
         remove(&mut state, &key);
         while state.bytes + bytes > self.max_bytes {
             let Some(oldest) = state
@@ -200,6 +221,7 @@ impl ListingCache {
     /// Drops every page of `object`'s bucket whose prefix covers its key.
     pub fn invalidate(&self, object: &ObjectRef) {
         let mut state = self.state.lock();
+        *state.writes.entry(object.bucket().to_owned()).or_default() += 1;
         let covering: Vec<PageKey> = state
             .pages
             .iter()
@@ -340,7 +362,7 @@ mod tests {
             .key("logs", &query(&[("prefix", "2026/")]), &HeaderMap::new())
             .unwrap();
         assert!(cache.get(&key).is_none());
-        cache.insert(key.clone(), page("<ListBucketResult/>"));
+        cache.insert(key.clone(), page("<ListBucketResult/>"), cache.mark("logs"));
         tokio::time::advance(Duration::from_secs(29)).await;
         assert_eq!(cache.get(&key).unwrap().body, "<ListBucketResult/>");
         tokio::time::advance(Duration::from_secs(2)).await;
@@ -360,13 +382,31 @@ mod tests {
             })
             .collect();
         for key in &keys {
-            cache.insert(key.clone(), page("page"));
+            cache.insert(key.clone(), page("page"), cache.mark("logs"));
         }
         cache.invalidate(&object("other-bucket", "2026/11/a.log"));
         assert!(keys.iter().all(|key| cache.get(key).is_some()));
         cache.invalidate(&object("logs", "2026/11/a.log"));
         let left: Vec<bool> = keys.iter().map(|key| cache.get(key).is_some()).collect();
         assert_eq!(left, [false, false, false, true]);
+    }
+
+    #[test]
+    fn a_page_fetched_before_a_write_of_its_bucket_is_not_cached_after_it() {
+        let cache = cache(&["logs"], ByteSize::mib(1));
+        let key = cache
+            .key("logs", &query(&[("prefix", "2026/")]), &HeaderMap::new())
+            .unwrap();
+        // The listing's fetch begins, a write of the bucket is answered, the page arrives.
+        let mark = cache.mark("logs");
+        cache.invalidate(&object("logs", "2026/11/new.log"));
+        cache.insert(key.clone(), page("without new.log"), mark);
+        assert!(cache.get(&key).is_none(), "the page may predate the write");
+        // A write of another bucket changes nothing here.
+        let mark = cache.mark("logs");
+        cache.invalidate(&object("other-bucket", "2026/11/new.log"));
+        cache.insert(key.clone(), page("with new.log"), mark);
+        assert_eq!(cache.get(&key).unwrap().body, "with new.log");
     }
 
     #[test]
@@ -380,11 +420,11 @@ mod tests {
         };
         let big = "x".repeat(300 << 10);
         for at in 0..3 {
-            cache.insert(key(at), page(&big));
+            cache.insert(key(at), page(&big), cache.mark("logs"));
         }
         // Page 0 is used, so page 1 is the least recently used when page 3 arrives.
         assert!(cache.get(&key(0)).is_some());
-        cache.insert(key(3), page(&big));
+        cache.insert(key(3), page(&big), cache.mark("logs"));
         let held: Vec<bool> = (0..4).map(|at| cache.get(&key(at)).is_some()).collect();
         assert_eq!(held, [true, false, true, true]);
         assert!(cache.state.lock().bytes <= 1 << 20);

@@ -162,7 +162,7 @@ fn upstream_error(error: &UpstreamError) -> (S3ErrorCode, StatusCode, String) {
                 "The value of header {name} is not UTF-8. Portico signs header values as text and cannot forward it."
             ),
         ),
-        UpstreamError::Unreachable { .. } => (
+        UpstreamError::Unreachable { .. } | UpstreamError::NotSent { .. } => (
             S3ErrorCode::ServiceUnavailable,
             StatusCode::SERVICE_UNAVAILABLE,
             "The upstream object store is unreachable. Please retry.".to_owned(),

@@ -3,13 +3,15 @@
 //! trailing checksums, re-encoded unsigned), sent through the forwarder of the upstream
 //! its bucket routes to (`crate::upstream::Origins`; never failed over), and the
 //! upstream's response streamed back as it came. Writes invalidate the keys they change,
-//! and the listing pages whose prefix covers them. Listings within
+//! and the listing pages whose prefix covers them, as their outcome says. Listings within
 //! `listing.cached_prefixes` are answered from the listing cache (`crate::listing`).
 //!
 //! Invariants: no request body is buffered whole, except a DeleteObjects key list
 //! (bounded); a body that fails mid-stream (client gone, broken framing, wrong length)
-//! aborts the upstream request, so nothing partial is stored upstream or in the cache;
-//! invalidation runs after every write attempt, whatever its outcome.
+//! aborts the upstream request, so nothing partial is stored upstream or in the cache.
+//! After every write attempt, before its answer: an accepted write is invalidated, one
+//! that may have happened (no answer, a 5xx) is revalidated before the cached version is
+//! served again, and one that cannot have happened (refused, never sent) changes nothing.
 
 mod capture;
 mod delete;
@@ -28,7 +30,7 @@ use super::chunked::ErrorSlot;
 use super::error::{UPSTREAM_REQUEST_ID_HEADER, error_response, forward_error, invalid_object};
 use super::route::{Address, Effect};
 use crate::auth::{PayloadCheck, Verified};
-use crate::listing::{ListingCache, Page, PageKey};
+use crate::listing::{ListingCache, Page, PageKey, WriteMark};
 use crate::read::ReadPath;
 use crate::rules::Rules;
 use crate::types::ObjectRef;
@@ -123,11 +125,11 @@ impl Passthrough {
             {
                 listings
                     .key(bucket, &address.query, &parts.headers)
-                    .map(|key| (listings.clone(), key))
+                    .map(|key| (listings.clone(), key, listings.mark(bucket)))
             }
             _ => None,
         };
-        if let Some((listings, key)) = &page
+        if let Some((listings, key, _)) = &page
             && let Some(cached) = listings.get(key)
         {
             return Ok(page_response(cached));
@@ -199,12 +201,8 @@ impl Passthrough {
                 payload,
             })
             .await;
-        for object in &changed {
-            self.read.invalidate(object);
-            if let Some(listings) = &self.listings {
-                listings.invalidate(object);
-            }
-        }
+        self.settle_written(&changed, WriteOutcome::of(&result, &errors))
+            .await;
         let response = match result {
             Ok(response) => response,
             Err(error) => return Err(body_error(&errors).unwrap_or_else(|| forward_error(&error))),
@@ -214,12 +212,28 @@ impl Passthrough {
         {
             self.admit(object, &response, capture).await;
         }
-        if let Some((listings, key)) = page
+        if let Some((listings, key, mark)) = page
             && response.status() == http::StatusCode::OK
         {
-            return cache_page(&listings, key, response).await;
+            return cache_page(&listings, key, mark, response).await;
         }
         Ok(client_response(response))
+    }
+
+    /// What readers see of `changed` after a write attempt: an applied write is seen at
+    /// once, one that cannot have happened changes nothing, and one whose outcome is
+    /// unknown is revalidated before the cached version is served again.
+    async fn settle_written(&self, changed: &[ObjectRef], outcome: WriteOutcome) {
+        for object in changed {
+            match outcome {
+                WriteOutcome::Applied => self.read.invalidate(object),
+                WriteOutcome::Unknown => self.read.expire(object).await,
+                WriteOutcome::NotApplied => continue,
+            }
+            if let Some(listings) = &self.listings {
+                listings.invalidate(object);
+            }
+        }
     }
 
     /// Write-through: caches the bytes just written, if the upstream holds exactly them.
@@ -237,6 +251,30 @@ impl Passthrough {
         match self.read.admit_written(object, etag, data).await {
             Ok(()) => tracing::debug!(%object, etag, "written object admitted to the cache"),
             Err(error) => tracing::debug!(%object, %error, "written object not cached"),
+        }
+    }
+}
+
+/// What a forwarded write did to the objects it names, as far as Portico can tell.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum WriteOutcome {
+    /// The upstream accepted it (2xx).
+    Applied,
+    /// It cannot have changed anything: refused with a 4xx, never sent (no connection),
+    /// or its body never completed (the upstream stores no partial request).
+    NotApplied,
+    /// Sent, but no answer came, or the upstream failed with a 5xx: it may have happened.
+    Unknown,
+}
+
+impl WriteOutcome {
+    fn of(result: &Result<Response<Incoming>, UpstreamError>, errors: &ErrorSlot) -> Self {
+        match result {
+            Ok(response) if response.status().is_success() => Self::Applied,
+            Ok(response) if response.status().is_client_error() => Self::NotApplied,
+            Ok(_) => Self::Unknown,
+            Err(error) if error.never_sent() || errors.get().is_some() => Self::NotApplied,
+            Err(_) => Self::Unknown,
         }
     }
 }
@@ -275,6 +313,7 @@ fn client_headers(headers: &mut http::HeaderMap) {
 async fn cache_page(
     listings: &ListingCache,
     key: PageKey,
+    mark: WriteMark,
     response: Response<Incoming>,
 ) -> Result<Response<s3s::Body>, S3Error> {
     let (mut parts, body) = response.into_parts();
@@ -291,7 +330,7 @@ async fn cache_page(
         headers: parts.headers,
         body: body.to_bytes(),
     };
-    listings.insert(key, page.clone());
+    listings.insert(key, page.clone(), mark);
     Ok(page_response(page))
 }
 

@@ -142,11 +142,28 @@ impl Default for MetaClock {
     }
 }
 
+/// The boot id of a record that must be revalidated before it is used again, whatever
+/// its TTL (a write whose outcome is unknown may have replaced its version). No process
+/// has it.
+const MUST_REVALIDATE: u64 = 0;
+
 impl MetaClock {
     pub fn new() -> Self {
         Self {
-            boot_id: rand::random(),
+            boot_id: rand::random::<u64>() | 1,
             started: Instant::now(),
+        }
+    }
+
+    /// `record`, expired: it is revalidated before it is served again, and served stale
+    /// only where stale serving is allowed.
+    pub fn expired(&self, record: &MetaRecord) -> MetaRecord {
+        MetaRecord {
+            state: record.state.clone(),
+            validated: Validation {
+                boot_id: MUST_REVALIDATE,
+                millis_since_boot: 0,
+            },
         }
     }
 
@@ -168,6 +185,9 @@ impl MetaClock {
 
     /// Whether `record` can be used without asking the upstream, given its `ttl`.
     pub fn is_fresh(&self, record: &MetaRecord, ttl: MetadataTtl) -> bool {
+        if record.validated.boot_id == MUST_REVALIDATE {
+            return false;
+        }
         let ttl = match (ttl, &record.state) {
             (MetadataTtl::Immutable, MetaState::Found(_)) => return true,
             (MetadataTtl::Immutable, MetaState::Missing(_)) => return false,
@@ -370,5 +390,23 @@ mod tests {
         assert!(!clock.is_fresh_negative(&record, Duration::ZERO));
         tokio::time::advance(Duration::from_secs(6)).await;
         assert!(!clock.is_fresh_negative(&record, Duration::from_secs(5)));
+    }
+
+    #[test]
+    fn an_expired_record_is_stale_under_every_ttl_and_after_a_round_trip_to_disk() {
+        let clock = MetaClock::new();
+        let fresh = clock.record(MetaState::Found(Arc::new(sample_meta())));
+        let expired = clock.expired(&fresh);
+        assert_eq!(
+            expired.state, fresh.state,
+            "the version is kept, for stale serving"
+        );
+        let mut bytes = Vec::new();
+        expired.encode(&mut bytes).unwrap();
+        let reloaded = MetaRecord::decode(&mut bytes.as_slice()).unwrap();
+        for record in [&expired, &reloaded] {
+            assert!(!clock.is_fresh(record, MetadataTtl::After(Duration::from_secs(3600))));
+            assert!(!clock.is_fresh(record, MetadataTtl::Immutable));
+        }
     }
 }

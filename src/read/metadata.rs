@@ -292,13 +292,14 @@ impl ReadPath {
     }
 
     /// Caches what a discovery learned, unless a write invalidated the object meanwhile:
-    /// the answer may predate the write.
+    /// the answer may predate the write. The check and the insert are one step against an
+    /// invalidation ([`super::writes::Generations`]).
     pub(super) fn store_meta(&self, object: &ObjectRef, generation: u64, state: MetaState) {
-        if self.inner.generations.current(object) == generation {
-            self.inner
-                .cache
-                .insert_meta(object, self.inner.clock.record(state));
-        }
+        let record = self.inner.clock.record(state);
+        let cache = &self.inner.cache;
+        self.inner
+            .generations
+            .store_if_current(object, generation, || cache.insert_meta(object, record));
     }
 
     /// One conditional HEAD: unchanged keeps the known metadata. Returns the metadata and

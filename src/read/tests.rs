@@ -4,6 +4,7 @@
 
 mod cluster;
 mod memory;
+mod races;
 
 use std::sync::Arc;
 use std::time::Duration;

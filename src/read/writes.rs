@@ -4,15 +4,18 @@
 //!
 //! Invariants: each object has a generation that every invalidation bumps; metadata a
 //! discovery learned is cached only if the generation did not move meanwhile, and readers
-//! after an invalidation never join a discovery that started before it. Written bytes are
-//! cached only under the version (ETag) the upstream reports for the object afterwards,
-//! and only if the size matches, so they can never stand in for another version.
+//! after an invalidation never join a discovery that started before it. "Check the
+//! generation, then insert" and "bump, then remove" are each one step under the
+//! generation's shard lock, so they never interleave: a record stored after a write's
+//! invalidation began can never be one learnt before it. Written bytes are cached only
+//! under the version (ETag) the upstream reports for the object afterwards, and only if
+//! the size matches, so they can never stand in for another version.
 
 use std::hash::BuildHasher;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::{Bytes, BytesMut};
+use parking_lot::Mutex;
 
 use super::{ReadPath, Target};
 use crate::cache::MetaState;
@@ -23,31 +26,62 @@ const GENERATION_SHARDS: usize = 1024;
 
 /// Per-object write generations, sharded by key hash: an invalidation of one object moves
 /// the generation of the few objects sharing its shard, which only costs them a lookup.
+/// Each shard's lock is held only for a check and an in-memory insert or remove.
 pub(super) struct Generations {
-    shards: Box<[AtomicU64]>,
+    shards: Box<[Mutex<u64>]>,
     hasher: std::collections::hash_map::RandomState,
+    /// Runs between a store's check and its store: lets a test put an invalidation there.
+    #[cfg(test)]
+    pub(super) after_check: Mutex<Option<Box<dyn FnOnce() + Send>>>,
 }
 
 impl Default for Generations {
     fn default() -> Self {
         Self {
-            shards: (0..GENERATION_SHARDS).map(|_| AtomicU64::new(0)).collect(),
+            shards: (0..GENERATION_SHARDS).map(|_| Mutex::new(0)).collect(),
             hasher: std::collections::hash_map::RandomState::new(),
+            #[cfg(test)]
+            after_check: Mutex::new(None),
         }
     }
 }
 
 impl Generations {
-    fn shard(&self, object: &ObjectRef) -> &AtomicU64 {
+    fn shard(&self, object: &ObjectRef) -> &Mutex<u64> {
         &self.shards[self.hasher.hash_one(object) as usize % GENERATION_SHARDS]
     }
 
     pub(super) fn current(&self, object: &ObjectRef) -> u64 {
-        self.shard(object).load(Ordering::Acquire)
+        *self.shard(object).lock()
     }
 
-    fn bump(&self, object: &ObjectRef) {
-        self.shard(object).fetch_add(1, Ordering::AcqRel);
+    /// Runs `store` if `object`'s generation is still `generation`, as one step against
+    /// [`Self::bump_then`]; whether it ran.
+    pub(super) fn store_if_current(
+        &self,
+        object: &ObjectRef,
+        generation: u64,
+        store: impl FnOnce(),
+    ) -> bool {
+        let current = self.shard(object).lock();
+        if *current != generation {
+            return false;
+        }
+        #[cfg(test)]
+        if let Some(between) = self.after_check.lock().take() {
+            between();
+        }
+        store();
+        drop(current);
+        true
+    }
+
+    /// Moves `object`'s generation, then runs `forget`, as one step against
+    /// [`Self::store_if_current`].
+    pub(super) fn bump_then(&self, object: &ObjectRef, forget: impl FnOnce()) {
+        let mut current = self.shard(object).lock();
+        *current += 1;
+        forget();
     }
 }
 
@@ -63,8 +97,26 @@ pub enum AdmitError {
 impl ReadPath {
     /// Forgets what is known about `object`: the next read asks the upstream.
     pub fn invalidate(&self, object: &ObjectRef) {
-        self.inner.generations.bump(object);
-        self.inner.cache.remove_meta(object);
+        let cache = &self.inner.cache;
+        self.inner
+            .generations
+            .bump_then(object, || cache.remove_meta(object));
+    }
+
+    /// After a write of `object` whose outcome is unknown (sent, but no answer, or the
+    /// upstream's 5xx): its cached metadata stays but is revalidated before it is served
+    /// again, so the write is seen if it happened, and while the upstream is unreachable
+    /// degraded mode may still serve the cached version (the writer was told its write
+    /// failed). A discovery already under way caches nothing.
+    pub async fn expire(&self, object: &ObjectRef) {
+        let cached = self.inner.cache.meta(object).await.ok().flatten();
+        let (cache, clock) = (&self.inner.cache, &self.inner.clock);
+        self.inner.generations.bump_then(object, || match cached {
+            Some(record) if record.meta().is_some() => {
+                cache.insert_meta(object, clock.expired(&record));
+            }
+            _ => cache.remove_meta(object),
+        });
     }
 
     /// Caches `data`, the complete body just written to `object`, if the upstream now
@@ -166,9 +218,9 @@ mod tests {
         let generations = Generations::default();
         let first = ObjectRef::new("b", "first").unwrap();
         let before = generations.current(&first);
-        generations.bump(&first);
+        generations.bump_then(&first, || {});
         assert_eq!(generations.current(&first), before + 1);
-        let bumped: *const AtomicU64 = generations.shard(&first);
+        let bumped: *const Mutex<u64> = generations.shard(&first);
         let others: Vec<ObjectRef> = (0..100)
             .map(|index| ObjectRef::new("b", &format!("other-{index}")).unwrap())
             .collect();

@@ -32,9 +32,12 @@ pub enum UpstreamError {
         message: String,
         request_id: Option<String>,
     },
-    /// No response: connection refused or reset, DNS failure, timeout.
+    /// No response: connection reset or closed after the request was sent, timeout.
     #[error("the upstream is unreachable: {message}")]
     Unreachable { message: String },
+    /// No connection: refused, DNS failure, TLS handshake. The request never left Portico.
+    #[error("the upstream is unreachable: {message}")]
+    NotSent { message: String },
     /// A response that breaks the protocol (bad `Content-Range`, wrong body length).
     #[error("invalid upstream response: {message}")]
     InvalidResponse { message: String },
@@ -90,6 +93,7 @@ impl UpstreamError {
             | Self::Rejected { request_id, .. } => request_id.as_deref(),
             Self::NotModified
             | Self::Unreachable { .. }
+            | Self::NotSent { .. }
             | Self::InvalidResponse { .. }
             | Self::Request { .. }
             | Self::UnsignableHeader { .. }
@@ -113,7 +117,7 @@ impl UpstreamError {
     /// Whether trying the same request again may succeed.
     pub fn is_retryable(&self) -> bool {
         match self {
-            Self::Unreachable { .. } | Self::InvalidResponse { .. } => true,
+            Self::Unreachable { .. } | Self::NotSent { .. } | Self::InvalidResponse { .. } => true,
             Self::Rejected { status, .. } => *status >= 500 || *status == 429,
             _ => false,
         }
@@ -128,11 +132,24 @@ impl UpstreamError {
             Self::InvalidRange { .. } => 416,
             Self::Rejected { status, .. } => *status,
             Self::Unreachable { .. }
+            | Self::NotSent { .. }
             | Self::InvalidResponse { .. }
             | Self::Request { .. }
             | Self::UnsignableHeader { .. }
             | Self::NoCredential { .. } => 0,
         }
+    }
+
+    /// Whether the request certainly never reached the upstream: it could not change
+    /// anything there.
+    pub fn never_sent(&self) -> bool {
+        matches!(
+            self,
+            Self::NotSent { .. }
+                | Self::Request { .. }
+                | Self::UnsignableHeader { .. }
+                | Self::NoCredential { .. }
+        )
     }
 
     pub fn invalid_response(message: impl Into<String>) -> Self {

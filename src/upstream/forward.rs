@@ -154,12 +154,15 @@ impl Forwarder {
             headers.insert(http::header::CONTENT_LENGTH, HeaderValue::from(length));
         }
         self.signer.sign(&mut outgoing, signature).await?;
-        self.client
-            .request(outgoing)
-            .await
-            .map_err(|error| UpstreamError::Unreachable {
-                message: error_chain(&error),
-            })
+        self.client.request(outgoing).await.map_err(|error| {
+            let message = error_chain(&error);
+            // A failed connect (refused, DNS, TLS handshake) sent nothing.
+            if error.is_connect() {
+                UpstreamError::NotSent { message }
+            } else {
+                UpstreamError::Unreachable { message }
+            }
+        })
     }
 
     /// The upstream URI for a request: path style or virtual-host style, canonically encoded.

@@ -415,6 +415,7 @@ impl Upstream {
             Ok(_) => (200, Ok(())),
             Err(error) => match UpstreamError::from_sdk(error) {
                 error @ (UpstreamError::Unreachable { .. }
+                | UpstreamError::NotSent { .. }
                 | UpstreamError::Request { .. }
                 | UpstreamError::NoCredential { .. }) => (0, Err(error)),
                 refused if refused.credential_problem().is_some() => {

@@ -6,7 +6,9 @@
 //! over-long. Requests the client gave up
 //! on (closed its connection before the response) are counted. For benchmarks, every
 //! request can be delayed (an object store's time to first byte) and response body bytes
-//! are counted. ETags can be removed from responses, like an origin that sends none.
+//! are counted. ETags can be removed from responses, like an origin that sends none. The
+//! answer to a write can be lost: the write reaches the target, and the connection closes
+//! without a response.
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -195,6 +197,14 @@ impl Forwarder {
         self.serve(listener);
     }
 
+    /// The next `count` object PUTs reach the target, and their connection closes without
+    /// an answer: writes whose outcome their sender cannot know.
+    pub fn lose_write_answers(&self, count: usize) {
+        self.counters
+            .lost_write_answers
+            .fetch_add(count, Ordering::SeqCst);
+    }
+
     /// From now on, responses carry no `ETag` (an origin that sends none).
     pub fn strip_etags(&self) {
         self.counters.strip_etags.store(true, Ordering::Relaxed);
@@ -255,6 +265,8 @@ struct Counters {
     latency_nanos: AtomicU64,
     requests: AtomicU64,
     bytes: AtomicU64,
+    /// Object PUTs whose answer is lost after the target applied them.
+    lost_write_answers: AtomicUsize,
 }
 
 /// Counts a request as cancelled when its handler is dropped before it finished.
@@ -288,6 +300,7 @@ impl Shared {
         let fault = (observed.method == "GET" && observed.is_object())
             .then(|| self.faults.lock().unwrap().pop_front())
             .flatten();
+        let object_put = observed.method == "PUT" && observed.is_object();
         self.seen.lock().unwrap().push(observed);
         let mut unfinished = Unfinished(Some(self.cancelled.clone()));
         match fault {
@@ -303,6 +316,14 @@ impl Shared {
             Some(Fault::CutBody(_) | Fault::ShortBody(_) | Fault::LongBody(_)) | None => {}
         }
         let is_head = request.method() == http::Method::HEAD;
+        let lose_answer = object_put
+            && self
+                .counters
+                .lost_write_answers
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |count| {
+                    count.checked_sub(1)
+                })
+                .is_ok();
         let latency = self.counters.latency_nanos.load(Ordering::Relaxed);
         if latency > 0 {
             tokio::time::sleep(std::time::Duration::from_nanos(latency)).await;
@@ -318,6 +339,10 @@ impl Shared {
             .await
             .map_err(|error| ForwardError(error.to_string()))?;
         unfinished.0 = None;
+        if lose_answer {
+            let _ = response.into_body().collect().await;
+            return Err(ForwardError("the write's answer was lost".to_owned()));
+        }
         let length = response
             .headers()
             .get(http::header::CONTENT_LENGTH)

@@ -475,3 +475,89 @@ async fn a_gzip_body_in_aws_chunked_framing_keeps_its_content_encoding() {
         assert!(body[..] == data[..], "bytes from {source}");
     }
 }
+
+/// The status of a PutObject of `data` as `key` through `client` (which does not retry).
+async fn put_status(client: &aws_sdk_s3::Client, bucket: &str, key: &str, data: &[u8]) -> u16 {
+    match client
+        .put_object()
+        .bucket(bucket)
+        .key(key)
+        .body(ByteStream::from(data.to_vec()))
+        .send()
+        .await
+    {
+        Ok(_) => 200,
+        Err(error) => error
+            .raw_response()
+            .map_or(0, |response| response.status().as_u16()),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failed_write_leaves_its_key_readable_and_an_acknowledged_one_never_shows_the_old_version()
+ {
+    for write_through in [false, true] {
+        let mut rig = Rig::start("failed-writes", |settings| {
+            settings.write_through = write_through;
+        })
+        .await;
+        let once = crate::support::s3_client(&rig.portico().s3, false);
+        let bucket = rig.bucket.clone();
+        let versions: Vec<Vec<u8>> = (0..5).map(|at| random_bytes(300_000, at)).collect();
+        let case = |what: &str| format!("write_through {write_through}: {what}");
+        rig.put("key", &versions[0]).await;
+        assert!(rig.get("key", None).await == versions[0]);
+
+        // Never sent (the origin refuses connections): the write failed, the cache stays.
+        rig.forwarder.stop().await;
+        assert_eq!(put_status(&once, &bucket, "key", &versions[1]).await, 503);
+        assert!(
+            rig.get("key", None).await == versions[0],
+            "{}",
+            case("the cached version stays readable after a failed write")
+        );
+        rig.forwarder.restart().await;
+
+        // Sent, and its answer lost: the write happened, and the next read sees it.
+        rig.forwarder.lose_write_answers(1);
+        assert_eq!(put_status(&once, &bucket, "key", &versions[2]).await, 503);
+        assert!(
+            rig.get("key", None).await == versions[2],
+            "{}",
+            case("a write of unknown outcome is revalidated")
+        );
+
+        // Its answer lost, then the origin down: degraded mode serves the cached version,
+        // since the writer was told its write failed.
+        rig.forwarder.lose_write_answers(1);
+        assert_eq!(put_status(&once, &bucket, "key", &versions[3]).await, 503);
+        rig.forwarder.stop().await;
+        assert!(
+            rig.get("key", None).await == versions[2],
+            "{}",
+            case("the cached version is served stale while the origin is down")
+        );
+        rig.forwarder.restart().await;
+
+        // Acknowledged, then the origin down: the new version if it was cached on write,
+        // otherwise an error, never an older version.
+        assert_eq!(put_status(&once, &bucket, "key", &versions[4]).await, 200);
+        rig.forwarder.stop().await;
+        let read = rig.try_get("key", None).await;
+        if write_through {
+            assert!(
+                read.as_deref() == Ok(&versions[4][..]),
+                "{}",
+                case("the acknowledged version from the cache")
+            );
+        } else {
+            let error = read.expect_err("no version is known without the origin");
+            assert!(
+                error.contains("503"),
+                "{}: {error}",
+                case("503 after an acknowledged write")
+            );
+        }
+        rig.forwarder.restart().await;
+    }
+}

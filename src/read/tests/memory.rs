@@ -31,6 +31,9 @@ pub(super) struct MemorySource {
     down: Mutex<bool>,
     /// `(key, range)` GETs whose next answer stalls before its head.
     stalls: Mutex<Vec<(String, String)>>,
+    /// With gated HEADs: the HEADs waiting to be answered, oldest first. A HEAD answers
+    /// from the objects as they were when it arrived.
+    head_gates: Mutex<Option<std::collections::VecDeque<tokio::sync::oneshot::Sender<()>>>>,
 }
 
 impl MemorySource {
@@ -68,6 +71,28 @@ impl MemorySource {
 
     pub(super) fn set_down(&self, down: bool) {
         *self.down.lock() = down;
+    }
+
+    /// From now on every HEAD waits until [`Self::release_head`] lets it answer.
+    pub(super) fn gate_heads(&self) {
+        *self.head_gates.lock() = Some(Default::default());
+    }
+
+    /// Lets the oldest waiting HEAD answer; whether one was waiting.
+    pub(super) fn release_head(&self) -> bool {
+        let next = self
+            .head_gates
+            .lock()
+            .as_mut()
+            .and_then(|gates| gates.pop_front());
+        next.is_some_and(|gate| gate.send(()).is_ok())
+    }
+
+    pub(super) fn waiting_heads(&self) -> usize {
+        self.head_gates
+            .lock()
+            .as_ref()
+            .map_or(0, |gates| gates.len())
     }
 
     pub(super) fn stall_next(&self, key: &str, range: &str) {
@@ -116,8 +141,19 @@ impl BlockSource for MemorySource {
     ) -> Result<HeadOutcome, UpstreamError> {
         let key = object.key().to_owned();
         let conditional = if_none_match.is_some() || if_match.is_some();
+        // A gated HEAD reads the object when it arrives and answers when released: the
+        // answer may reach the caller after the object changed.
+        let gate = self.head_gates.lock().as_mut().map(|gates| {
+            let (open, opened) = tokio::sync::oneshot::channel();
+            gates.push_back(open);
+            opened
+        });
+        let arrived = gate.is_some().then(|| self.object(object.key()));
+        if let Some(opened) = gate {
+            let _ = opened.await;
+        }
         self.answer(Call::Head { key, conditional }).await?;
-        let (mut meta, _) = self.object(object.key())?;
+        let (mut meta, _) = arrived.unwrap_or_else(|| self.object(object.key()))?;
         if if_none_match == Some(meta.etag.as_str()) {
             return Ok(HeadOutcome::NotModified);
         }
