@@ -36,6 +36,15 @@ pub struct Checksums {
 }
 
 impl ObjectMeta {
+    /// The version id a read of this version pins its block fetches to, so an overwrite
+    /// cannot cut it off: the one the upstream reported, in a versioned bucket (a
+    /// suspended bucket's `null` names no single version).
+    pub fn pinned_version(&self) -> Option<&str> {
+        self.version_id
+            .as_deref()
+            .filter(|id| !id.is_empty() && *id != "null")
+    }
+
     /// The token that names this version of the object: the ETag, or when an upstream
     /// sends none, the modification time and size (which only purges compare: such
     /// objects are never cached, see `read/uncached.rs`).

@@ -228,7 +228,11 @@ impl Peers for Cluster {
         let request = BlockRequest {
             bucket: object.bucket().to_owned(),
             key: object.key().to_owned(),
-            version_id: object.version().map(str::to_owned),
+            // The owner fetches the block pinned to the version, as this member would.
+            version_id: object
+                .version()
+                .or(meta.pinned_version())
+                .map(str::to_owned),
             etag: meta.etag.clone(),
             size: meta.size,
             block_size,

@@ -264,6 +264,15 @@ impl ReadPath {
     }
 }
 
+/// `object` as a block fetch asks for it: pinned to the version id `meta` names, when
+/// the read did not name one itself.
+pub(super) fn pinned(object: ObjectRef, meta: &ObjectMeta) -> ObjectRef {
+    match (object.version(), meta.pinned_version()) {
+        (None, Some(version)) => object.clone().with_version(Some(version)).unwrap_or(object),
+        _ => object,
+    }
+}
+
 /// Bytes `within` of `block`; `None` when the block is shorter.
 fn slice_of(block: &Bytes, within: std::ops::Range<usize>) -> Option<Bytes> {
     (within.start <= within.end && within.end <= block.len()).then(|| block.slice(within))
@@ -338,6 +347,7 @@ impl BlockFetch {
             }
         }
         let if_match = (!meta.etag.is_empty()).then_some(meta.etag.as_str());
+        let object = pinned(object, &meta);
         let read = source
             .get(&object, range.into(), if_match, range.len_bytes(), &head)
             .await?;

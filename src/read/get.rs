@@ -184,11 +184,10 @@ impl ReadPath {
                     }
                     Err(error) => {
                         let object = &target.object;
-                        tracing::warn!(%object, index, %error, "aborting a response after its headers were sent");
                         if matches!(error, ReadError::Changed) {
                             this.inner.cache.remove_meta(object);
                         }
-                        let _ = sender.send(Err(error)).await;
+                        this.abort(&sender, object, Some(index), error).await;
                         return;
                     }
                 }
@@ -196,6 +195,21 @@ impl ReadPath {
         };
         tokio::spawn(task.instrument(request));
         ReceiverStream::new(receiver)
+    }
+
+    /// Ends a response whose headers were sent with `error`: logged once with its object,
+    /// counted by cause.
+    pub(super) async fn abort(
+        &self,
+        sender: &mpsc::Sender<Result<Bytes, ReadError>>,
+        object: &ObjectRef,
+        block: Option<u64>,
+        error: ReadError,
+    ) {
+        let cause = error.abort_cause();
+        tracing::warn!(%object, block, cause, %error, "aborting a response after its headers were sent");
+        self.inner.metrics.count_read_abort(cause);
+        let _ = sender.send(Err(error)).await;
     }
 
     /// Sends the requested part of one block; false when the client has gone.

@@ -119,6 +119,16 @@ pub enum ErrorSource {
 }
 
 impl ReadError {
+    /// What cut a read off after its headers were sent, for `portico_read_aborts_total`.
+    pub fn abort_cause(&self) -> &'static str {
+        match self {
+            Self::Changed => "changed",
+            Self::Upstream(_) | Self::NotFound(..) | Self::InvalidRange(_) => "upstream",
+            Self::Busy(_) => "busy",
+            Self::Internal(_) => "internal",
+        }
+    }
+
     pub fn source_kind(&self) -> ErrorSource {
         match self {
             Self::NotFound(..) | Self::InvalidRange(_) => ErrorSource::Client,

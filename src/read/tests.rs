@@ -236,6 +236,11 @@ async fn a_version_change_after_the_first_byte_aborts_the_body() {
         bytes.len() <= 2 * BLOCK as usize && bytes == first[..bytes.len()],
         "only version 1's bytes before the abort"
     );
+    assert_eq!(
+        read.inner.metrics.read_aborts("changed"),
+        1,
+        "counted by cause"
+    );
     // The stale metadata was dropped: the next GET reads version 2.
     let answer = read.get(&object("model"), None, false).await.unwrap();
     assert_eq!(answer.meta.etag, "\"v2\"");

@@ -60,6 +60,7 @@ impl ReadPath {
         let (sender, receiver) = mpsc::channel(1);
         let metrics = self.inner.metrics.clone();
         let object = object.clone();
+        let this = self.clone();
         let task = async move {
             let _charge = charge;
             while let Some(chunk) = read.next_chunk().await {
@@ -71,8 +72,8 @@ impl ReadPath {
                         }
                     }
                     Err(error) => {
-                        tracing::warn!(%object, %error, "aborting a response after its headers were sent");
-                        let _ = sender.send(Err(ReadError::from_upstream(error))).await;
+                        let error = ReadError::from_upstream(error);
+                        this.abort(&sender, &object, None, error).await;
                         return;
                     }
                 }

@@ -54,6 +54,11 @@ pub struct DirectionLabel {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct CauseLabel {
+    pub cause: &'static str,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 pub struct ReasonLabel {
     pub reason: &'static str,
 }
@@ -103,6 +108,9 @@ pub struct Metrics {
     pub upstream_hedges: Family<ResultLabel, Counter>,
     /// Metadata lookups answered with the last known version because the upstream failed.
     pub stale_serves: Counter,
+    /// Reads cut off after their headers were sent, by cause (`changed`, `upstream`,
+    /// `busy`, `internal`).
+    pub read_aborts: Family<CauseLabel, Counter>,
     /// 1 while the disk tier is off after an I/O error (memory-only), else 0.
     pub cache_degraded: Gauge,
     /// Per upstream: 1 when its last probe succeeded.
@@ -183,6 +191,7 @@ impl Metrics {
             upstream_retries: Family::default(),
             upstream_hedges: Family::default(),
             stale_serves: Counter::default(),
+            read_aborts: Family::default(),
             cache_degraded: Gauge::default(),
             upstream_up: Family::default(),
             upstream_failovers: Family::default(),
@@ -275,6 +284,11 @@ impl Metrics {
             "portico_stale_serves",
             "Metadata lookups answered with the last known version, past its TTL, because the upstream failed (serve_stale_on_error)",
             metrics.stale_serves.clone(),
+        );
+        registry.register(
+            "portico_read_aborts",
+            "Reads cut off after their headers were sent, by cause: the object changed and its version is gone, the upstream failed mid-body, the memory budget, an internal error",
+            metrics.read_aborts.clone(),
         );
         registry.register(
             "portico_cache_degraded",
@@ -591,6 +605,16 @@ impl Metrics {
 
     pub fn count_uncached_read(&self) {
         self.uncached_reads.inc();
+    }
+
+    /// A read cut off after its headers were sent, by `cause`.
+    pub fn count_read_abort(&self, cause: &'static str) {
+        self.read_aborts.get_or_create(&CauseLabel { cause }).inc();
+    }
+
+    /// Reads cut off by `cause` so far.
+    pub fn read_aborts(&self, cause: &'static str) -> u64 {
+        self.read_aborts.get_or_create(&CauseLabel { cause }).get()
     }
 
     pub fn count_peer_request(&self, result: PeerResult) {

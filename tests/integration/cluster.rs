@@ -542,6 +542,50 @@ async fn an_object_overwritten_behind_the_fleet_is_never_served_as_a_mix_of_vers
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn in_a_versioned_bucket_a_read_across_an_overwrite_completes_with_its_version_at_every_owner()
+ {
+    let fleet = Fleet::start("cluster-pinned", 2).await;
+    crate::support::enable_versioning(&fleet.direct, &fleet.bucket).await;
+    let started = random_bytes(24 * MIB, 159);
+    fleet.put("pinned.bin", &started).await;
+    let output = fleet.clients[0]
+        .get_object()
+        .bucket(&fleet.bucket)
+        .key("pinned.bin")
+        .send()
+        .await
+        .expect("GET starts");
+    let mut body = output.body;
+    let mut received = body
+        .try_next()
+        .await
+        .expect("the body")
+        .expect("a chunk")
+        .to_vec();
+    // The blocks not fetched yet belong to both members: each fetches its own pinned to
+    // the version the read started with.
+    fleet.put("pinned.bin", &random_bytes(24 * MIB, 160)).await;
+    fleet.forwarder.take();
+    while let Some(chunk) = body.try_next().await.expect("the read completes") {
+        received.extend_from_slice(&chunk);
+    }
+    assert!(received == started, "the version the read started with");
+    let after: Vec<_> = fleet.forwarder.object_requests("GET");
+    let owned_by_the_other = fleet.owners("pinned.bin", 24)[6..]
+        .iter()
+        .filter(|owner| **owner == 1)
+        .count();
+    assert!(owned_by_the_other > 0 && !after.is_empty(), "{after:?}");
+    assert!(
+        after.iter().all(|seen| seen
+            .query
+            .as_deref()
+            .is_some_and(|query| query.contains("versionId="))),
+        "every block fetched after the overwrite is pinned: {after:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn a_fourth_member_takes_about_a_quarter_of_the_blocks_and_only_those_are_fetched_again() {
     let mut fleet = Fleet::start("cluster-grow", 3).await;
     let blocks = 40;

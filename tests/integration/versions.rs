@@ -303,3 +303,58 @@ async fn objects_without_an_etag_are_streamed_whole_and_never_mixed() {
     assert_eq!(ranges, [Some(whole.as_str()), Some(range.as_str())]);
     assert!(rig.portico().metric("portico_uncached_reads_total").await >= 2.0);
 }
+
+/// In a versioned bucket a read that is running when its object is overwritten completes
+/// with the version it started with: its block fetches are pinned to the version id the
+/// upstream reported. The overwrite lands after every block boundary in turn (with SigV4;
+/// two boundaries without authentication).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_read_across_an_overwrite_completes_with_its_version_in_a_versioned_bucket() {
+    const BLOCKS: usize = 6;
+    let base = random_bytes(BLOCKS * MIB - 100, 40);
+    // Each round's two versions: the base with its first bytes numbered.
+    let version = |number: usize| {
+        let mut data = base.clone();
+        data[..8].copy_from_slice(&(number as u64).to_le_bytes());
+        data
+    };
+    for (authenticated, boundaries) in [(true, vec![0, 1, 2, 3, 4, 5]), (false, vec![0, 3])] {
+        let rig = Rig::start("pinned", |settings| {
+            if !authenticated {
+                settings.without_auth();
+            }
+        })
+        .await;
+        enable_versioning(&rig.direct, &rig.bucket).await;
+        for boundary in boundaries {
+            let started = version(2 * boundary);
+            crate::support::put_object(&rig.client, &rig.bucket, "big.bin", &started).await;
+            let output = rig
+                .client
+                .get_object()
+                .bucket(&rig.bucket)
+                .key("big.bin")
+                .send()
+                .await
+                .expect("GET starts");
+            let mut body = output.body;
+            let mut received = Vec::with_capacity(started.len());
+            while received.len() < boundary * MIB {
+                let chunk = body.try_next().await.expect("the body").expect("more");
+                received.extend_from_slice(&chunk);
+            }
+            put_version(&rig, "big.bin", &version(2 * boundary + 1)).await;
+            while let Some(chunk) = body
+                .try_next()
+                .await
+                .unwrap_or_else(|error| panic!("overwritten after {boundary} blocks: {error}"))
+            {
+                received.extend_from_slice(&chunk);
+            }
+            assert!(
+                received == started,
+                "authenticated {authenticated}, overwritten after {boundary} blocks: the version the read started with"
+            );
+        }
+    }
+}
