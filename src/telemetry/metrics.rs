@@ -472,6 +472,9 @@ impl Metrics {
         for direction in ["received", "sent"] {
             drop(self.peer_bytes.get_or_create(&DirectionLabel { direction }));
         }
+        for cause in ["changed", "upstream", "busy", "internal"] {
+            drop(self.read_aborts.get_or_create(&CauseLabel { cause }));
+        }
         for reason in ["malformed", "unauthorized"] {
             drop(self.event_rejections.get_or_create(&ReasonLabel { reason }));
         }
