@@ -16,7 +16,7 @@ use crate::budget::Charge;
 use crate::cache::{Part, Tier};
 use crate::object::ObjectMeta;
 use crate::telemetry::ServedFrom;
-use crate::types::{ByteRange, ObjectRef, RangeRequest, Selection};
+use crate::types::{BlockIndex, ByteRange, ObjectRef, RangeRequest, Selection};
 
 impl ReadPath {
     /// The object's metadata, for a HEAD; with `checksums`, including its stored checksums.
@@ -115,13 +115,76 @@ impl ReadPath {
         // prefetches waits here, and the fetch slots freed meanwhile refill at once
         // instead of idling until its block arrives.
         self.prefetch_after(&target, bytes);
-        let first_block = self
+        let ahead = self.start_ahead(&target, bytes, first_index, &discovered);
+        if !ahead.is_empty() {
+            // Lets the lookups send their requests before a first block that needs no
+            // request (cached, or read by the discovery) lets the headers go out.
+            tokio::task::yield_now().await;
+        }
+        let first_block = match self
             .block_or_discovered(&target, first_index, bytes, charge, &discovered)
-            .await?;
+            .await
+        {
+            Ok(block) => block,
+            Err(error) => {
+                for (_, lookup) in ahead {
+                    lookup.abort();
+                }
+                return Err(error);
+            }
+        };
         let status = CacheStatus::new(&discovered, Some(first_block.tier));
         let tally = Arc::new(Tally::default());
-        let body = self.stream(target, bytes, first_block, discovered, tally.clone());
+        let body = self.stream(target, bytes, first_block, ahead, discovered, tally.clone());
         Ok((body, tally, status))
+    }
+
+    /// Starts the lookups of the blocks after the first, as many as the readahead and the
+    /// free memory budget allow, with the first: a read of a few blocks asks the upstream
+    /// for all of them at once, so an overwrite can hardly fall between its fetches (in an
+    /// unversioned bucket the later ones would find the version gone).
+    fn start_ahead(
+        &self,
+        target: &Target,
+        bytes: ByteRange,
+        first_index: BlockIndex,
+        discovered: &Discovered,
+    ) -> Vec<(BlockIndex, Lookup)> {
+        let readahead = self.inner.settings.readahead_blocks.max(1);
+        let last_index = target.layout.block_of(bytes.last());
+        let mut ahead = Vec::new();
+        for index in (first_index + 1..=last_index).take(readahead) {
+            let Some(charge) = self
+                .inner
+                .budget
+                .try_reserve(target.layout.block_len(index))
+            else {
+                break;
+            };
+            ahead.push((
+                index,
+                self.spawn_lookup(target, index, bytes, charge, discovered),
+            ));
+        }
+        ahead
+    }
+
+    /// The part of block `index` inside `bytes`, looked up in a task of its own (a client
+    /// that goes away leaves it to finish, as it leaves the block's fetch).
+    fn spawn_lookup(
+        &self,
+        target: &Target,
+        index: BlockIndex,
+        bytes: ByteRange,
+        charge: Charge,
+        discovered: &Discovered,
+    ) -> Lookup {
+        let (this, target, discovered) = (self.clone(), target.clone(), discovered.clone());
+        let lookup = async move {
+            this.block_or_discovered(&target, index, bytes, charge, &discovered)
+                .await
+        };
+        tokio::spawn(lookup.instrument(tracing::Span::current()))
     }
 
     /// Streams `bytes` of `target`, starting with its already read first block, counting
@@ -131,6 +194,7 @@ impl ReadPath {
         target: Target,
         bytes: ByteRange,
         first_block: Part,
+        ahead: Vec<(BlockIndex, Lookup)>,
         discovered: Discovered,
         tally: Arc<Tally>,
     ) -> BodyStream {
@@ -145,8 +209,12 @@ impl ReadPath {
             }
             let readahead = this.inner.settings.readahead_blocks.max(1);
             let budget = &this.inner.budget;
-            let mut blocks = blocks.peekable();
             let mut fetches = FuturesOrdered::new();
+            for (index, lookup) in ahead {
+                blocks.next();
+                fetches.push_back(joined(index, lookup));
+            }
+            let mut blocks = blocks.peekable();
             loop {
                 // The next block waits for room; blocks further ahead take only free room.
                 while fetches.len() < readahead
@@ -164,14 +232,8 @@ impl ReadPath {
                         break;
                     };
                     blocks.next();
-                    let this = this.clone();
-                    let target = target.clone();
-                    let discovered = discovered.clone();
-                    fetches.push_back(async move {
-                        let block =
-                            this.block_or_discovered(&target, index, bytes, charge, &discovered);
-                        (index, block.await)
-                    });
+                    let lookup = this.spawn_lookup(&target, index, bytes, charge, &discovered);
+                    fetches.push_back(joined(index, lookup));
                 }
                 let Some((index, result)) = fetches.next().await else {
                     return;
@@ -237,6 +299,19 @@ impl ReadPath {
         }
         true
     }
+}
+
+/// A block lookup under way in a task of its own.
+type Lookup = tokio::task::JoinHandle<Result<Part, ReadError>>;
+
+/// The result of `lookup`, with its block index.
+async fn joined(index: BlockIndex, lookup: Lookup) -> (BlockIndex, Result<Part, ReadError>) {
+    let result = lookup.await.unwrap_or_else(|error| {
+        Err(ReadError::Internal(format!(
+            "the lookup of block {index} failed: {error}"
+        )))
+    });
+    (index, result)
 }
 
 fn empty_body() -> BodyStream {

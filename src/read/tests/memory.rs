@@ -174,9 +174,11 @@ impl BlockSource for MemorySource {
     ) -> Result<RangeRead, UpstreamError> {
         let key = object.key().to_owned();
         let header = range.header_value();
+        // Like S3, the version is the one the object had when the request arrived.
+        let arrived = self.object(object.key());
         self.answer(Call::Get { key, range: header }).await?;
         head.arrived();
-        let (meta, body) = self.object(object.key())?;
+        let (meta, body) = arrived?;
         if if_match.is_some_and(|etag| etag != meta.etag) {
             return Err(UpstreamError::PreconditionFailed { request_id: None });
         }
