@@ -38,7 +38,7 @@ APT_UPDATE := $(SUDO) apt-get update -q
 # Lists are refreshed first: on a fresh machine they are empty or stale.
 APT_INSTALL := $(APT_UPDATE) && $(SUDO) apt-get install -y -q
 
-.PHONY: run test ci fmt-check clippy build release bench fuzz conformance tools java-client clean-demo
+.PHONY: run test ci fmt-check clippy build release bench soak fuzz conformance tools java-client clean-demo
 
 ## run: build Portico and start it in front of a local MinIO with demo data (Ctrl-C stops
 ## both). Needs only MinIO (built once) and curl: nothing the tests need is installed.
@@ -84,6 +84,14 @@ bench: tools $(NGINX)
 	cargo bench --bench slow_readers
 	cargo build --release --bin portico
 	scripts/bench-writes.sh
+
+## soak: the overwrite soak (testkit/src/bin/overwrites.rs): 3 writers and 12 readers on
+## 12 keys, every body checked against its version, against MinIO direct and through
+## Portico (unversioned and versioned buckets), SOAK_SECONDS each (default 600); prints
+## the table in docs/benchmarks.md. Not part of `make test`.
+SOAK_SECONDS ?= 600
+soak: $(MINIO) build
+	cargo run -q -p portico-testkit --bin overwrites -- $(SOAK_SECONDS)
 
 ## fuzz: every fuzz target (Range, aws-chunked, request/SigV4 parsing) for FUZZ_SECONDS
 ## each (default 60); not part of `make test`

@@ -99,21 +99,7 @@ impl Signer {
             Some(_) => SignableBody::UnsignedPayload,
             None => SignableBody::Precomputed(payload_hash.to_owned()),
         };
-        let signable = SignableRequest::new(method, url, headers.iter().copied(), body)
-            .expect("signable request");
-        let (instructions, signature) = sign(signable, &params).expect("sign").into_parts();
-        let (headers, query) = instructions.into_parts();
-        Signed {
-            headers: headers
-                .into_iter()
-                .map(|header| (header.name().to_owned(), header.value().to_owned()))
-                .collect(),
-            query: query
-                .into_iter()
-                .map(|(name, value)| (name.to_owned(), value.into_owned()))
-                .collect(),
-            signature,
-        }
+        signed(&params, method, url, headers, body)
     }
 
     /// Signs a request whose body hashes to `payload_hash` (hex, `UNSIGNED-PAYLOAD` or a
@@ -199,23 +185,8 @@ impl Signer {
             .build()
             .expect("signing parameters")
             .into();
-        let signable = SignableRequest::new(
-            method,
-            url,
-            headers.iter().copied(),
-            SignableBody::Precomputed(payload_hash.to_owned()),
-        )
-        .expect("signable request");
-        let (instructions, signature) = sign(signable, &params).expect("sign").into_parts();
-        let (headers, _) = instructions.into_parts();
-        Signed {
-            headers: headers
-                .into_iter()
-                .map(|header| (header.name().to_owned(), header.value().to_owned()))
-                .collect(),
-            query: Vec::new(),
-            signature,
-        }
+        let body = SignableBody::Precomputed(payload_hash.to_owned());
+        signed(&params, method, url, headers, body)
     }
 
     /// [`Signer::chunked_body`] for a SigV4a request signed at `amz_date`: each chunk and
@@ -249,6 +220,32 @@ impl Signer {
                 sign("TRAILER", previous, &hex::encode(Sha256::digest(canonical)))
             },
         )
+    }
+}
+
+/// A request signed with `params`: the headers or query parameters to add, and the
+/// signature.
+fn signed(
+    params: &aws_sigv4::http_request::SigningParams<'_>,
+    method: &str,
+    url: &str,
+    headers: &[(&str, &str)],
+    body: SignableBody<'_>,
+) -> Signed {
+    let signable =
+        SignableRequest::new(method, url, headers.iter().copied(), body).expect("signable request");
+    let (instructions, signature) = sign(signable, params).expect("sign").into_parts();
+    let (headers, query) = instructions.into_parts();
+    Signed {
+        headers: headers
+            .into_iter()
+            .map(|header| (header.name().to_owned(), header.value().to_owned()))
+            .collect(),
+        query: query
+            .into_iter()
+            .map(|(name, value)| (name.to_owned(), value.into_owned()))
+            .collect(),
+        signature,
     }
 }
 

@@ -342,31 +342,36 @@ async fn send(host: &str, head: &str, body: &[u8]) -> Answer {
     }
 }
 
+/// Where `cell` writes `key`: the object, or part 1 of an upload created for it (with the
+/// cell's checksum algorithm) through Portico. Returns the upload id and the path.
+async fn target(rig: &Rig, key: &str, cell: &Cell) -> Result<(Option<String>, String), String> {
+    let bucket = &rig.bucket;
+    match cell.operation {
+        Operation::PutObject => Ok((None, format!("/{bucket}/{key}"))),
+        Operation::UploadPart => {
+            let created = rig
+                .client
+                .create_multipart_upload()
+                .bucket(bucket)
+                .key(key)
+                .set_checksum_algorithm(cell.checksum.map(sdk_name))
+                .send()
+                .await
+                .map_err(|error| format!("CreateMultipartUpload: {error:?}"))?;
+            let id = created.upload_id().unwrap_or_default().to_owned();
+            let path = format!("/{bucket}/{key}?partNumber=1&uploadId={id}");
+            Ok((Some(id), path))
+        }
+    }
+}
+
 /// Runs one cell through Portico; checks the origin and the answer. Returns what failed.
 async fn run_cell(rig: &Rig, host: &str, index: usize, cell: Cell) -> Result<(), String> {
     let data = random_bytes(2 * CHUNK_BYTES + 1000 + index, index as u64);
     let key = format!("cell-{index}");
     let bucket = &rig.bucket;
     let expected = cell.checksum.map(|algorithm| checksum(algorithm, &data));
-    let upload_id = match cell.operation {
-        Operation::PutObject => None,
-        Operation::UploadPart => {
-            let created = rig
-                .client
-                .create_multipart_upload()
-                .bucket(bucket)
-                .key(&key)
-                .set_checksum_algorithm(cell.checksum.map(sdk_name))
-                .send()
-                .await
-                .map_err(|error| format!("CreateMultipartUpload: {error:?}"))?;
-            Some(created.upload_id().unwrap_or_default().to_owned())
-        }
-    };
-    let path = match &upload_id {
-        None => format!("/{bucket}/{key}"),
-        Some(id) => format!("/{bucket}/{key}?partNumber=1&uploadId={id}"),
-    };
+    let (upload_id, path) = target(rig, &key, &cell).await?;
     let (head, body) = request(&cell, host, &path, &data, None);
     let answer = send(host, &head, &body).await;
     if cell.http_chunked && !cell.form.aws_chunked() {
@@ -593,7 +598,6 @@ async fn every_wire_form_writes_exact_bytes_and_checksums_with_sigv4() {
 async fn with_sigv4_a_tampered_body_and_sigv4a_are_refused_with_s3_errors_and_store_nothing() {
     let rig = Rig::start("forms-refused", |_| {}).await;
     let host = rig.portico().s3.trim_start_matches("http://").to_owned();
-    let bucket = &rig.bucket;
     let data = random_bytes(3 * CHUNK_BYTES, 7);
     let signed_trailer = |form, http_chunked, operation| Cell {
         form,
@@ -615,25 +619,7 @@ async fn with_sigv4_a_tampered_body_and_sigv4a_are_refused_with_s3_errors_and_st
     }
     for (index, (cell, tamper, status, code)) in cases.into_iter().enumerate() {
         let key = format!("refused-{index}");
-        let upload_id = match cell.operation {
-            Operation::PutObject => None,
-            Operation::UploadPart => {
-                let created = rig
-                    .client
-                    .create_multipart_upload()
-                    .bucket(bucket)
-                    .key(&key)
-                    .checksum_algorithm(ChecksumAlgorithm::Crc32)
-                    .send()
-                    .await
-                    .expect("CreateMultipartUpload");
-                Some(created.upload_id().expect("an upload id").to_owned())
-            }
-        };
-        let path = match &upload_id {
-            None => format!("/{bucket}/{key}"),
-            Some(id) => format!("/{bucket}/{key}?partNumber=1&uploadId={id}"),
-        };
+        let (upload_id, path) = target(&rig, &key, &cell).await.expect("the upload");
         let puts_before = rig.forwarder.object_requests("PUT").len();
         let (head, body) = request(&cell, &host, &path, &data, tamper);
         let answer = send(&host, &head, &body).await;
