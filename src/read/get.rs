@@ -139,8 +139,8 @@ impl ReadPath {
         Ok((body, tally, status))
     }
 
-    /// Starts the lookups of the blocks after the first, as many as the readahead and the
-    /// free memory budget allow, with the first: a read of a few blocks asks the upstream
+    /// Starts the lookups of the blocks after the first that the cache does not hold, as
+    /// many as the readahead and the free memory budget allow, with the first: a read of a few blocks asks the upstream
     /// for all of them at once, so an overwrite can hardly fall between its fetches (in an
     /// unversioned bucket the later ones would find the version gone).
     fn start_ahead(
@@ -154,6 +154,12 @@ impl ReadPath {
         let last_index = target.layout.block_of(bytes.last());
         let mut ahead = Vec::new();
         for index in (first_index + 1..=last_index).take(readahead) {
+            // From the first block the cache holds, the stream's own lookups take over:
+            // a hit has no fetch to start early.
+            let length = usize::try_from(target.layout.block_len(index)).unwrap_or(usize::MAX);
+            if self.inner.cache.holds(&target.key(index), length) {
+                break;
+            }
             let Some(charge) = self
                 .inner
                 .budget
