@@ -13,6 +13,7 @@
 
 use std::hash::BuildHasher;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::{Bytes, BytesMut};
 use parking_lot::Mutex;
@@ -26,19 +27,27 @@ const GENERATION_SHARDS: usize = 1024;
 
 /// Per-object write generations, sharded by key hash: an invalidation of one object moves
 /// the generation of the few objects sharing its shard, which only costs them a lookup.
-/// Each shard's lock is held only for a check and an in-memory insert or remove.
+/// Reading a generation takes no lock (every GET does); a shard's lock is held only for a
+/// check and an in-memory insert, or a bump and an in-memory remove.
 pub(super) struct Generations {
-    shards: Box<[Mutex<u64>]>,
+    shards: Box<[Shard]>,
     hasher: std::collections::hash_map::RandomState,
     /// Runs between a store's check and its store: lets a test put an invalidation there.
     #[cfg(test)]
     pub(super) after_check: Mutex<Option<Box<dyn FnOnce() + Send>>>,
 }
 
+#[derive(Default)]
+struct Shard {
+    generation: AtomicU64,
+    /// Makes "check, then store" and "bump, then forget" one step each.
+    steps: Mutex<()>,
+}
+
 impl Default for Generations {
     fn default() -> Self {
         Self {
-            shards: (0..GENERATION_SHARDS).map(|_| Mutex::new(0)).collect(),
+            shards: (0..GENERATION_SHARDS).map(|_| Shard::default()).collect(),
             hasher: std::collections::hash_map::RandomState::new(),
             #[cfg(test)]
             after_check: Mutex::new(None),
@@ -47,40 +56,40 @@ impl Default for Generations {
 }
 
 impl Generations {
-    fn shard(&self, object: &ObjectRef) -> &Mutex<u64> {
+    fn shard(&self, object: &ObjectRef) -> &Shard {
         &self.shards[self.hasher.hash_one(object) as usize % GENERATION_SHARDS]
     }
 
     pub(super) fn current(&self, object: &ObjectRef) -> u64 {
-        *self.shard(object).lock()
+        self.shard(object).generation.load(Ordering::Acquire)
     }
 
     /// Runs `store` if `object`'s generation is still `generation`, as one step against
-    /// [`Self::bump_then`]; whether it ran.
+    /// [`Self::bump_then`].
     pub(super) fn store_if_current(
         &self,
         object: &ObjectRef,
         generation: u64,
         store: impl FnOnce(),
-    ) -> bool {
-        let current = self.shard(object).lock();
-        if *current != generation {
-            return false;
+    ) {
+        let shard = self.shard(object);
+        let _step = shard.steps.lock();
+        if shard.generation.load(Ordering::Acquire) != generation {
+            return;
         }
         #[cfg(test)]
         if let Some(between) = self.after_check.lock().take() {
             between();
         }
         store();
-        drop(current);
-        true
     }
 
     /// Moves `object`'s generation, then runs `forget`, as one step against
     /// [`Self::store_if_current`].
     pub(super) fn bump_then(&self, object: &ObjectRef, forget: impl FnOnce()) {
-        let mut current = self.shard(object).lock();
-        *current += 1;
+        let shard = self.shard(object);
+        let _step = shard.steps.lock();
+        shard.generation.fetch_add(1, Ordering::AcqRel);
         forget();
     }
 }
@@ -220,7 +229,7 @@ mod tests {
         let before = generations.current(&first);
         generations.bump_then(&first, || {});
         assert_eq!(generations.current(&first), before + 1);
-        let bumped: *const Mutex<u64> = generations.shard(&first);
+        let bumped: *const Shard = generations.shard(&first);
         let others: Vec<ObjectRef> = (0..100)
             .map(|index| ObjectRef::new("b", &format!("other-{index}")).unwrap())
             .collect();
