@@ -66,7 +66,6 @@ impl PeerClient {
         let body = serde_json::to_vec(request).map_err(|error| failed(error.to_string()))?;
         let exchange = async {
             let response = self.send(peer, Method::POST, BLOCK_PATH, body).await?;
-            head.arrived();
             let status = response.status();
             let headers = response.headers().clone();
             match status {
@@ -96,6 +95,7 @@ impl PeerClient {
                     request.etag
                 )));
             }
+            head.arrived();
             let limit = usize::try_from(length)
                 .unwrap_or(usize::MAX)
                 .saturating_add(1);

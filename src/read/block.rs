@@ -24,7 +24,9 @@ type Owner = Option<(Arc<dyn Peers>, PeerId)>;
 
 impl ReadPath {
     /// The part of block `index` of `target` inside `bytes`: from a block the metadata
-    /// discovery read, else [`Self::block`].
+    /// discovery read, else through the cache. `answered` arrives when the upstream (or
+    /// the block's owner) has begun to send the block for a fetch this lookup started:
+    /// from then on the block's version can no longer fail it.
     pub(super) async fn block_or_discovered(
         &self,
         target: &Target,
@@ -32,6 +34,7 @@ impl ReadPath {
         bytes: ByteRange,
         charge: Charge,
         discovered: &Discovered,
+        answered: &ResponseHead,
     ) -> Result<Part, ReadError> {
         let within = target.layout.slice_within(index, bytes);
         match discovered.block(index) {
@@ -45,26 +48,17 @@ impl ReadPath {
                 })?;
                 Ok(Part::whole(charge.attach(slice), discovered.tier))
             }
-            None => self.block(target, index, within, charge).await,
+            None => {
+                let owner = self.owner(target, index);
+                self.lookup(target, index, within, owner, charge, answered)
+                    .await
+            }
         }
-    }
-
-    /// Bytes `within` block `index` of `target`, from the cache or the upstream, counted
-    /// as a lookup and carrying `charge` until their last slice is dropped.
-    async fn block(
-        &self,
-        target: &Target,
-        index: BlockIndex,
-        within: std::ops::Range<usize>,
-        charge: Charge,
-    ) -> Result<Part, ReadError> {
-        self.lookup(target, index, within, self.owner(target, index), charge)
-            .await
     }
 
     /// Bytes `within` block `index` of `target` through the cache (from `owner` when
     /// another member owns it), counted as a lookup and carrying `charge` until their last
-    /// slice is dropped.
+    /// slice is dropped; `answered` as in [`Self::block_or_discovered`].
     async fn lookup(
         &self,
         target: &Target,
@@ -72,10 +66,11 @@ impl ReadPath {
         within: std::ops::Range<usize>,
         owner: Owner,
         charge: Charge,
+        answered: &ResponseHead,
     ) -> Result<Part, ReadError> {
         let span = lookup_span(index);
         let part = self
-            .cache_block(target, index, within, owner)
+            .cache_block(target, index, within, owner, answered)
             .instrument(span.clone())
             .await?;
         self.counted(&span, part.tier);
@@ -113,7 +108,15 @@ impl ReadPath {
             .reserve_within(within.end - within.start)
             .await?;
         let within = within.start as usize..within.end as usize;
-        self.lookup(&target, index, within, None, charge).await
+        self.lookup(
+            &target,
+            index,
+            within,
+            None,
+            charge,
+            &ResponseHead::default(),
+        )
+        .await
     }
 
     /// The member that owns block `index` of `target`, when cluster mode is on and it is
@@ -135,7 +138,8 @@ impl ReadPath {
         if self.inner.cache.holds(&target.key(index), length) {
             return Ok(());
         }
-        self.cache_block(target, index, 0..length, self.owner(target, index))
+        let owner = self.owner(target, index);
+        self.cache_block(target, index, 0..length, owner, &ResponseHead::default())
             .await
             .map(drop)
     }
@@ -150,13 +154,14 @@ impl ReadPath {
     /// Bytes `within` block `index` of `target` through the cache (the block is fetched
     /// and cached on a miss), their length checked. A block `owner` (another member)
     /// owns is fetched from it and kept in memory only; when the owner fails, from the
-    /// source.
+    /// source. `answered` as in [`Self::block_or_discovered`].
     async fn cache_block(
         &self,
         target: &Target,
         index: BlockIndex,
         within: std::ops::Range<usize>,
         owner: Owner,
+        answered: &ResponseHead,
     ) -> Result<Part, ReadError> {
         let object = &target.object;
         let range = target
@@ -180,7 +185,7 @@ impl ReadPath {
                     target.layout.block_size(),
                     index,
                     asked,
-                    &ResponseHead::default(),
+                    answered,
                 )
                 .await
             {
@@ -214,6 +219,7 @@ impl ReadPath {
                 index,
                 block_size: target.layout.block_size(),
                 metrics: self.inner.metrics.clone(),
+                answered: answered.clone(),
             };
             let hedger = self.inner.hedger.clone();
             move || {
@@ -292,12 +298,29 @@ struct BlockFetch {
     index: BlockIndex,
     block_size: u64,
     metrics: Arc<Metrics>,
+    /// Arrives with the first answer `head` learns of, of any run.
+    answered: ResponseHead,
 }
 
 impl BlockFetch {
+    /// [`Self::fetch`], telling `answered` when its head arrives.
+    async fn run(self, owner: Owner, head: ResponseHead) -> Result<Bytes, UpstreamError> {
+        let answered = self.answered.clone();
+        let fetch = self.fetch(owner, head.clone());
+        tokio::pin!(fetch);
+        tokio::select! {
+            biased;
+            result = &mut fetch => result,
+            () = head.wait() => {
+                answered.arrived();
+                fetch.await
+            }
+        }
+    }
+
     /// The block from `owner` when one is given and answers, else from the source; a
     /// different version is an error.
-    async fn run(self, owner: Owner, head: ResponseHead) -> Result<Bytes, UpstreamError> {
+    async fn fetch(self, owner: Owner, head: ResponseHead) -> Result<Bytes, UpstreamError> {
         let Self {
             source,
             object,
@@ -306,6 +329,7 @@ impl BlockFetch {
             index,
             block_size,
             metrics,
+            answered: _,
         } = self;
         if let Some((peers, mut peer)) = owner {
             // A member that fails is passed over from then on: the block goes to the next

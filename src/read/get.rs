@@ -17,6 +17,7 @@ use crate::cache::{Part, Tier};
 use crate::object::ObjectMeta;
 use crate::telemetry::ServedFrom;
 use crate::types::{BlockIndex, ByteRange, ObjectRef, RangeRequest, Selection};
+use crate::upstream::ResponseHead;
 
 impl ReadPath {
     /// The object's metadata, for a HEAD; with `checksums`, including its stored checksums.
@@ -115,18 +116,28 @@ impl ReadPath {
         // prefetches waits here, and the fetch slots freed meanwhile refill at once
         // instead of idling until its block arrives.
         self.prefetch_after(&target, bytes);
-        let ahead = self.start_ahead(&target, bytes, first_index, &discovered);
-        if !ahead.is_empty() {
-            // Lets the lookups send their requests before a first block that needs no
-            // request (cached, or read by the discovery) lets the headers go out.
-            tokio::task::yield_now().await;
+        let mut ahead = self.start_ahead(&target, bytes, first_index, &discovered);
+        let first_block = self
+            .block_or_discovered(
+                &target,
+                first_index,
+                bytes,
+                charge,
+                &discovered,
+                &ResponseHead::default(),
+            )
+            .await;
+        // The headers go out once the version of every block started is settled: a
+        // block whose object changed meanwhile (or that failed otherwise) still turns
+        // into a retry or a status code, not into a body cut off after its headers.
+        if first_block.is_ok() {
+            for (_, lookup) in &mut ahead {
+                lookup.settle().await;
+            }
         }
-        let first_block = match self
-            .block_or_discovered(&target, first_index, bytes, charge, &discovered)
-            .await
-        {
-            Ok(block) => block,
-            Err(error) => {
+        let first_block = match (first_block, failed(&mut ahead)) {
+            (Ok(block), None) => block,
+            (Err(error), _) | (Ok(_), Some(error)) => {
                 for (_, lookup) in ahead {
                     lookup.abort();
                 }
@@ -139,10 +150,12 @@ impl ReadPath {
         Ok((body, tally, status))
     }
 
-    /// Starts the lookups of the blocks after the first that the cache does not hold, as
-    /// many as the readahead and the free memory budget allow, with the first: a read of a few blocks asks the upstream
-    /// for all of them at once, so an overwrite can hardly fall between its fetches (in an
-    /// unversioned bucket the later ones would find the version gone).
+    /// Starts the lookups of the blocks after the first up to the last one in the
+    /// readahead that the cache does not hold, as many as the free memory budget allows,
+    /// with the first. A read of a few blocks asks the upstream for all of them at once,
+    /// and its headers wait until every answer has begun: an overwrite that lands between
+    /// its fetches (in an unversioned bucket the later ones find the version gone) is
+    /// retried from fresh metadata instead of cutting the body off.
     fn start_ahead(
         &self,
         target: &Target,
@@ -152,14 +165,17 @@ impl ReadPath {
     ) -> Vec<(BlockIndex, Lookup)> {
         let readahead = self.inner.settings.readahead_blocks.max(1);
         let last_index = target.layout.block_of(bytes.last());
-        let mut ahead = Vec::new();
-        for index in (first_index + 1..=last_index).take(readahead) {
-            // From the first block the cache holds, the stream's own lookups take over:
-            // a hit has no fetch to start early.
+        let window_end = last_index.min(first_index.saturating_add(readahead as u64));
+        // A read the cache holds whole starts nothing early: a hit has no fetch to
+        // start, and spends no task on it.
+        let Some(last_missing) = (first_index + 1..=window_end).rev().find(|&index| {
             let length = usize::try_from(target.layout.block_len(index)).unwrap_or(usize::MAX);
-            if self.inner.cache.holds(&target.key(index), length) {
-                break;
-            }
+            !self.inner.cache.holds(&target.key(index), length)
+        }) else {
+            return Vec::new();
+        };
+        let mut ahead = Vec::new();
+        for index in first_index + 1..=last_missing {
             let Some(charge) = self
                 .inner
                 .budget
@@ -186,11 +202,19 @@ impl ReadPath {
         discovered: &Discovered,
     ) -> Lookup {
         let (this, target, discovered) = (self.clone(), target.clone(), discovered.clone());
-        let lookup = async move {
-            this.block_or_discovered(&target, index, bytes, charge, &discovered)
-                .await
+        let answered = ResponseHead::default();
+        let lookup = {
+            let answered = answered.clone();
+            async move {
+                this.block_or_discovered(&target, index, bytes, charge, &discovered, &answered)
+                    .await
+            }
         };
-        tokio::spawn(lookup.instrument(tracing::Span::current()))
+        Lookup::Running {
+            index,
+            task: tokio::spawn(lookup.instrument(tracing::Span::current())),
+            answered,
+        }
     }
 
     /// Streams `bytes` of `target`, starting with its already read first block, counting
@@ -218,7 +242,7 @@ impl ReadPath {
             let mut fetches = FuturesOrdered::new();
             for (index, lookup) in ahead {
                 blocks.next();
-                fetches.push_back(joined(index, lookup));
+                fetches.push_back(lookup.finish(index));
             }
             let mut blocks = blocks.peekable();
             loop {
@@ -239,7 +263,7 @@ impl ReadPath {
                     };
                     blocks.next();
                     let lookup = this.spawn_lookup(&target, index, bytes, charge, &discovered);
-                    fetches.push_back(joined(index, lookup));
+                    fetches.push_back(lookup.finish(index));
                 }
                 let Some((index, result)) = fetches.next().await else {
                     return;
@@ -307,17 +331,70 @@ impl ReadPath {
     }
 }
 
-/// A block lookup under way in a task of its own.
-type Lookup = tokio::task::JoinHandle<Result<Part, ReadError>>;
+/// A block lookup in a task of its own: under way, or ended before the stream took it.
+enum Lookup {
+    Running {
+        index: BlockIndex,
+        task: tokio::task::JoinHandle<Result<Part, ReadError>>,
+        /// Arrives when the upstream began to answer for a fetch the lookup started.
+        answered: ResponseHead,
+    },
+    Ended(Result<Part, ReadError>),
+}
 
-/// The result of `lookup`, with its block index.
-async fn joined(index: BlockIndex, lookup: Lookup) -> (BlockIndex, Result<Part, ReadError>) {
-    let result = lookup.await.unwrap_or_else(|error| {
+impl Lookup {
+    /// Returns once the block's version can no longer fail the lookup: its fetch was
+    /// answered, or the lookup ended (a hit, a fetch it joined, an error).
+    async fn settle(&mut self) {
+        if let Self::Running {
+            index,
+            task,
+            answered,
+        } = self
+        {
+            let result = tokio::select! {
+                biased;
+                joined = &mut *task => joined_result(*index, joined),
+                () = answered.wait() => return,
+            };
+            *self = Self::Ended(result);
+        }
+    }
+
+    /// The part, with its block index.
+    async fn finish(self, index: BlockIndex) -> (BlockIndex, Result<Part, ReadError>) {
+        let result = match self {
+            Self::Running { task, .. } => joined_result(index, task.await),
+            Self::Ended(result) => result,
+        };
+        (index, result)
+    }
+
+    fn abort(&self) {
+        if let Self::Running { task, .. } = self {
+            task.abort();
+        }
+    }
+}
+
+/// The error of the first lookup in `ahead` that ended with one, taken out of it.
+fn failed(ahead: &mut [(BlockIndex, Lookup)]) -> Option<ReadError> {
+    ahead.iter_mut().find_map(|(_, lookup)| match lookup {
+        Lookup::Ended(Err(error)) => Some(std::mem::replace(error, ReadError::Changed)),
+        _ => None,
+    })
+}
+
+/// What a lookup task's join gave.
+fn joined_result(
+    index: BlockIndex,
+    joined: Result<Result<Part, ReadError>, tokio::task::JoinError>,
+) -> Result<Part, ReadError> {
+    joined.unwrap_or_else(|error| {
         Err(ReadError::Internal(format!(
             "the lookup of block {index} failed: {error}"
         )))
-    });
-    (index, result)
+    })
 }
 
 fn empty_body() -> BodyStream {

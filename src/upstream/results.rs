@@ -10,19 +10,41 @@ use futures::stream::{BoxStream, Stream, StreamExt};
 use super::error::UpstreamError;
 use crate::object::ObjectMeta;
 
-/// When a request's response head arrived: hedging looks at time to first byte, not at a
-/// transfer the local machine may be slow to take in. Cheap to clone.
+/// When a request's successful response head arrived: hedging looks at time to first
+/// byte, not at a transfer the local machine may be slow to take in, and a GET waits
+/// until the version of each block it started is settled (see `read/get.rs`). Only an
+/// answer that will send the bytes asked for arrives: an error answer never does. Cheap
+/// to clone.
 #[derive(Debug, Clone, Default)]
-pub struct ResponseHead(Arc<std::sync::OnceLock<tokio::time::Instant>>);
+pub struct ResponseHead(Arc<HeadArrival>);
+
+#[derive(Debug, Default)]
+struct HeadArrival {
+    at: std::sync::OnceLock<tokio::time::Instant>,
+    notify: tokio::sync::Notify,
+}
 
 impl ResponseHead {
     pub(crate) fn arrived(&self) {
-        let _ = self.0.set(tokio::time::Instant::now());
+        if self.0.at.set(tokio::time::Instant::now()).is_ok() {
+            self.0.notify.notify_waiters();
+        }
     }
 
     /// When the head arrived, if it has.
     pub fn at(&self) -> Option<tokio::time::Instant> {
-        self.0.get().copied()
+        self.0.at.get().copied()
+    }
+
+    /// Returns once the head has arrived (at once if it has).
+    pub async fn wait(&self) {
+        let notified = self.0.notify.notified();
+        tokio::pin!(notified);
+        // Registered before the check, so an arrival between the two is not missed.
+        notified.as_mut().enable();
+        if self.at().is_none() {
+            notified.await;
+        }
     }
 }
 

@@ -34,6 +34,9 @@ pub(super) struct MemorySource {
     /// With gated HEADs: the HEADs waiting to be answered, oldest first. A HEAD answers
     /// from the objects as they were when it arrived.
     head_gates: Mutex<Option<std::collections::VecDeque<tokio::sync::oneshot::Sender<()>>>>,
+    /// `(key, range)` GETs held on their way to the server: the next one arrives only
+    /// when its sender sends or is dropped.
+    holds: Mutex<HashMap<(String, String), tokio::sync::oneshot::Receiver<()>>>,
 }
 
 impl MemorySource {
@@ -93,6 +96,16 @@ impl MemorySource {
             .lock()
             .as_ref()
             .map_or(0, |gates| gates.len())
+    }
+
+    /// Holds the next GET of `range` of `key` on its way to the server until the sender
+    /// returned sends or is dropped: it answers for the object as it is then.
+    pub(super) fn hold_next(&self, key: &str, range: &str) -> tokio::sync::oneshot::Sender<()> {
+        let (release, held) = tokio::sync::oneshot::channel();
+        self.holds
+            .lock()
+            .insert((key.to_owned(), range.to_owned()), held);
+        release
     }
 
     pub(super) fn stall_next(&self, key: &str, range: &str) {
@@ -174,10 +187,13 @@ impl BlockSource for MemorySource {
     ) -> Result<RangeRead, UpstreamError> {
         let key = object.key().to_owned();
         let header = range.header_value();
+        let held = self.holds.lock().remove(&(key.clone(), header.clone()));
+        if let Some(held) = held {
+            let _ = held.await;
+        }
         // Like S3, the version is the one the object had when the request arrived.
         let arrived = self.object(object.key());
         self.answer(Call::Get { key, range: header }).await?;
-        head.arrived();
         let (meta, body) = arrived?;
         if if_match.is_some_and(|etag| etag != meta.etag) {
             return Err(UpstreamError::PreconditionFailed { request_id: None });
@@ -194,6 +210,7 @@ impl BlockSource for MemorySource {
         if last - first + 1 > max_bytes {
             return Err(UpstreamError::invalid_response("more bytes than asked for"));
         }
+        head.arrived();
         let body = body.slice(first as usize..=last as usize);
         Ok(RangeRead { meta, first, body })
     }
