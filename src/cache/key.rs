@@ -255,7 +255,7 @@ mod tests {
         assert_eq!(round_trip(&purged), purged);
         assert_ne!(purged, key);
         let value =
-            CacheValue::Meta(MetaClock::new().record(MetaState::Missing(Missing::NoSuchBucket)));
+            CacheValue::Meta(MetaClock::new().record(MetaState::Missing(Missing::NoSuchBucket), 0));
         assert_eq!(round_trip(&value), value);
     }
 

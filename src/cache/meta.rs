@@ -1,8 +1,11 @@
 //! Object metadata as the cache keeps it: size, ETag and the headers a GET or HEAD returns,
 //! plus when Portico last validated it against the upstream.
 //!
-//! Invariant: a record validated by an earlier process (another boot) is never trusted
-//! without revalidation unless metadata is configured `immutable`.
+//! Invariants: a record validated by an earlier process (another boot) is never trusted
+//! without revalidation unless metadata is configured `immutable`; a record of this
+//! process is trusted only under the write generation it was stored under (see
+//! `read/writes.rs`), so a copy that comes back from anywhere after a write's invalidation
+//! (foyer's disk write queue, a disk read that was under way) is never served.
 
 use std::io::{Read, Write};
 use std::sync::Arc;
@@ -121,11 +124,13 @@ pub struct MetaRecord {
     validated: Validation,
 }
 
-/// When a record was validated: which process (boot) and how long after its start.
+/// When a record was validated: which process (boot), how long after its start, and
+/// under which write generation of its object.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Validation {
     boot_id: u64,
     millis_since_boot: u64,
+    generation: u64,
 }
 
 /// The clock records are validated against: a random id per process and a monotonic
@@ -155,31 +160,48 @@ impl MetaClock {
         }
     }
 
-    /// `record`, expired: it is revalidated before it is served again, and served stale
-    /// only where stale serving is allowed.
-    pub fn expired(&self, record: &MetaRecord) -> MetaRecord {
+    /// `record`, expired under write generation `generation`: it is revalidated before it
+    /// is served again, and served stale only where stale serving is allowed.
+    pub fn expired(&self, record: &MetaRecord, generation: u64) -> MetaRecord {
         MetaRecord {
             state: record.state.clone(),
             validated: Validation {
                 boot_id: MUST_REVALIDATE,
                 millis_since_boot: 0,
+                generation,
             },
         }
     }
 
-    /// A record of `state` validated now.
-    pub fn record(&self, state: MetaState) -> MetaRecord {
+    /// A record of `state` validated now, under its object's write generation
+    /// `generation`.
+    pub fn record(&self, state: MetaState, generation: u64) -> MetaRecord {
+        let millis = self.started.elapsed().as_millis();
         MetaRecord {
             state,
-            validated: self.now(),
+            validated: Validation {
+                boot_id: self.boot_id,
+                millis_since_boot: u64::try_from(millis).unwrap_or(u64::MAX),
+                generation,
+            },
         }
     }
 
-    fn now(&self) -> Validation {
-        let millis = self.started.elapsed().as_millis();
-        Validation {
-            boot_id: self.boot_id,
-            millis_since_boot: u64::try_from(millis).unwrap_or(u64::MAX),
+    fn millis_since_boot(&self) -> u64 {
+        u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// Whether `record` still speaks for its object now that the object's write
+    /// generation is `generation`: it was stored under that generation, or by another
+    /// process (whose records [`Self::is_fresh`] trusts only when `immutable`). A record
+    /// stored under an earlier generation predates a write's invalidation; it may still
+    /// be revalidated, never served as it is.
+    pub fn vouches(&self, record: &MetaRecord, generation: u64) -> bool {
+        let validated = record.validated;
+        match validated.boot_id {
+            MUST_REVALIDATE => validated.generation == generation,
+            boot_id if boot_id == self.boot_id => validated.generation == generation,
+            _ => true,
         }
     }
 
@@ -197,8 +219,7 @@ impl MetaClock {
             return false;
         }
         let age = self
-            .now()
-            .millis_since_boot
+            .millis_since_boot()
             .saturating_sub(record.validated.millis_since_boot);
         Duration::from_millis(age) < ttl
     }
@@ -213,8 +234,7 @@ impl MetaClock {
             return Some(Duration::ZERO);
         }
         let age = self
-            .now()
-            .millis_since_boot
+            .millis_since_boot()
             .saturating_sub(record.validated.millis_since_boot);
         Some(ttl.saturating_sub(Duration::from_millis(age)))
     }
@@ -231,6 +251,8 @@ impl MetaRecord {
     const MISSING_KEY: u8 = 2;
     const MISSING_BUCKET: u8 = 3;
     const MISSING_VERSION: u8 = 4;
+    /// Precedes the write generation, before the state's tag.
+    const GENERATION: u8 = 0x47;
 
     pub fn meta(&self) -> Option<&Arc<ObjectMeta>> {
         match &self.state {
@@ -242,6 +264,8 @@ impl MetaRecord {
     pub(super) fn encode(&self, writer: &mut impl Write) -> Result<()> {
         put_u64(writer, self.validated.boot_id)?;
         put_u64(writer, self.validated.millis_since_boot)?;
+        put_u8(writer, Self::GENERATION)?;
+        put_u64(writer, self.validated.generation)?;
         match &self.state {
             MetaState::Found(meta) => {
                 put_u8(writer, Self::FOUND)?;
@@ -254,11 +278,19 @@ impl MetaRecord {
     }
 
     pub(super) fn decode(reader: &mut impl Read) -> Result<Self> {
-        let validated = Validation {
+        let mut validated = Validation {
             boot_id: get_u64(reader)?,
             millis_since_boot: get_u64(reader)?,
+            generation: 0,
         };
-        let state = match get_u8(reader)? {
+        // Records written before generations were kept have none: they come from an
+        // earlier process, where a generation means nothing.
+        let mut tag = get_u8(reader)?;
+        if tag == Self::GENERATION {
+            validated.generation = get_u64(reader)?;
+            tag = get_u8(reader)?;
+        }
+        let state = match tag {
             Self::FOUND => MetaState::Found(Arc::new(ObjectMeta::decode(reader)?)),
             Self::MISSING_KEY => MetaState::Missing(Missing::NoSuchKey),
             Self::MISSING_BUCKET => MetaState::Missing(Missing::NoSuchBucket),
@@ -269,7 +301,7 @@ impl MetaRecord {
     }
 
     pub(super) fn encoded_size(&self) -> usize {
-        16 + 1 + self.meta().map_or(0, |meta| meta.encoded_size())
+        16 + 9 + 1 + self.meta().map_or(0, |meta| meta.encoded_size())
     }
 }
 
@@ -312,7 +344,7 @@ mod tests {
             MetaState::Missing(Missing::NoSuchBucket),
             MetaState::Missing(Missing::NoSuchVersion),
         ] {
-            let record = clock.record(state);
+            let record = clock.record(state, 7);
             let mut bytes = Vec::new();
             record.encode(&mut bytes).unwrap();
             assert_eq!(bytes.len(), record.encoded_size());
@@ -327,18 +359,52 @@ mod tests {
             checksums: None,
             ..sample_meta()
         };
-        let record = MetaClock::new().record(MetaState::Found(Arc::new(meta)));
+        let record = MetaClock::new().record(MetaState::Found(Arc::new(meta)), 0);
         let mut bytes = Vec::new();
         record.encode(&mut bytes).unwrap();
         // Format 1 is format 2 without the trailing checksum flag.
         assert_eq!(bytes.pop(), Some(0));
-        bytes[17] = ObjectMeta::FORMAT_V1;
+        bytes[26] = ObjectMeta::FORMAT_V1;
         assert_eq!(MetaRecord::decode(&mut bytes.as_slice()).unwrap(), record);
     }
 
     #[test]
+    fn records_written_without_a_generation_decode_with_none_that_matters() {
+        let earlier = MetaClock::new();
+        let record = earlier.record(MetaState::Found(Arc::new(sample_meta())), 0);
+        let mut bytes = Vec::new();
+        record.encode(&mut bytes).unwrap();
+        // The earlier encoding: no generation between the validation and the state.
+        bytes.drain(16..25);
+        let decoded = MetaRecord::decode(&mut bytes.as_slice()).unwrap();
+        assert_eq!(decoded, record);
+        // Another process's record: its generation is not compared.
+        assert!(MetaClock::new().vouches(&decoded, 5));
+    }
+
+    #[test]
+    fn a_record_vouches_only_under_the_generation_it_was_stored_under() {
+        let clock = MetaClock::new();
+        let record = clock.record(MetaState::Found(Arc::new(sample_meta())), 3);
+        assert!(clock.vouches(&record, 3));
+        assert!(
+            !clock.vouches(&record, 4),
+            "a write invalidated the object since"
+        );
+        let mut bytes = Vec::new();
+        record.encode(&mut bytes).unwrap();
+        let reloaded = MetaRecord::decode(&mut bytes.as_slice()).unwrap();
+        assert!(
+            !clock.vouches(&reloaded, 4),
+            "nor when it comes back from disk"
+        );
+        let expired = clock.expired(&record, 4);
+        assert!(clock.vouches(&expired, 4) && !clock.vouches(&expired, 5));
+    }
+
+    #[test]
     fn truncated_records_fail_to_decode() {
-        let record = MetaClock::new().record(MetaState::Found(Arc::new(sample_meta())));
+        let record = MetaClock::new().record(MetaState::Found(Arc::new(sample_meta())), 0);
         let mut bytes = Vec::new();
         record.encode(&mut bytes).unwrap();
         for cut in [0, 10, 17, bytes.len() - 1] {
@@ -360,7 +426,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn freshness_follows_the_ttl() {
         let clock = MetaClock::new();
-        let record = clock.record(MetaState::Found(Arc::new(sample_meta())));
+        let record = clock.record(MetaState::Found(Arc::new(sample_meta())), 0);
         let ttl = MetadataTtl::After(Duration::from_secs(60));
         assert!(clock.is_fresh(&record, ttl));
         assert!(!clock.is_fresh(&record, MetadataTtl::After(Duration::ZERO)));
@@ -374,18 +440,18 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn records_from_another_boot_are_stale_unless_immutable() {
         let earlier = MetaClock::new();
-        let record = earlier.record(MetaState::Found(Arc::new(sample_meta())));
+        let record = earlier.record(MetaState::Found(Arc::new(sample_meta())), 0);
         let now = MetaClock::new();
         assert!(!now.is_fresh(&record, MetadataTtl::After(Duration::from_secs(3600))));
         assert!(now.is_fresh(&record, MetadataTtl::Immutable));
-        let negative = earlier.record(MetaState::Missing(Missing::NoSuchKey));
+        let negative = earlier.record(MetaState::Missing(Missing::NoSuchKey), 0);
         assert!(!now.is_fresh(&negative, MetadataTtl::Immutable));
     }
 
     #[tokio::test(start_paused = true)]
     async fn negative_records_expire_after_the_negative_ttl() {
         let clock = MetaClock::new();
-        let record = clock.record(MetaState::Missing(Missing::NoSuchKey));
+        let record = clock.record(MetaState::Missing(Missing::NoSuchKey), 0);
         assert!(clock.is_fresh_negative(&record, Duration::from_secs(5)));
         assert!(!clock.is_fresh_negative(&record, Duration::ZERO));
         tokio::time::advance(Duration::from_secs(6)).await;
@@ -395,8 +461,8 @@ mod tests {
     #[test]
     fn an_expired_record_is_stale_under_every_ttl_and_after_a_round_trip_to_disk() {
         let clock = MetaClock::new();
-        let fresh = clock.record(MetaState::Found(Arc::new(sample_meta())));
-        let expired = clock.expired(&fresh);
+        let fresh = clock.record(MetaState::Found(Arc::new(sample_meta())), 0);
+        let expired = clock.expired(&fresh, 0);
         assert_eq!(
             expired.state, fresh.state,
             "the version is kept, for stale serving"

@@ -480,11 +480,14 @@ async fn survives_a_reopen(config: &CacheConfig) {
     };
     let object = ObjectRef::new("bucket", "key").unwrap();
     let data = Bytes::from(vec![7u8; 64 * 1024]);
-    let record = MetaClock::new().record(MetaState::Found(Arc::new(ObjectMeta {
-        size: 64 * 1024,
-        etag: "\"etag\"".to_owned(),
-        ..ObjectMeta::default()
-    })));
+    let record = MetaClock::new().record(
+        MetaState::Found(Arc::new(ObjectMeta {
+            size: 64 * 1024,
+            etag: "\"etag\"".to_owned(),
+            ..ObjectMeta::default()
+        })),
+        0,
+    );
     {
         let cache = open().await;
         assert!(cache.has_disk_tier());
@@ -568,7 +571,7 @@ async fn negative_metadata_is_not_persisted() {
         let cache = open(dir.path(), ByteSize::mib(4)).await;
         cache.insert_meta(
             &object,
-            MetaClock::new().record(MetaState::Missing(Missing::NoSuchKey)),
+            MetaClock::new().record(MetaState::Missing(Missing::NoSuchKey), 0),
         );
         assert!(cache.meta(&object).await.unwrap().is_some());
         cache.close().await.unwrap();

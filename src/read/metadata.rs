@@ -121,12 +121,19 @@ impl ReadPath {
             }
         };
         let policy = self.policy(object);
-        if let Some(record) = &cached
+        // A record stored before the object's last invalidation may be revalidated, never
+        // served as it is.
+        let vouched = cached
+            .as_ref()
+            .is_some_and(|record| inner.clock.vouches(record, generation));
+        if vouched
+            && let Some(record) = &cached
             && let Some(answer) = self.fresh(record, policy, checksums)
         {
             return answer.map(|meta| (meta, self.fresh_discovery(record, policy)));
         }
         let known = cached.as_ref().and_then(MetaRecord::meta).cloned();
+        let known = known.map(|meta| Known { meta, vouched });
         let this = self.clone();
         let key = (object.clone(), generation, checksums);
         let object = object.clone();
@@ -138,6 +145,7 @@ impl ReadPath {
                 let settled = this.inner.cache.meta_in_memory(&object);
                 let policy = this.policy(&object);
                 if let Some(record) = &settled
+                    && this.inner.clock.vouches(record, generation)
                     && let Some(answer) = this.fresh(record, policy, checksums)
                 {
                     return answer.map(|meta| (meta, this.fresh_discovery(record, policy)));
@@ -195,12 +203,12 @@ impl ReadPath {
         &self,
         object: &ObjectRef,
         generation: u64,
-        known: Option<Arc<ObjectMeta>>,
+        known: Option<Known>,
         first_read: FirstRead,
         checksums: bool,
     ) -> Discovery {
         let without_blocks = |meta| (meta, Discovered::default());
-        let outcome = match (&known, first_read) {
+        let outcome = match (known.as_ref().map(|known| &known.meta), first_read) {
             (Some(known), _) if !checksums || known.checksums.is_some() => self
                 .revalidate(object, known)
                 .await
@@ -245,7 +253,13 @@ impl ReadPath {
                 }
             }
         };
-        if let (Err(error), Some(known)) = (&outcome, &known)
+        if let (
+            Err(error),
+            Some(Known {
+                meta: known,
+                vouched: true,
+            }),
+        ) = (&outcome, &known)
             && self.inner.settings.serve_stale_on_error
             && error.is_retryable()
         {
@@ -295,7 +309,7 @@ impl ReadPath {
     /// the answer may predate the write. The check and the insert are one step against an
     /// invalidation ([`super::writes::Generations`]).
     pub(super) fn store_meta(&self, object: &ObjectRef, generation: u64, state: MetaState) {
-        let record = self.inner.clock.record(state);
+        let record = self.inner.clock.record(state, generation);
         let cache = &self.inner.cache;
         self.inner
             .generations
@@ -433,4 +447,12 @@ fn whole_blocks(target: &Target, first: u64, body: &Bytes) -> Vec<(BlockIndex, B
         blocks.push((index, body.slice(start..end)));
     }
     blocks
+}
+
+/// The version a cached record names, and whether the record still vouches for it (it
+/// was stored under the object's current write generation): only then may it be served
+/// stale when the upstream fails.
+struct Known {
+    meta: Arc<ObjectMeta>,
+    vouched: bool,
 }
