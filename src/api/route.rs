@@ -134,8 +134,8 @@ pub enum Effect {
     None,
     /// PutObject: the key changes; its bytes may be cached on the way (write-through).
     WriteObject,
-    /// Any other write on an object key: CopyObject (destination), multipart uploads,
-    /// DeleteObject, tagging, ACLs, retention.
+    /// Any other write on an object key: CopyObject (destination),
+    /// CompleteMultipartUpload, DeleteObject, tagging, ACLs, retention.
     ChangeKey,
     /// DeleteObjects: the keys are listed in the request body.
     DeleteListed,
@@ -196,9 +196,16 @@ impl Route {
         };
         // Every write on an object key invalidates it, whatever the operation: a write
         // that changes no bytes costs one metadata refresh, a missed one serves stale data.
+        // The steps of a multipart upload before its completion change no object: the key
+        // keeps its version until CompleteMultipartUpload (in a cluster, each invalidation
+        // is a round trip to every member).
         let change = |operation| Self::Forward {
             operation,
             effect: Effect::ChangeKey,
+        };
+        let upload_step = |operation| Self::Forward {
+            operation,
+            effect: Effect::None,
         };
         let copy = headers.contains_key("x-amz-copy-source");
         match *method {
@@ -209,8 +216,8 @@ impl Route {
             Method::GET if has("acl") => forward("GetObjectAcl"),
             Method::GET => forward("GetObject"),
             Method::HEAD => forward("HeadObject"),
-            Method::PUT if has("uploadId") && copy => change("UploadPartCopy"),
-            Method::PUT if has("uploadId") => change("UploadPart"),
+            Method::PUT if has("uploadId") && copy => upload_step("UploadPartCopy"),
+            Method::PUT if has("uploadId") => upload_step("UploadPart"),
             Method::PUT if has("tagging") => change("PutObjectTagging"),
             Method::PUT if has("acl") => change("PutObjectAcl"),
             Method::PUT if has("retention") => change("PutObjectRetention"),
@@ -222,11 +229,11 @@ impl Route {
                 operation: "PutObject",
                 effect: Effect::WriteObject,
             },
-            Method::POST if has("uploads") => change("CreateMultipartUpload"),
+            Method::POST if has("uploads") => upload_step("CreateMultipartUpload"),
             Method::POST if has("uploadId") => change("CompleteMultipartUpload"),
             Method::POST if has("restore") => change("RestoreObject"),
             Method::POST => change("PostObject"),
-            Method::DELETE if has("uploadId") => change("AbortMultipartUpload"),
+            Method::DELETE if has("uploadId") => upload_step("AbortMultipartUpload"),
             Method::DELETE if has("tagging") => change("DeleteObjectTagging"),
             Method::DELETE => change("DeleteObject"),
             _ => change("Other"),

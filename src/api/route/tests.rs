@@ -111,14 +111,16 @@ fn writes_carry_their_cache_effect() {
         Route::Cached => panic!("{uri} must be forwarded"),
     };
     assert_eq!(effect(Method::PUT, "/b/k"), Effect::WriteObject);
+    // The steps of a multipart upload change no object until it completes.
     assert_eq!(
         effect(Method::PUT, "/b/k?partNumber=1&uploadId=u"),
-        Effect::ChangeKey
+        Effect::None
     );
+    assert_eq!(effect(Method::POST, "/b/k?uploads"), Effect::None);
     assert_eq!(effect(Method::PUT, "/b/k?tagging"), Effect::ChangeKey);
     assert_eq!(effect(Method::POST, "/b/k?uploadId=u"), Effect::ChangeKey);
     assert_eq!(effect(Method::DELETE, "/b/k"), Effect::ChangeKey);
-    assert_eq!(effect(Method::DELETE, "/b/k?uploadId=u"), Effect::ChangeKey);
+    assert_eq!(effect(Method::DELETE, "/b/k?uploadId=u"), Effect::None);
     assert_eq!(effect(Method::POST, "/b?delete"), Effect::DeleteListed);
     assert_eq!(effect(Method::GET, "/b?list-type=2"), Effect::None);
     assert_eq!(effect(Method::GET, "/b/k?acl"), Effect::None);
