@@ -178,16 +178,21 @@ pub async fn run(
 
     let server_tls = server_tls(&config, &stopping)?;
     let bound = listeners.bound(&config, server_tls.is_some());
-    let peer_task = listeners.cluster.take().map(|listener| {
-        let state = Arc::new(PeerState {
-            read: read.clone(),
-            maintenance: maintenance.clone(),
-            metrics: metrics.clone(),
-            secret: config.cluster.secret.clone(),
-            block_size: config.cache.block_size.bytes(),
+    let peer_task = listeners
+        .cluster
+        .take()
+        .zip(cluster.clone())
+        .map(|(listener, cluster)| {
+            let state = Arc::new(PeerState {
+                read: read.clone(),
+                cluster,
+                maintenance: maintenance.clone(),
+                metrics: metrics.clone(),
+                secret: config.cluster.secret.clone(),
+                block_size: config.cache.block_size.bytes(),
+            });
+            tokio::spawn(cluster::serve(listener, state, stopping.clone()))
         });
-        tokio::spawn(cluster::serve(listener, state, stopping.clone()))
-    });
     let invalidator = Invalidator::new(
         read.clone(),
         maintenance.clone(),
@@ -208,6 +213,7 @@ pub async fn run(
         read,
         origins.clone(),
         listings,
+        cluster.clone(),
         metrics.clone(),
         stopping.clone(),
     )?;

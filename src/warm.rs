@@ -193,6 +193,11 @@ impl Maintenance {
         }
     }
 
+    /// What a write through another member does here: see [`forget_written`].
+    pub async fn forget_written(&self, objects: &[ObjectRef], unknown: bool) {
+        forget_written(&self.read, self.listings.as_deref(), objects, unknown).await;
+    }
+
     /// Removes the metadata and blocks of what `selector` names (for a prefix, what the
     /// upstream lists under it).
     pub async fn purge(&self, selector: &Selector) -> Result<Purged, MaintenanceError> {
@@ -369,6 +374,28 @@ fn note_error(errors: &mut Vec<String>, object: &ObjectRef, error: &ReadError) {
     tracing::warn!(%object, %error, "warming an object failed");
     if errors.len() < KEPT_ERRORS {
         errors.push(format!("{object}: {error}"));
+    }
+}
+
+/// What a write that changed `objects` does to this node's caches: their metadata is
+/// forgotten (or, when the write's outcome is `unknown`, revalidated before it is served
+/// again), and so are the listing pages that cover them. Blocks stay: they are named by
+/// version.
+pub async fn forget_written(
+    read: &ReadPath,
+    listings: Option<&ListingCache>,
+    objects: &[ObjectRef],
+    unknown: bool,
+) {
+    for object in objects {
+        if unknown {
+            read.expire(object).await;
+        } else {
+            read.invalidate(object);
+        }
+        if let Some(listings) = listings {
+            listings.invalidate(object);
+        }
     }
 }
 

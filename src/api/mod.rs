@@ -30,6 +30,7 @@ pub use listener::{ConnectionLimits, serve};
 pub use tls::ServerTls;
 
 use crate::auth::{Authenticator, Credential, CredentialStore, CredentialsError};
+use crate::cluster::Cluster;
 use crate::config::{AuthMode, Config};
 use crate::listing::ListingCache;
 use crate::read::ReadPath;
@@ -45,6 +46,7 @@ pub fn service(
     read: ReadPath,
     upstreams: Arc<Origins>,
     listings: Option<Arc<ListingCache>>,
+    cluster: Option<Arc<Cluster>>,
     metrics: Arc<Metrics>,
     shutdown: Shutdown,
 ) -> Result<Front, CredentialsError> {
@@ -79,7 +81,13 @@ pub fn service(
         // Held in memory until the upload completes: at most a quarter of the memory tier.
         max_object_bytes: config.cache.memory_capacity.bytes() / 4,
     });
-    let passthrough = Arc::new(Passthrough::new(upstreams, read, write_through, listings));
+    let passthrough = Arc::new(Passthrough::new(
+        upstreams,
+        read,
+        write_through,
+        listings,
+        cluster,
+    ));
     Ok(Front::new(
         builder.build(),
         passthrough,

@@ -11,7 +11,8 @@
 //! aborts the upstream request, so nothing partial is stored upstream or in the cache.
 //! After every write attempt, before its answer: an accepted write is invalidated, one
 //! that may have happened (no answer, a 5xx) is revalidated before the cached version is
-//! served again, and one that cannot have happened (refused, never sent) changes nothing.
+//! served again, and one that cannot have happened (refused, never sent) changes nothing;
+//! in cluster mode, on every member that confirms it within a bound (docs/cluster.md).
 
 mod capture;
 mod delete;
@@ -30,6 +31,7 @@ use super::chunked::ErrorSlot;
 use super::error::{UPSTREAM_REQUEST_ID_HEADER, error_response, forward_error, invalid_object};
 use super::route::{Address, Effect};
 use crate::auth::{PayloadCheck, Verified};
+use crate::cluster::{Cluster, InvalidateRequest, WrittenObject};
 use crate::listing::{ListingCache, Page, PageKey, WriteMark};
 use crate::read::ReadPath;
 use crate::rules::Rules;
@@ -64,6 +66,8 @@ pub struct Passthrough {
     write_through: Option<WriteThrough>,
     /// Listing pages within `listing.cached_prefixes`, when any are configured.
     listings: Option<Arc<ListingCache>>,
+    /// The other members, told of every write, in cluster mode.
+    cluster: Option<Arc<Cluster>>,
 }
 
 /// A forwarded request as the front classified it.
@@ -80,12 +84,14 @@ impl Passthrough {
         read: ReadPath,
         write_through: Option<WriteThrough>,
         listings: Option<Arc<ListingCache>>,
+        cluster: Option<Arc<Cluster>>,
     ) -> Self {
         Self {
             upstreams,
             read,
             write_through,
             listings,
+            cluster,
         }
     }
 
@@ -224,15 +230,31 @@ impl Passthrough {
     /// once, one that cannot have happened changes nothing, and one whose outcome is
     /// unknown is revalidated before the cached version is served again.
     async fn settle_written(&self, changed: &[ObjectRef], outcome: WriteOutcome) {
-        for object in changed {
-            match outcome {
-                WriteOutcome::Applied => self.read.invalidate(object),
-                WriteOutcome::Unknown => self.read.expire(object).await,
-                WriteOutcome::NotApplied => continue,
-            }
-            if let Some(listings) = &self.listings {
-                listings.invalidate(object);
-            }
+        let unknown = match outcome {
+            WriteOutcome::NotApplied => return,
+            WriteOutcome::Applied => false,
+            WriteOutcome::Unknown => true,
+        };
+        crate::warm::forget_written(&self.read, self.listings.as_deref(), changed, unknown).await;
+        let Some(cluster) = &self.cluster else {
+            return;
+        };
+        if changed.is_empty() {
+            return;
+        }
+        let request = InvalidateRequest {
+            objects: changed
+                .iter()
+                .map(|object| WrittenObject {
+                    bucket: object.bucket().to_owned(),
+                    key: object.key().to_owned(),
+                    version_id: object.version().map(str::to_owned),
+                })
+                .collect(),
+            unknown,
+        };
+        for (member, error) in cluster.invalidate_members(&request).await {
+            tracing::warn!(%member, %error, objects = changed.len(), "a member did not confirm a write's invalidation; it may serve the old version until its metadata expires");
         }
     }
 

@@ -1,5 +1,5 @@
-//! Requests to other members over HTTP/1.1: block fetches, purges and health checks, each
-//! with the shared secret and a deadline.
+//! Requests to other members over HTTP/1.1: block fetches, purges, invalidations and
+//! health checks, each with the shared secret and a deadline.
 
 use std::time::{Duration, Instant};
 
@@ -11,7 +11,8 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 
 use super::protocol::{
-    BLOCK_PATH, BlockRequest, HEALTH_PATH, MISSING_HEADER, PURGE_PATH, PurgeRequest, RESULT_HEADER,
+    BLOCK_PATH, BlockRequest, HEALTH_PATH, INVALIDATE_PATH, InvalidateRequest, LEASE_PATH,
+    LeaseRequest, MISSING_HEADER, PURGE_PATH, PurgeRequest, RESULT_HEADER,
 };
 use crate::object::Missing;
 use crate::read::{PeerError, PeerId};
@@ -22,6 +23,8 @@ use crate::upstream::{ResponseHead, UpstreamError};
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 /// Longest a health check or a passed-on purge answer may take beyond `peer_timeout`.
 const HEALTH_TIMEOUT: Duration = Duration::from_secs(2);
+/// Longest a write waits for a member to confirm an invalidation (docs/cluster.md).
+pub const INVALIDATE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// A block as its owner answered it.
 pub struct Fetched {
@@ -150,6 +153,57 @@ impl PeerClient {
         tokio::time::timeout(self.timeout + HEALTH_TIMEOUT, exchange)
             .await
             .unwrap_or_else(|_| Err("no answer in time".to_owned()))
+    }
+
+    /// Has `peer` forget the objects of `request`; fails unless it confirms within
+    /// [`INVALIDATE_TIMEOUT`].
+    pub async fn invalidate(
+        &self,
+        peer: &PeerId,
+        request: &InvalidateRequest,
+    ) -> Result<(), String> {
+        let body = serde_json::to_vec(request).map_err(|error| error.to_string())?;
+        let exchange = async {
+            let response = self
+                .send(peer, Method::POST, INVALIDATE_PATH, body)
+                .await
+                .map_err(|error| error.to_string())?;
+            match response.status() {
+                StatusCode::NO_CONTENT => Ok(()),
+                other => Err(format!("answered {other}")),
+            }
+        };
+        tokio::time::timeout(INVALIDATE_TIMEOUT, exchange)
+            .await
+            .unwrap_or_else(|_| Err(format!("no answer within {INVALIDATE_TIMEOUT:?}")))
+    }
+
+    /// Asks `peer` for a lease for this node, known to the members as `identity`; fails
+    /// unless it is granted within a quarter of `lease_for`.
+    pub async fn lease(
+        &self,
+        peer: &PeerId,
+        identity: &str,
+        lease_for: Duration,
+    ) -> Result<(), String> {
+        let request = LeaseRequest {
+            member: identity.to_owned(),
+        };
+        let body = serde_json::to_vec(&request).map_err(|error| error.to_string())?;
+        let exchange = async {
+            let response = self
+                .send(peer, Method::POST, LEASE_PATH, body)
+                .await
+                .map_err(|error| error.to_string())?;
+            match response.status() {
+                StatusCode::NO_CONTENT => Ok(()),
+                other => Err(format!("answered {other}")),
+            }
+        };
+        let within = lease_for / 4;
+        tokio::time::timeout(within, exchange)
+            .await
+            .unwrap_or_else(|_| Err(format!("no answer within {within:?}")))
     }
 
     /// Whether `peer` answers its health check, and how long it took.

@@ -8,6 +8,12 @@
 //! Kubernetes headless Service), and a member that fails a request is passed over for
 //! `cluster.suspect_for` — its blocks go to the next member in their order — so a dead
 //! node never fails a client request.
+//!
+//! Writes: a write through any member is answered once every other member confirmed that
+//! it forgot the objects, or once the fleet lease of each member that did not has run
+//! out ([`crate::read::Lease`]). Every member renews its lease by asking every other one
+//! for a grant every quarter of `cluster.lease`; a member stops granting a member it
+//! could not tell of a write until that member's lease has surely run out.
 
 mod client;
 mod protocol;
@@ -23,15 +29,15 @@ use bytes::Bytes;
 use parking_lot::{Mutex, RwLock};
 
 pub use client::PeerClient;
-pub use protocol::{BlockRequest, PurgeRequest};
+pub use protocol::{BlockRequest, InvalidateRequest, PurgeRequest, WrittenObject};
 pub use ring::{Ring, peer_id};
 pub use server::{PeerState, serve};
 
 use crate::config::ClusterConfig;
 use crate::object::ObjectMeta;
-use crate::read::{PeerError, PeerId, Peers};
+use crate::read::{Lease, PeerError, PeerId, Peers};
 use crate::shutdown::Shutdown;
-use crate::telemetry::{Metrics, PeerResult};
+use crate::telemetry::{InvalidationResult, Metrics, PeerResult};
 use crate::types::{BlockIndex, ObjectRef};
 use crate::upstream::ResponseHead;
 
@@ -48,6 +54,21 @@ pub struct Cluster {
     suspect_for: Duration,
     keep_in_memory: bool,
     metrics: Arc<Metrics>,
+    /// This node's fleet lease, renewed by [`heartbeat`].
+    lease: Arc<Lease>,
+    /// `cluster.lease`.
+    lease_for: Duration,
+    /// What this node granted each member that asked it for a lease.
+    grants: Mutex<HashMap<PeerId, Grant>>,
+}
+
+/// The leases this node granted one member.
+#[derive(Debug, Default, Clone, Copy)]
+struct Grant {
+    /// When this node last granted it one: it holds until at most `lease_for` after.
+    last: Option<Instant>,
+    /// No lease is granted to it before then: a write could not tell it.
+    refused_until: Option<Instant>,
 }
 
 impl Cluster {
@@ -66,6 +87,9 @@ impl Cluster {
             suspect_for: config.suspect_for.get(),
             keep_in_memory: config.keep_peer_blocks_in_memory,
             metrics,
+            lease: Arc::new(Lease::lapsed()),
+            lease_for: config.lease.get(),
+            grants: Mutex::new(HashMap::new()),
         });
         if config.members_dns.is_empty() {
             cluster.set_members(config.members.iter().map(|member| peer_id(member)));
@@ -78,9 +102,10 @@ impl Cluster {
                 cluster.clone(),
                 name,
                 config.refresh_interval.get(),
-                shutdown,
+                shutdown.clone(),
             ));
         }
+        tokio::spawn(heartbeat(cluster.clone(), shutdown));
         cluster
     }
 
@@ -193,15 +218,112 @@ impl Cluster {
         &self,
         request: &PurgeRequest,
     ) -> Vec<(PeerId, Result<serde_json::Value, String>)> {
+        self.to_others(|member| async move { self.client.purge(&member, request).await })
+            .await
+    }
+
+    /// Has every other member forget the objects of `request`, at once, and returns once
+    /// each has confirmed it or its lease has run out (at most [`client::INVALIDATE_TIMEOUT`]
+    /// plus `cluster.lease`); the members that did not confirm it, with why.
+    pub async fn invalidate_members(&self, request: &InvalidateRequest) -> Vec<(PeerId, String)> {
+        let answers = self
+            .to_others(|member| async move { self.client.invalidate(&member, request).await })
+            .await;
+        let mut failed = Vec::new();
+        let mut wait_until = Instant::now();
+        for (member, answer) in answers {
+            let result = match answer {
+                Ok(()) => InvalidationResult::Confirmed,
+                Err(error) => {
+                    wait_until = wait_until.max(self.refuse(&member));
+                    failed.push((member, error));
+                    InvalidationResult::Failed
+                }
+            };
+            self.metrics.count_invalidation(result);
+        }
+        tokio::time::sleep_until(wait_until.into()).await;
+        failed
+    }
+
+    /// Stops granting `member` a lease until the one it may hold now has run out; returns
+    /// when that is. A member never granted one is given a whole lease from now: it may
+    /// know this node by another name.
+    fn refuse(&self, member: &PeerId) -> Instant {
+        let mut grants = self.grants.lock();
+        let grant = grants.entry(member.clone()).or_default();
+        let ends = grant.last.unwrap_or_else(Instant::now) + self.lease_for;
+        grant.refused_until = Some(grant.refused_until.map_or(ends, |until| until.max(ends)));
+        ends
+    }
+
+    /// Grants `member` a lease, unless it is not a member in this node's view or a write
+    /// could not tell it of a change since its last one ran out.
+    pub fn grant(&self, member: &str) -> bool {
+        let member = peer_id(member);
+        if member == self.identity || !self.ring().members().contains(&member) {
+            return false;
+        }
+        let now = Instant::now();
+        let mut grants = self.grants.lock();
+        let grant = grants.entry(member).or_default();
+        if grant.refused_until.is_some_and(|until| until > now) {
+            return false;
+        }
+        grant.refused_until = None;
+        grant.last = Some(now);
+        true
+    }
+
+    /// Asks every other member for a lease at once, and renews this node's with the
+    /// grants: it holds until `cluster.lease` after the oldest latest request each member
+    /// granted.
+    async fn renew_lease(&self, granted: &mut HashMap<PeerId, Instant>) {
+        let asked = Instant::now();
+        let identity = self.identity.to_string();
+        let answers = self
+            .to_others(|member| {
+                let identity = identity.clone();
+                async move { self.client.lease(&member, &identity, self.lease_for).await }
+            })
+            .await;
+        let mut until = asked + self.lease_for;
+        for (member, answer) in answers {
+            match answer {
+                Ok(()) => {
+                    granted.insert(member, asked);
+                }
+                Err(error) => {
+                    tracing::debug!(%member, %error, "no lease granted");
+                    let last = granted.get(&member).copied();
+                    until = until.min(last.map_or(asked, |last| last + self.lease_for));
+                    continue;
+                }
+            }
+        }
+        let members = self.ring();
+        granted.retain(|member, _| members.members().contains(member));
+        self.lease.renew(until.into());
+        self.metrics
+            .cluster_lease_held
+            .set(i64::from(self.lease.holds()));
+    }
+
+    /// `exchange` with every other member at once; each member's result.
+    async fn to_others<T, Fut>(&self, exchange: impl Fn(PeerId) -> Fut) -> Vec<(PeerId, T)>
+    where
+        Fut: std::future::Future<Output = T>,
+    {
         let ring = self.ring();
-        let others = ring
+        let exchanges = ring
             .members()
             .iter()
-            .filter(|member| **member != self.identity);
-        let purges = others.map(|member| async move {
-            (member.clone(), self.client.purge(member, request).await)
-        });
-        futures::future::join_all(purges).await
+            .filter(|member| **member != self.identity)
+            .map(|member| {
+                let exchange = exchange(member.clone());
+                async move { (member.clone(), exchange.await) }
+            });
+        futures::future::join_all(exchanges).await
     }
 }
 
@@ -266,6 +388,10 @@ impl Peers for Cluster {
     fn keep_in_memory(&self) -> bool {
         self.keep_in_memory
     }
+
+    fn lease(&self) -> Arc<Lease> {
+        self.lease.clone()
+    }
 }
 
 /// The addresses `name` (`host:port`) resolves to, as member ids; `None` (logged) when it
@@ -280,6 +406,19 @@ async fn resolve(name: &str) -> Option<Vec<PeerId>> {
         Err(error) => {
             tracing::warn!(%name, %error, "cluster.members_dns does not resolve; keeping the last membership");
             None
+        }
+    }
+}
+
+/// Renews this node's lease every quarter of `cluster.lease` until `shutdown`.
+async fn heartbeat(cluster: Arc<Cluster>, shutdown: Shutdown) {
+    let mut granted = HashMap::new();
+    let interval = cluster.lease_for / 4;
+    loop {
+        cluster.renew_lease(&mut granted).await;
+        tokio::select! {
+            () = shutdown.fired() => return,
+            () = tokio::time::sleep(interval) => {}
         }
     }
 }

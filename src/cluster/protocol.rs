@@ -6,12 +6,19 @@
 //!   upstream with `If-Match` on the ETag asked for. `ETag` repeats that ETag; `x-portico-peer-result` says `hit`
 //!   or `miss`. A changed object answers 412, a missing one 404 with `x-portico-missing`.
 //! - `POST /peer/v1/purge` with the admin API's purge body: purges on this member only.
+//! - `POST /peer/v1/invalidate` with a JSON [`InvalidateRequest`]: forgets what this member
+//!   knows of objects a write through another member changed (204), before that member
+//!   answers its client.
+//! - `POST /peer/v1/lease` with a JSON [`LeaseRequest`]: a lease for the asking member
+//!   (204), or 409 when this member does not grant it one.
 //! - `GET /peer/v1/health`: 200 `ok`.
 
 use serde::{Deserialize, Serialize};
 
 pub const BLOCK_PATH: &str = "/peer/v1/block";
 pub const PURGE_PATH: &str = "/peer/v1/purge";
+pub const INVALIDATE_PATH: &str = "/peer/v1/invalidate";
+pub const LEASE_PATH: &str = "/peer/v1/lease";
 pub const HEALTH_PATH: &str = "/peer/v1/health";
 /// `hit` or `miss`: whether the owner's cache held the block.
 pub const RESULT_HEADER: &str = "x-portico-peer-result";
@@ -45,4 +52,30 @@ pub struct PurgeRequest {
     pub bucket: String,
     pub key: Option<String>,
     pub prefix: Option<String>,
+}
+
+/// Objects a write through another member changed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InvalidateRequest {
+    pub objects: Vec<WrittenObject>,
+    /// The write's outcome is unknown (sent, but not answered): the objects' metadata is
+    /// revalidated before it is served again, rather than forgotten.
+    pub unknown: bool,
+}
+
+/// One object a write changed: a key, or one version of it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WrittenObject {
+    pub bucket: String,
+    pub key: String,
+    pub version_id: Option<String>,
+}
+
+/// A member asking for a lease: how the members know it (its `cluster.advertise`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LeaseRequest {
+    pub member: String,
 }

@@ -17,7 +17,8 @@ use subtle::ConstantTimeEq;
 use tokio::net::TcpListener;
 
 use super::protocol::{
-    BLOCK_PATH, BlockRequest, HEALTH_PATH, MISSING_HEADER, PURGE_PATH, PurgeRequest, RESULT_HEADER,
+    BLOCK_PATH, BlockRequest, HEALTH_PATH, INVALIDATE_PATH, InvalidateRequest, LEASE_PATH,
+    LeaseRequest, MISSING_HEADER, PURGE_PATH, PurgeRequest, RESULT_HEADER,
 };
 use crate::cache::Tier;
 use crate::object::{Missing, ObjectMeta};
@@ -30,6 +31,8 @@ use crate::warm::{Maintenance, Selector};
 /// What the peer listener serves from.
 pub struct PeerState {
     pub read: ReadPath,
+    /// This node's view of the cluster, which grants the other members their leases.
+    pub cluster: Arc<super::Cluster>,
     pub maintenance: Maintenance,
     pub metrics: Arc<Metrics>,
     /// `cluster.secret`.
@@ -42,6 +45,8 @@ pub fn router(state: Arc<PeerState>) -> Router {
     Router::new()
         .route(BLOCK_PATH, post(block))
         .route(PURGE_PATH, post(purge))
+        .route(INVALIDATE_PATH, post(invalidate))
+        .route(LEASE_PATH, post(lease))
         .route(HEALTH_PATH, get(|| async { "ok" }))
         .route_layer(middleware::from_fn_with_state(state.clone(), authenticate))
         .with_state(state)
@@ -201,5 +206,51 @@ async fn purge(
         }))
         .into_response(),
         Err(error) => refusal(StatusCode::BAD_GATEWAY, error.to_string()),
+    }
+}
+
+/// `POST /peer/v1/invalidate`: forgets what this member knows of the objects a write
+/// through another member changed, before that member answers its client.
+async fn invalidate(
+    State(state): State<Arc<PeerState>>,
+    body: Result<Json<InvalidateRequest>, JsonRejection>,
+) -> Response {
+    let request = match body {
+        Ok(Json(request)) => request,
+        Err(rejection) => return refusal(rejection.status(), rejection.body_text()),
+    };
+    let mut objects = Vec::with_capacity(request.objects.len());
+    for written in request.objects {
+        let object = ObjectRef::new(&written.bucket, &written.key)
+            .and_then(|object| object.with_version(written.version_id.as_deref()));
+        match object {
+            Ok(object) => objects.push(object),
+            Err(error) => return refusal(StatusCode::BAD_REQUEST, error.to_string()),
+        }
+    }
+    state
+        .maintenance
+        .forget_written(&objects, request.unknown)
+        .await;
+    StatusCode::NO_CONTENT.into_response()
+}
+
+/// `POST /peer/v1/lease`: a lease for the asking member (204), or 409 when this node does
+/// not grant it one (see `Cluster::grant`).
+async fn lease(
+    State(state): State<Arc<PeerState>>,
+    body: Result<Json<LeaseRequest>, JsonRejection>,
+) -> Response {
+    let request = match body {
+        Ok(Json(request)) => request,
+        Err(rejection) => return refusal(rejection.status(), rejection.body_text()),
+    };
+    if state.cluster.grant(&request.member) {
+        StatusCode::NO_CONTENT.into_response()
+    } else {
+        refusal(
+            StatusCode::CONFLICT,
+            format!("no lease for {}", request.member),
+        )
     }
 }

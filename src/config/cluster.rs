@@ -35,6 +35,9 @@ pub struct ClusterConfig {
     pub peer_timeout: HumanDuration,
     /// Keep blocks fetched from their owner in this node's memory tier (never its disk).
     pub keep_peer_blocks_in_memory: bool,
+    /// How long a lease from every other member lets this node serve cached metadata
+    /// (docs/cluster.md): a write that cannot tell a member waits at most this long.
+    pub lease: HumanDuration,
 }
 
 impl Default for ClusterConfig {
@@ -50,6 +53,7 @@ impl Default for ClusterConfig {
             suspect_for: HumanDuration::secs(10),
             peer_timeout: HumanDuration::secs(10),
             keep_peer_blocks_in_memory: true,
+            lease: HumanDuration::secs(3),
         }
     }
 }
@@ -119,9 +123,20 @@ impl ClusterConfig {
                 )));
             }
         }
+        let lease = self.lease.get();
+        if !(MIN_LEASE..=MAX_LEASE).contains(&lease) {
+            return Err(ConfigError::new(format_args!(
+                "config key cluster.lease: {lease:?} is not accepted (expected {MIN_LEASE:?} to {MAX_LEASE:?})"
+            )));
+        }
         Ok(())
     }
 }
+
+/// The accepted `cluster.lease`: long enough for a few heartbeats on a busy network, short
+/// enough that a write waiting for a silent member stays a pause.
+const MIN_LEASE: std::time::Duration = std::time::Duration::from_secs(1);
+const MAX_LEASE: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// Checks that `text` is `host:port` with a port above 0.
 fn host_port(key: &str, text: &str) -> Result<(), ConfigError> {

@@ -121,11 +121,12 @@ impl ReadPath {
             }
         };
         let policy = self.policy(object);
-        // A record stored before the object's last invalidation may be revalidated, never
-        // served as it is.
-        let vouched = cached
-            .as_ref()
-            .is_some_and(|record| inner.clock.vouches(record, generation));
+        // A record stored before the object's last invalidation, or while the fleet lease
+        // has run out, may be revalidated, never served as it is.
+        let vouched = inner.generations.leased()
+            && cached
+                .as_ref()
+                .is_some_and(|record| inner.clock.vouches(record, generation));
         if vouched
             && let Some(record) = &cached
             && let Some(answer) = self.fresh(record, policy, checksums)
@@ -145,6 +146,7 @@ impl ReadPath {
                 let settled = this.inner.cache.meta_in_memory(&object);
                 let policy = this.policy(&object);
                 if let Some(record) = &settled
+                    && this.inner.generations.leased()
                     && this.inner.clock.vouches(record, generation)
                     && let Some(answer) = this.fresh(record, policy, checksums)
                 {

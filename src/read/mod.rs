@@ -41,6 +41,7 @@ mod block;
 mod coalesce;
 mod get;
 mod hedge;
+mod lease;
 mod manage;
 mod metadata;
 mod prefetch;
@@ -69,6 +70,7 @@ use crate::types::{BlockIndex, BlockLayout, ObjectRef, Selection, Unsatisfiable}
 use crate::upstream::UpstreamError;
 use coalesce::Coalescer;
 use hedge::Hedger;
+pub use lease::Lease;
 pub use manage::KnownVersion;
 use metadata::Discovery;
 use prefetch::Detector;
@@ -298,7 +300,11 @@ impl ReadPath {
                 settings,
                 clock: MetaClock::new(),
                 discoveries: Coalescer::default(),
-                generations: writes::Generations::default(),
+                generations: writes::Generations::new(
+                    peers
+                        .as_ref()
+                        .map_or_else(|| Arc::new(Lease::alone()), |peers| peers.lease()),
+                ),
                 prefetch,
                 peers,
             }),

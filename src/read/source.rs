@@ -90,4 +90,8 @@ pub trait Peers: Send + Sync + 'static {
 
     /// Whether blocks fetched from their owner are kept in this node's memory tier.
     fn keep_in_memory(&self) -> bool;
+
+    /// The fleet lease, which says whether this node may serve its cached metadata as it
+    /// is (see [`super::Lease`]).
+    fn lease(&self) -> std::sync::Arc<super::Lease>;
 }

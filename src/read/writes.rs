@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use bytes::{Bytes, BytesMut};
 use parking_lot::Mutex;
 
-use super::{ReadPath, Target};
+use super::{Lease, ReadPath, Target};
 use crate::cache::MetaState;
 use crate::types::ObjectRef;
 use crate::upstream::{HeadOutcome, UpstreamError};
@@ -36,6 +36,8 @@ const GENERATION_SHARDS: usize = 16 * 1024;
 /// check and an in-memory insert, or a bump and an in-memory remove.
 pub(super) struct Generations {
     shards: Box<[Shard]>,
+    /// The fleet lease, whose epoch is part of every object's generation.
+    lease: Arc<Lease>,
     hasher: std::collections::hash_map::RandomState,
     /// Runs between a store's check and its store: lets a test put an invalidation there.
     #[cfg(test)]
@@ -49,24 +51,31 @@ struct Shard {
     steps: Mutex<()>,
 }
 
-impl Default for Generations {
-    fn default() -> Self {
+impl Generations {
+    /// Generations under `lease` (see [`Lease`]).
+    pub(super) fn new(lease: Arc<Lease>) -> Self {
         Self {
             shards: (0..GENERATION_SHARDS).map(|_| Shard::default()).collect(),
+            lease,
             hasher: std::collections::hash_map::RandomState::new(),
             #[cfg(test)]
             after_check: Mutex::new(None),
         }
     }
-}
 
-impl Generations {
     fn shard(&self, object: &ObjectRef) -> &Shard {
         &self.shards[self.hasher.hash_one(object) as usize % GENERATION_SHARDS]
     }
 
+    /// `object`'s generation: its shard's count of invalidations plus the lease's epoch.
+    /// Both only grow, so the sum moves whenever either does.
     pub(super) fn current(&self, object: &ObjectRef) -> u64 {
-        self.shard(object).generation.load(Ordering::Acquire)
+        self.shard(object).generation.load(Ordering::Acquire) + self.lease.epoch()
+    }
+
+    /// Whether cached metadata may be served as it is: the fleet lease holds.
+    pub(super) fn leased(&self) -> bool {
+        self.lease.holds()
     }
 
     /// Runs `store` if `object`'s generation is still `generation`, as one step against
@@ -79,7 +88,7 @@ impl Generations {
     ) {
         let shard = self.shard(object);
         let _step = shard.steps.lock();
-        if shard.generation.load(Ordering::Acquire) != generation {
+        if shard.generation.load(Ordering::Acquire) + self.lease.epoch() != generation {
             return;
         }
         #[cfg(test)]
@@ -95,7 +104,7 @@ impl Generations {
         let shard = self.shard(object);
         let _step = shard.steps.lock();
         let generation = shard.generation.fetch_add(1, Ordering::AcqRel) + 1;
-        forget(generation);
+        forget(generation + self.lease.epoch());
     }
 }
 
@@ -231,7 +240,7 @@ mod tests {
 
     #[test]
     fn invalidation_moves_only_the_generation_of_its_shard() {
-        let generations = Generations::default();
+        let generations = Generations::new(Arc::new(Lease::alone()));
         let first = ObjectRef::new("b", "first").unwrap();
         let before = generations.current(&first);
         generations.bump_then(&first, |_| {});

@@ -104,6 +104,15 @@ label_values!(
 );
 
 label_values!(
+    /// What a member did with an invalidation a write through this node sent it
+    /// (`portico_cluster_invalidations_total{result}`).
+    InvalidationResult {
+        Confirmed => "confirmed",
+        Failed => "failed",
+    }
+);
+
+label_values!(
     /// What an event notification record did (`portico_event_records_total{result}`).
     EventRecord {
         Purged => "purged",
@@ -142,6 +151,10 @@ mod tests {
             ("portico_cluster_peer_requests_total", PeerResult::VALUES),
             ("portico_listing_cache_lookups_total", ListingLookup::VALUES),
             ("portico_event_records_total", EventRecord::VALUES),
+            (
+                "portico_cluster_invalidations_total",
+                InvalidationResult::VALUES,
+            ),
             (
                 "portico_event_messages_rejected_total",
                 EventRejection::VALUES,

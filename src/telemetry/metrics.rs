@@ -15,8 +15,8 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::{Family, MetricConstructor};
 
 use super::labels::{
-    BlockLookup, BudgetWait, EventRecord, EventRejection, HedgeOutcome, ListingLookup,
-    MetadataLookup, PeerResult, PrefetchOutcome, ServedFrom,
+    BlockLookup, BudgetWait, EventRecord, EventRejection, HedgeOutcome, InvalidationResult,
+    ListingLookup, MetadataLookup, PeerResult, PrefetchOutcome, ServedFrom,
 };
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
@@ -147,6 +147,7 @@ pub struct Metrics {
     pub disk_corrupt_pieces: Counter,
     /// Members in this node's view of the cluster (0 when cluster mode is off).
     pub cluster_members: Gauge,
+    pub cluster_lease_held: Gauge,
     /// Blocks this node asked of their owner, by result.
     pub peer_requests: Family<ResultLabel, Counter>,
     /// Blocks this node served to members that asked for them, by result.
@@ -163,6 +164,7 @@ pub struct Metrics {
     pub listing_bytes: Gauge,
     /// Event notification records by what they did: purged, unchanged, ignored.
     event_records: Family<ResultLabel, Counter>,
+    invalidations: Family<ResultLabel, Counter>,
     /// Event notification messages rejected, by reason: malformed, unauthorized.
     event_rejections: Family<ReasonLabel, Counter>,
 }
@@ -210,6 +212,7 @@ impl Metrics {
             disk_corrupt_pieces: Counter::default(),
             uncached_reads: Counter::default(),
             cluster_members: Gauge::default(),
+            cluster_lease_held: Gauge::default(),
             peer_requests: Family::default(),
             peer_served: Family::default(),
             peer_bytes: Family::default(),
@@ -218,6 +221,7 @@ impl Metrics {
             listing_invalidations: Counter::default(),
             listing_bytes: Gauge::default(),
             event_records: Family::default(),
+            invalidations: Family::default(),
             event_rejections: Family::default(),
         };
         registry.register(
@@ -381,9 +385,19 @@ impl Metrics {
             metrics.cluster_members.clone(),
         );
         registry.register(
+            "portico_cluster_lease_held",
+            "1 while this node holds a lease from every other member and serves its cached metadata as it is; 0 while it revalidates every record first (cluster mode)",
+            metrics.cluster_lease_held.clone(),
+        );
+        registry.register(
             "portico_cluster_peer_requests",
             "Blocks this node asked of the member that owns them, by result: hit (the owner had it cached), miss (the owner fetched it from the upstream), error (the request failed; the member is suspect), fallback (the block was then fetched from the upstream by this node)",
             metrics.peer_requests.clone(),
+        );
+        registry.register(
+            "portico_cluster_invalidations",
+            "Invalidations a write through this node sent to the other members, by result: confirmed (the member forgot the objects before the write was answered), failed (no confirmation within the bound)",
+            metrics.invalidations.clone(),
         );
         registry.register(
             "portico_cluster_peer_served",
@@ -460,6 +474,7 @@ impl Metrics {
             (&self.peer_served, &["hit", "miss", "error"]),
             (&self.listing_lookups, &["hit", "miss"]),
             (&self.event_records, &["purged", "unchanged", "ignored"]),
+            (&self.invalidations, &["confirmed", "failed"]),
         ];
         for (family, known) in results {
             for &result in known {
@@ -684,6 +699,14 @@ impl Metrics {
 
     pub fn count_event_record(&self, result: EventRecord) {
         self.event_records
+            .get_or_create(&ResultLabel {
+                result: result.as_str(),
+            })
+            .inc();
+    }
+
+    pub fn count_invalidation(&self, result: InvalidationResult) {
+        self.invalidations
             .get_or_create(&ResultLabel {
                 result: result.as_str(),
             })

@@ -11,8 +11,8 @@ mod metrics;
 mod otlp;
 
 pub use labels::{
-    BlockLookup, BudgetWait, EventRecord, EventRejection, HedgeOutcome, ListingLookup,
-    MetadataLookup, PeerResult, PrefetchOutcome, ServedFrom,
+    BlockLookup, BudgetWait, EventRecord, EventRejection, HedgeOutcome, InvalidationResult,
+    ListingLookup, MetadataLookup, PeerResult, PrefetchOutcome, ServedFrom,
 };
 pub use metrics::Metrics;
 

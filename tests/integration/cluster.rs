@@ -2,7 +2,10 @@
 //! cache in front of MinIO (behind the counting forwarder). The fleet fetches each block
 //! from the origin once whichever node is asked, a killed node fails no client request,
 //! the peer port wants the secret and serves no S3, a purge through one node reaches
-//! every node, and no response mixes two versions of an object.
+//! every node, and no response mixes two versions of an object. `cluster/writes.rs`: a
+//! write through any member is seen through every member.
+
+mod writes;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -22,6 +25,7 @@ use crate::support::{binary, random_bytes, s3_client, try_get};
 
 const MIB: usize = 1024 * 1024;
 const SECRET: &str = "a-cluster-secret-of-the-tests";
+const OTHER_SECRET: &str = "not-the-secret-of-the-others";
 const TOKEN: &str = "admin-token-of-the-fleet";
 
 /// MinIO, the forwarder in front of it, and `count` Portico nodes that list each other
@@ -34,6 +38,9 @@ struct Fleet {
     members: Vec<String>,
     /// Extra lines of every node's `[cluster]` section.
     extra: String,
+    /// A member started with another `cluster.secret`: cut off from the others' peer
+    /// protocol, not from the origin.
+    outsider: Option<usize>,
     direct: Client,
     bucket: String,
     dirs: Vec<tempfile::TempDir>,
@@ -46,6 +53,16 @@ impl Fleet {
 
     /// A fleet whose `[cluster]` sections have `extra` lines too.
     async fn start_with(prefix: &str, count: usize, extra: &str) -> Self {
+        Self::launch(prefix, count, extra, None).await
+    }
+
+    /// A fleet whose member `outsider` has another `cluster.secret`: it reaches the origin
+    /// but none of the others, and they do not reach it.
+    async fn start_with_outsider(prefix: &str, count: usize, outsider: usize) -> Self {
+        Self::launch(prefix, count, "", Some(outsider)).await
+    }
+
+    async fn launch(prefix: &str, count: usize, extra: &str, outsider: Option<usize>) -> Self {
         let minio = minio();
         let direct = s3_client(&minio.endpoint(), true);
         let bucket = create_bucket(&direct, prefix).await;
@@ -55,13 +72,32 @@ impl Fleet {
             clients: Vec::new(),
             members: Vec::new(),
             extra: extra.to_owned(),
+            outsider,
             direct,
             bucket,
             dirs: Vec::new(),
         };
         fleet.add_members(count);
         fleet.start_nodes().await;
+        if outsider.is_none() {
+            fleet.wait_for_leases().await;
+        }
         fleet
+    }
+
+    /// Waits until every node holds its lease from every other one (each asks each every
+    /// quarter of `cluster.lease`), so their cached metadata counts from the first read.
+    async fn wait_for_leases(&self) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        for at in 0..self.nodes.len() {
+            while self.node(at).metric("portico_cluster_lease_held").await != 1.0 {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "node {at} holds no lease"
+                );
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+        }
     }
 
     /// `count` more members, on ports free a moment ago (the members must be known before
@@ -87,8 +123,12 @@ impl Fleet {
             if self.nodes[at].is_none() {
                 let mut settings = Settings::new(self.forwarder.endpoint(), self.dirs[at].path());
                 settings.admin_extra = format!("token = \"{TOKEN}\"\n");
+                let secret = match self.outsider {
+                    Some(outsider) if outsider == at => OTHER_SECRET,
+                    _ => SECRET,
+                };
                 settings.cluster = format!(
-                    "enabled = true\nlisten = \"{member}\"\nmembers = [{}]\nsecret = \"{SECRET}\"\nsuspect_for = \"60s\"\n{}",
+                    "enabled = true\nlisten = \"{member}\"\nmembers = [{}]\nsecret = \"{secret}\"\nsuspect_for = \"60s\"\n{}",
                     listed.join(", "),
                     self.extra
                 );
@@ -113,6 +153,7 @@ impl Fleet {
         }
         self.add_members(1);
         self.start_nodes().await;
+        self.wait_for_leases().await;
     }
 
     fn node(&self, at: usize) -> &Portico {

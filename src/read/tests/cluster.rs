@@ -86,6 +86,10 @@ impl Peers for Other {
     fn keep_in_memory(&self) -> bool {
         true
     }
+
+    fn lease(&self) -> Arc<crate::read::Lease> {
+        Arc::new(crate::read::Lease::alone())
+    }
 }
 
 /// Two members over `source`: (first, second, the first's view of the second, the
