@@ -38,7 +38,7 @@ APT_UPDATE := $(SUDO) apt-get update -q
 # Lists are refreshed first: on a fresh machine they are empty or stale.
 APT_INSTALL := $(APT_UPDATE) && $(SUDO) apt-get install -y -q
 
-.PHONY: run test ci fmt-check clippy build release bench soak fuzz conformance tools java-client clean-demo
+.PHONY: run test ci fmt-check clippy build release bench soak fleet-writes fuzz conformance tools java-client clean-demo
 
 ## run: build Portico and start it in front of a local MinIO with demo data (Ctrl-C stops
 ## both). Needs only MinIO (built once) and curl: nothing the tests need is installed.
@@ -92,6 +92,13 @@ bench: tools $(NGINX)
 SOAK_SECONDS ?= 600
 soak: $(MINIO) build
 	cargo run -q -p portico-testkit --bin overwrites -- $(SOAK_SECONDS)
+
+## fleet-writes: PUT latency through one member of a fleet of 1, 3 and 5 nodes, and straight
+## to MinIO (testkit/src/bin/fleet_writes.rs), FLEET_PUTS PUTs per row (default 500); prints
+## the table in docs/benchmarks.md. Not part of `make test`.
+FLEET_PUTS ?= 500
+fleet-writes: $(MINIO) build
+	cargo run -q -p portico-testkit --bin fleet_writes -- $(FLEET_PUTS)
 
 ## fuzz: every fuzz target (Range, aws-chunked, request/SigV4 parsing) for FUZZ_SECONDS
 ## each (default 60); not part of `make test`
