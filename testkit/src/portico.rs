@@ -325,3 +325,37 @@ impl Portico {
             .unwrap_or(0.0)
     }
 }
+
+/// One Portico node per directory of `dirs`, in front of `upstream`, each with the
+/// settings `configure` gives; more than one make a fleet (cluster mode, each listing all,
+/// on free peer ports), and each member holds its lease before this returns.
+pub async fn start_fleet(
+    binary: &Path,
+    upstream: &str,
+    dirs: &[tempfile::TempDir],
+    configure: impl Fn(&mut Settings),
+) -> Vec<Portico> {
+    let peers: Vec<String> = dirs
+        .iter()
+        .map(|_| format!("127.0.0.1:{}", crate::minio::free_port()))
+        .collect();
+    let listed: Vec<String> = peers.iter().map(|peer| format!("{peer:?}")).collect();
+    let mut nodes = Vec::new();
+    for (peer, dir) in peers.iter().zip(dirs) {
+        let mut settings = Settings::new(upstream.to_owned(), dir.path());
+        configure(&mut settings);
+        if dirs.len() > 1 {
+            settings.cluster = format!(
+                "enabled = true\nlisten = \"{peer}\"\nmembers = [{}]\nsecret = \"a-secret-of-the-test-fleet\"\n",
+                listed.join(", ")
+            );
+        }
+        nodes.push(Portico::start(binary, &settings).await);
+    }
+    for node in &nodes {
+        while dirs.len() > 1 && node.metric("portico_cluster_lease_held").await != 1.0 {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    nodes
+}

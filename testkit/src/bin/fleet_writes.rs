@@ -6,15 +6,14 @@
 //! Usage: `fleet_writes [PUTS]` (per column; default 500). `PORTICO_BIN` names the binary
 //! (default `target/debug/portico`), `PORTICO_MINIO` the MinIO server.
 
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use aws_sdk_s3::Client;
 use aws_sdk_s3::primitives::ByteStream;
-use portico_testkit::minio::{free_port, minio};
-use portico_testkit::portico::{Portico, Settings};
+use portico_testkit::minio::minio;
+use portico_testkit::portico::start_fleet;
 use portico_testkit::{create_bucket, random_bytes, s3_client};
-
-const SECRET: &str = "a-secret-of-the-fleet-benchmark";
 
 /// `puts` PUTs of 1 KiB through `client`, one after another: each one's latency, sorted.
 async fn latencies(client: &Client, bucket: &str, puts: usize) -> Vec<Duration> {
@@ -60,31 +59,13 @@ async fn main() {
         latencies(&direct, &bucket, puts).await,
     )];
     for members in [1, 3, 5] {
-        let peers: Vec<String> = (0..members)
-            .map(|_| format!("127.0.0.1:{}", free_port()))
-            .collect();
-        let listed: Vec<String> = peers.iter().map(|peer| format!("{peer:?}")).collect();
         let dirs: Vec<_> = (0..members)
             .map(|_| tempfile::tempdir().expect("cache directory"))
             .collect();
-        let mut nodes = Vec::new();
-        for (peer, dir) in peers.iter().zip(&dirs) {
-            let mut settings = Settings::new(minio.endpoint(), dir.path());
+        let nodes = start_fleet(Path::new(&binary), &minio.endpoint(), &dirs, |settings| {
             settings.debug_log = false;
-            if members > 1 {
-                settings.cluster = format!(
-                    "enabled = true\nlisten = \"{peer}\"\nmembers = [{}]\nsecret = \"{SECRET}\"\n",
-                    listed.join(", ")
-                );
-            }
-            nodes.push(Portico::start(std::path::Path::new(&binary), &settings).await);
-        }
-        // Every member holds its lease before the first write.
-        for node in &nodes {
-            while members > 1 && node.metric("portico_cluster_lease_held").await != 1.0 {
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-        }
+        })
+        .await;
         let client = s3_client(&nodes[0].s3, false);
         let name = match members {
             1 => "Portico, 1 node".to_owned(),

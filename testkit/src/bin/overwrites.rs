@@ -2,16 +2,20 @@
 //! every write it got acknowledged) while 12 readers GET the same keys, whole and in
 //! ranges. Every body is checked against the version its ETag names. The same load runs
 //! against MinIO directly, then through Portico (one node, 64 MiB memory tier) on an
-//! unversioned bucket, then on a versioned one, and one table is printed.
+//! unversioned bucket, then on a versioned one, then through a fleet of three members
+//! (each request, a writer's read-back included, goes to one of them at random), and one
+//! table is printed.
 //!
 //! A stale read is a writer's read-back that returns a version acknowledged before its
 //! own write began: S3 is read-after-write consistent, so that can only be a cache's
 //! fault. A cut-off body is a response whose body failed after its headers.
 //!
-//! Usage: `overwrites [SECONDS]` (each phase; default 60). `PORTICO_BIN` names the
-//! binary (default `target/debug/portico`), `PORTICO_MINIO` the MinIO server.
+//! Usage: `overwrites [SECONDS]` (each phase; default 60). `SOAK_COLUMNS` picks phases
+//! (`direct,portico,versioned,fleet`, the default). `PORTICO_BIN` names the binary
+//! (default `target/debug/portico`), `PORTICO_MINIO` the MinIO server.
 
 use std::collections::{HashMap, VecDeque};
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -22,7 +26,7 @@ use aws_sdk_s3::types::{BucketVersioningStatus, VersioningConfiguration};
 use md5::{Digest, Md5};
 use parking_lot::Mutex;
 use portico_testkit::minio::minio;
-use portico_testkit::portico::{Portico, Settings};
+use portico_testkit::portico::start_fleet;
 use portico_testkit::{create_bucket, s3_client};
 use rand::{Rng, SeedableRng};
 
@@ -77,7 +81,8 @@ fn key_name(key: usize) -> String {
 }
 
 struct Load {
-    client: Client,
+    /// Each request goes to one of them at random.
+    clients: Vec<Client>,
     bucket: String,
     registry: Mutex<Registry>,
     counts: Counts,
@@ -92,9 +97,13 @@ enum Got {
 }
 
 impl Load {
+    fn client(&self) -> &Client {
+        &self.clients[rand::random_range(0..self.clients.len())]
+    }
+
     async fn get(&self, key: usize, range: Option<(u64, u64)>) -> Got {
         let request = self
-            .client
+            .client()
             .get_object()
             .bucket(&self.bucket)
             .key(key_name(key))
@@ -172,7 +181,7 @@ impl Load {
             }
         }
         let put = self
-            .client
+            .client()
             .put_object()
             .bucket(&self.bucket)
             .key(key_name(key))
@@ -210,9 +219,9 @@ impl Load {
 }
 
 /// Runs the load against `client`'s endpoint for `seconds`; returns the counts.
-async fn run(client: Client, bucket: String, seconds: u64) -> Counts {
+async fn run(clients: Vec<Client>, bucket: String, seconds: u64) -> Counts {
     let load = Arc::new(Load {
-        client,
+        clients,
         bucket,
         registry: Mutex::default(),
         counts: Counts::default(),
@@ -298,22 +307,39 @@ async fn main() {
         .nth(1)
         .and_then(|value| value.parse().ok())
         .unwrap_or(60);
+    let phases = std::env::var("SOAK_COLUMNS")
+        .unwrap_or_else(|_| "direct,portico,versioned,fleet".to_owned());
+    let phases: Vec<&str> = phases.split(',').map(str::trim).collect();
     let binary = std::env::var("PORTICO_BIN").unwrap_or_else(|_| "target/debug/portico".into());
     let minio = minio();
     let direct = s3_client(&minio.endpoint(), false);
 
     let mut columns = Vec::new();
-    let bucket = create_bucket(&direct, "soak-direct").await;
-    eprintln!("MinIO direct, {seconds} s");
-    columns.push(("MinIO direct", run(direct.clone(), bucket, seconds).await));
-
-    for versioned in [false, true] {
-        let cache = tempfile::tempdir().expect("cache directory");
-        let mut settings = Settings::new(minio.endpoint(), cache.path());
-        settings.block_size = "4MiB";
-        settings.memory_capacity = "64MiB";
-        settings.debug_log = false;
-        let portico = Portico::start(std::path::Path::new(&binary), &settings).await;
+    if phases.contains(&"direct") {
+        let bucket = create_bucket(&direct, "soak-direct").await;
+        eprintln!("MinIO direct, {seconds} s");
+        columns.push((
+            "MinIO direct",
+            run(vec![direct.clone()], bucket, seconds).await,
+        ));
+    }
+    for (phase, name, versioned, members) in [
+        ("portico", "Portico", false, 1),
+        ("versioned", "Portico, versioned bucket", true, 1),
+        ("fleet", "Portico, 3 members", false, 3),
+    ] {
+        if !phases.contains(&phase) {
+            continue;
+        }
+        let dirs: Vec<_> = (0..members)
+            .map(|_| tempfile::tempdir().expect("cache directory"))
+            .collect();
+        let nodes = start_fleet(Path::new(&binary), &minio.endpoint(), &dirs, |settings| {
+            settings.block_size = "4MiB";
+            settings.memory_capacity = "64MiB";
+            settings.debug_log = false;
+        })
+        .await;
         let bucket = create_bucket(&direct, "soak-portico").await;
         if versioned {
             direct
@@ -328,15 +354,15 @@ async fn main() {
                 .await
                 .expect("enable versioning");
         }
-        let name = if versioned {
-            "Portico, versioned bucket"
-        } else {
-            "Portico"
-        };
         eprintln!("{name}, {seconds} s");
-        let client = s3_client(&portico.s3, false);
-        columns.push((name, run(client, bucket, seconds).await));
-        portico.stop().await;
+        let clients = nodes
+            .iter()
+            .map(|node| s3_client(&node.s3, false))
+            .collect();
+        columns.push((name, run(clients, bucket, seconds).await));
+        for node in nodes {
+            node.stop().await;
+        }
     }
     print_table(seconds, &columns);
 }
