@@ -162,20 +162,8 @@ impl PeerClient {
         peer: &PeerId,
         request: &InvalidateRequest,
     ) -> Result<(), String> {
-        let body = serde_json::to_vec(request).map_err(|error| error.to_string())?;
-        let exchange = async {
-            let response = self
-                .send(peer, Method::POST, INVALIDATE_PATH, body)
-                .await
-                .map_err(|error| error.to_string())?;
-            match response.status() {
-                StatusCode::NO_CONTENT => Ok(()),
-                other => Err(format!("answered {other}")),
-            }
-        };
-        tokio::time::timeout(INVALIDATE_TIMEOUT, exchange)
+        self.confirmed(peer, INVALIDATE_PATH, request, INVALIDATE_TIMEOUT)
             .await
-            .unwrap_or_else(|_| Err(format!("no answer within {INVALIDATE_TIMEOUT:?}")))
     }
 
     /// Asks `peer` for a lease for this node, known to the members as `identity`; fails
@@ -189,10 +177,22 @@ impl PeerClient {
         let request = LeaseRequest {
             member: identity.to_owned(),
         };
-        let body = serde_json::to_vec(&request).map_err(|error| error.to_string())?;
+        self.confirmed(peer, LEASE_PATH, &request, lease_for / 4)
+            .await
+    }
+
+    /// POSTs `request` to `path` on `peer`; fails unless it answers 204 within `within`.
+    async fn confirmed(
+        &self,
+        peer: &PeerId,
+        path: &str,
+        request: &impl serde::Serialize,
+        within: Duration,
+    ) -> Result<(), String> {
+        let body = serde_json::to_vec(request).map_err(|error| error.to_string())?;
         let exchange = async {
             let response = self
-                .send(peer, Method::POST, LEASE_PATH, body)
+                .send(peer, Method::POST, path, body)
                 .await
                 .map_err(|error| error.to_string())?;
             match response.status() {
@@ -200,7 +200,6 @@ impl PeerClient {
                 other => Err(format!("answered {other}")),
             }
         };
-        let within = lease_for / 4;
         tokio::time::timeout(within, exchange)
             .await
             .unwrap_or_else(|_| Err(format!("no answer within {within:?}")))
