@@ -108,15 +108,9 @@ impl ReadPath {
             .reserve_within(within.end - within.start)
             .await?;
         let within = within.start as usize..within.end as usize;
-        self.lookup(
-            &target,
-            index,
-            within,
-            None,
-            charge,
-            &ResponseHead::default(),
-        )
-        .await
+        let answered = ResponseHead::default();
+        self.lookup(&target, index, within, None, charge, &answered)
+            .await
     }
 
     /// The member that owns block `index` of `target`, when cluster mode is on and it is
@@ -139,7 +133,8 @@ impl ReadPath {
             return Ok(());
         }
         let owner = self.owner(target, index);
-        self.cache_block(target, index, 0..length, owner, &ResponseHead::default())
+        let hold = self.answer_latch(&target.key(index));
+        self.cache_block(target, index, 0..length, owner, &hold.latch)
             .await
             .map(drop)
     }

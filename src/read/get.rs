@@ -202,13 +202,11 @@ impl ReadPath {
         discovered: &Discovered,
     ) -> Lookup {
         let (this, target, discovered) = (self.clone(), target.clone(), discovered.clone());
-        let answered = ResponseHead::default();
-        let lookup = {
-            let answered = answered.clone();
-            async move {
-                this.block_or_discovered(&target, index, bytes, charge, &discovered, &answered)
-                    .await
-            }
+        let hold = self.answer_latch(&target.key(index));
+        let answered = hold.latch.clone();
+        let lookup = async move {
+            this.block_or_discovered(&target, index, bytes, charge, &discovered, &hold.latch)
+                .await
         };
         Lookup::Running {
             index,

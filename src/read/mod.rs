@@ -67,7 +67,7 @@ use crate::rules::{Policy, Rules};
 use crate::shutdown::Shutdown;
 use crate::telemetry::Metrics;
 use crate::types::{BlockIndex, BlockLayout, ObjectRef, Selection, Unsatisfiable};
-use crate::upstream::UpstreamError;
+use crate::upstream::{ResponseHead, UpstreamError};
 use coalesce::Coalescer;
 use hedge::Hedger;
 pub use lease::Lease;
@@ -261,6 +261,9 @@ struct Inner {
     shutdown: Shutdown,
     /// The other cluster members, in cluster mode.
     peers: Option<Arc<dyn Peers>>,
+    /// For each block being looked up, the latch its lookups share: it arrives when the
+    /// fetch one of them leads is answered (see [`ReadPath::answer_latch`]).
+    answers: parking_lot::Mutex<std::collections::HashMap<BlockKey, ResponseHead>>,
 }
 
 /// The read path. Cheap to clone.
@@ -307,7 +310,27 @@ impl ReadPath {
                 ),
                 prefetch,
                 peers,
+                answers: parking_lot::Mutex::default(),
             }),
+        }
+    }
+
+    /// The latch the lookups of `key` under way share: the one that leads the block's
+    /// fetch makes it arrive when the fetch is answered, so a GET that joined that fetch
+    /// knows as early as the leader when the block's version is settled. Held until the
+    /// lookup ends (however it ends); later lookups then start a latch of their own.
+    pub(super) fn answer_latch(&self, key: &BlockKey) -> AnswerLatch {
+        let latch = self
+            .inner
+            .answers
+            .lock()
+            .entry(key.clone())
+            .or_default()
+            .clone();
+        AnswerLatch {
+            read: self.clone(),
+            key: key.clone(),
+            latch,
         }
     }
 
@@ -327,5 +350,25 @@ impl ReadPath {
     /// The memory budget this read path charges its blocks to.
     pub fn budget(&self) -> &MemoryBudget {
         &self.inner.budget
+    }
+}
+
+/// A lookup's hold on the answer latch its block's lookups share (see
+/// [`ReadPath::answer_latch`]); dropping it forgets the latch as the block's.
+pub(super) struct AnswerLatch {
+    read: ReadPath,
+    key: BlockKey,
+    pub(super) latch: ResponseHead,
+}
+
+impl Drop for AnswerLatch {
+    fn drop(&mut self) {
+        let mut answers = self.read.inner.answers.lock();
+        if answers
+            .get(&self.key)
+            .is_some_and(|held| held.same(&self.latch))
+        {
+            answers.remove(&self.key);
+        }
     }
 }

@@ -31,6 +31,11 @@ impl ResponseHead {
         }
     }
 
+    /// Whether `other` is this very latch (a clone of it).
+    pub fn same(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+
     /// When the head arrived, if it has.
     pub fn at(&self) -> Option<tokio::time::Instant> {
         self.0.at.get().copied()
