@@ -335,18 +335,55 @@ pub async fn start_fleet(
     dirs: &[tempfile::TempDir],
     configure: impl Fn(&mut Settings),
 ) -> Vec<Portico> {
-    let peers: Vec<String> = dirs
+    let listens: Vec<String> = dirs
         .iter()
         .map(|_| format!("127.0.0.1:{}", crate::minio::free_port()))
         .collect();
-    let listed: Vec<String> = peers.iter().map(|peer| format!("{peer:?}")).collect();
+    start_members(binary, upstream, dirs, configure, &listens, &listens).await
+}
+
+/// [`start_fleet`] of members the others reach only through a forwarder each (the
+/// forwarders, member by member): stopping one cuts its member off from the others
+/// (not the other way round, and not from the upstream).
+pub async fn start_proxied_fleet(
+    binary: &Path,
+    upstream: &str,
+    dirs: &[tempfile::TempDir],
+    configure: impl Fn(&mut Settings),
+) -> (Vec<Portico>, Vec<crate::forwarder::Forwarder>) {
+    let listens: Vec<String> = dirs
+        .iter()
+        .map(|_| format!("127.0.0.1:{}", crate::minio::free_port()))
+        .collect();
+    let mut proxies = Vec::new();
+    for listen in &listens {
+        proxies.push(crate::forwarder::Forwarder::start(listen).await);
+    }
+    let advertised: Vec<String> = proxies
+        .iter()
+        .map(|proxy| proxy.endpoint().trim_start_matches("http://").to_owned())
+        .collect();
+    let nodes = start_members(binary, upstream, dirs, configure, &listens, &advertised).await;
+    (nodes, proxies)
+}
+
+/// Members listening on `listens`, known to each other as `advertised`.
+async fn start_members(
+    binary: &Path,
+    upstream: &str,
+    dirs: &[tempfile::TempDir],
+    configure: impl Fn(&mut Settings),
+    listens: &[String],
+    advertised: &[String],
+) -> Vec<Portico> {
+    let listed: Vec<String> = advertised.iter().map(|peer| format!("{peer:?}")).collect();
     let mut nodes = Vec::new();
-    for (peer, dir) in peers.iter().zip(dirs) {
+    for ((listen, advertise), dir) in listens.iter().zip(advertised).zip(dirs) {
         let mut settings = Settings::new(upstream.to_owned(), dir.path());
         configure(&mut settings);
         if dirs.len() > 1 {
             settings.cluster = format!(
-                "enabled = true\nlisten = \"{peer}\"\nmembers = [{}]\nsecret = \"a-secret-of-the-test-fleet\"\n",
+                "enabled = true\nlisten = \"{listen}\"\nadvertise = \"{advertise}\"\nmembers = [{}]\nsecret = \"a-secret-of-the-test-fleet\"\n",
                 listed.join(", ")
             );
         }

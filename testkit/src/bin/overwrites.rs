@@ -3,8 +3,9 @@
 //! ranges. Every body is checked against the version its ETag names. The same load runs
 //! against MinIO directly, then through Portico (one node, 64 MiB memory tier) on an
 //! unversioned bucket, then on a versioned one, then through a fleet of three members
-//! (each request, a writer's read-back included, goes to one of them at random), and one
-//! table is printed.
+//! (each request, a writer's read-back included, goes to one of them at random; every
+//! 10 s one member is paused for 2 s or cut off from the others for 5 s), and one table
+//! is printed.
 //!
 //! A stale read is a writer's read-back that returns a version acknowledged before its
 //! own write began: S3 is read-after-write consistent, so that can only be a cache's
@@ -25,8 +26,9 @@ use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::types::{BucketVersioningStatus, VersioningConfiguration};
 use md5::{Digest, Md5};
 use parking_lot::Mutex;
+use portico_testkit::forwarder::Forwarder;
 use portico_testkit::minio::minio;
-use portico_testkit::portico::start_fleet;
+use portico_testkit::portico::{Portico, start_proxied_fleet};
 use portico_testkit::{create_bucket, s3_client};
 use rand::{Rng, SeedableRng};
 
@@ -188,8 +190,13 @@ impl Load {
             .body(ByteStream::from(data.to_vec()))
             .send()
             .await;
-        if put.is_err() {
+        if let Err(error) = put {
             self.counts.failed_puts.fetch_add(1, Ordering::Relaxed);
+            eprintln!(
+                "PUT of {} failed: {}",
+                key_name(key),
+                aws_sdk_s3::error::DisplayErrorContext(&error)
+            );
             return;
         }
         if let Some(version) = self.registry.lock().by_etag.get_mut(&etag) {
@@ -301,6 +308,42 @@ fn print_table(seconds: u64, columns: &[(&str, Counts)]) {
     }
 }
 
+/// Every 10 s, one fault on one member picked at random, in turn: a pause (SIGSTOP, then
+/// SIGCONT 2 s later: its clients wait for it, and a write through another member waits
+/// for its confirmation or its lease), then a partition (its forwarder stops for 5 s: the
+/// others cannot reach it, it still reaches them and the origin). Runs for `seconds`;
+/// returns how many pauses and partitions there were.
+async fn disturb(pids: Vec<u32>, mut proxies: Vec<Forwarder>, seconds: u64) -> (u32, u32) {
+    let deadline = Instant::now() + Duration::from_secs(seconds);
+    let (mut pauses, mut partitions) = (0, 0);
+    loop {
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        if Instant::now() + Duration::from_secs(10) >= deadline {
+            return (pauses, partitions);
+        }
+        let member = rand::random_range(0..pids.len());
+        if pauses <= partitions {
+            let pid = pids[member].to_string();
+            let signal = |name: &str| {
+                let status = std::process::Command::new("kill")
+                    .args([format!("-{name}"), pid.clone()])
+                    .status()
+                    .expect("kill");
+                assert!(status.success(), "kill -{name} {pid}");
+            };
+            signal("STOP");
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            signal("CONT");
+            pauses += 1;
+        } else {
+            proxies[member].stop().await;
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            proxies[member].restart().await;
+            partitions += 1;
+        }
+    }
+}
+
 #[tokio::main]
 async fn main() {
     let seconds: u64 = std::env::args()
@@ -334,12 +377,13 @@ async fn main() {
         let dirs: Vec<_> = (0..members)
             .map(|_| tempfile::tempdir().expect("cache directory"))
             .collect();
-        let nodes = start_fleet(Path::new(&binary), &minio.endpoint(), &dirs, |settings| {
-            settings.block_size = "4MiB";
-            settings.memory_capacity = "64MiB";
-            settings.debug_log = false;
-        })
-        .await;
+        let (nodes, proxies) =
+            start_proxied_fleet(Path::new(&binary), &minio.endpoint(), &dirs, |settings| {
+                settings.block_size = "4MiB";
+                settings.memory_capacity = "64MiB";
+                settings.debug_log = false;
+            })
+            .await;
         let bucket = create_bucket(&direct, "soak-portico").await;
         if versioned {
             direct
@@ -355,11 +399,17 @@ async fn main() {
                 .expect("enable versioning");
         }
         eprintln!("{name}, {seconds} s");
+        let pids: Vec<u32> = nodes.iter().filter_map(Portico::pid).collect();
+        let faults = (members > 1).then(|| tokio::spawn(disturb(pids, proxies, seconds)));
         let clients = nodes
             .iter()
             .map(|node| s3_client(&node.s3, false))
             .collect();
         columns.push((name, run(clients, bucket, seconds).await));
+        if let Some(faults) = faults {
+            let (pauses, partitions) = faults.await.expect("the faults");
+            eprintln!("{name}: {pauses} pauses and {partitions} partitions of a member");
+        }
         for node in nodes {
             node.stop().await;
         }
