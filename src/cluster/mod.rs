@@ -280,11 +280,10 @@ impl Cluster {
     /// granted.
     async fn renew_lease(&self, granted: &mut HashMap<PeerId, Instant>) {
         let asked = Instant::now();
-        let identity = self.identity.to_string();
+        let identity: &str = &self.identity;
         let answers = self
-            .to_others(|member| {
-                let identity = identity.clone();
-                async move { self.client.lease(&member, &identity, self.lease_for).await }
+            .to_others(|member| async move {
+                self.client.lease(&member, identity, self.lease_for).await
             })
             .await;
         let mut until = asked + self.lease_for;
@@ -297,7 +296,6 @@ impl Cluster {
                     tracing::debug!(%member, %error, "no lease granted");
                     let last = granted.get(&member).copied();
                     until = until.min(last.map_or(asked, |last| last + self.lease_for));
-                    continue;
                 }
             }
         }

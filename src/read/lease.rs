@@ -47,7 +47,11 @@ impl Lease {
 
     /// Whether the lease holds now.
     pub fn holds(&self) -> bool {
-        self.nanos(Instant::now()) < self.until_nanos.load(Ordering::Acquire)
+        // A node alone reads no clock: every metadata lookup asks.
+        match self.until_nanos.load(Ordering::Acquire) {
+            u64::MAX => true,
+            until => self.nanos(Instant::now()) < until,
+        }
     }
 
     /// The number of times the lease was renewed after it had run out.

@@ -5,10 +5,8 @@
 
 use std::time::{Duration, Instant};
 
-use aws_sdk_s3::primitives::ByteStream;
-
 use super::{Fleet, MIB};
-use crate::support::{multipart_upload, random_bytes};
+use crate::support::{multipart_upload, put_object, random_bytes};
 
 /// `cluster.lease`'s default, and the longest a write waits for a member's confirmation.
 const LEASE: Duration = Duration::from_secs(3);
@@ -17,14 +15,7 @@ const CONFIRMATION: Duration = Duration::from_secs(2);
 impl Fleet {
     /// A PUT through node `at`.
     async fn put_via(&self, at: usize, key: &str, data: &[u8]) {
-        self.clients[at]
-            .put_object()
-            .bucket(&self.bucket)
-            .key(key)
-            .body(ByteStream::from(data.to_vec()))
-            .send()
-            .await
-            .unwrap_or_else(|error| panic!("PUT {key} through node {at}: {error:?}"));
+        put_object(&self.clients[at], &self.bucket, key, data).await;
     }
 
     /// Object requests the origin received since the last call.
