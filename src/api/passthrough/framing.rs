@@ -59,9 +59,10 @@ impl Framing {
     ) -> Result<Self, S3Error> {
         let header = |name: &str| headers.get(name).and_then(|value| value.to_str().ok());
         let content_sha256 = header("x-amz-content-sha256").unwrap_or_default();
-        let aws_chunked = content_sha256.starts_with("STREAMING-")
-            || header("content-encoding").is_some_and(has_aws_chunked);
-        if aws_chunked {
+        // The framing comes from the payload's declared hash, as S3 reads it: a client may
+        // name `aws-chunked` in `Content-Encoding` over a plain body (boto3's
+        // `ContentEncoding='gzip, aws-chunked'`), and S3 stores that body as sent.
+        if content_sha256.starts_with("STREAMING-") {
             let decoded_length = header("x-amz-decoded-content-length")
                 .and_then(|value| value.trim().parse().ok())
                 .ok_or(RequestError::MissingDecodedLength)?;
@@ -102,7 +103,17 @@ impl Framing {
     ) -> (Payload, Option<u64>) {
         match self {
             Self::None => (Payload::Empty, Some(0)),
-            Self::Plain(length) => (Payload::Plain(body, length), length),
+            Self::Plain(length) => {
+                // A declared `aws-chunked` over a plain body names no coding of the object.
+                if headers
+                    .get(http::header::CONTENT_ENCODING)
+                    .and_then(|value| value.to_str().ok())
+                    .is_some_and(has_aws_chunked)
+                {
+                    remove_aws_chunked(headers);
+                }
+                (Payload::Plain(body, length), length)
+            }
             Self::AwsChunked {
                 decoded_length,
                 trailer,
@@ -229,6 +240,34 @@ mod tests {
         let forwarded = forwarded_headers(&headers);
         let names: Vec<&str> = forwarded.keys().map(|name| name.as_str()).collect();
         assert_eq!(names, ["content-type", "x-amz-meta-owner", "content-md5"]);
+    }
+
+    #[test]
+    fn a_declared_aws_chunked_over_a_plain_body_is_plain_and_leaves_the_object_s_coding() {
+        for (declared, stored) in [
+            ("gzip, aws-chunked", Some("gzip")),
+            ("aws-chunked, gzip", Some("gzip")),
+            ("aws-chunked", None),
+        ] {
+            let mut headers = HeaderMap::new();
+            headers.insert("x-amz-content-sha256", "UNSIGNED-PAYLOAD".parse().unwrap());
+            headers.insert("content-encoding", declared.parse().unwrap());
+            headers.insert("content-length", "5".parse().unwrap());
+            let framing = Framing::of(&headers, &http::Method::PUT, false).unwrap();
+            assert!(matches!(framing, Framing::Plain(Some(5))), "{declared}");
+            let (payload, length) = framing.payload(
+                full_body(Bytes::from_static(b"hello")),
+                &mut headers,
+                None,
+                ErrorSlot::default(),
+            );
+            assert!(matches!(payload, Payload::Plain(_, Some(5))), "{declared}");
+            assert_eq!(length, Some(5));
+            let coding = headers
+                .get("content-encoding")
+                .map(|value| value.to_str().unwrap());
+            assert_eq!(coding, stored, "{declared}");
+        }
     }
 
     #[test]

@@ -52,6 +52,17 @@ for source in (portico, direct):
     assert got["Body"].read() == small
 print("gzip ok")
 
+# A plain body that names aws-chunked in its Content-Encoding: S3 frames it by
+# x-amz-content-sha256 and stores the object's own coding only.
+for declared, stored in (("gzip, aws-chunked", "gzip"), ("aws-chunked, gzip", "gzip"), ("aws-chunked", None)):
+    portico.put_object(Bucket=bucket, Key="boto3/declared.bin", Body=small, ContentEncoding=declared)
+    for source in (portico, direct):
+        got = source.get_object(Bucket=bucket, Key="boto3/declared.bin")
+        assert got.get("ContentEncoding") == stored, (declared, got.get("ContentEncoding"))
+        assert got["Body"].read() == small, declared
+portico.delete_object(Bucket=bucket, Key="boto3/declared.bin")
+print("declared aws-chunked ok")
+
 # upload_fileobj sends a multipart upload above its 8 MiB threshold.
 large = os.urandom(20 * 1024 * 1024 + 5)
 portico.upload_fileobj(io.BytesIO(large), bucket, "boto3/large.bin")
