@@ -128,6 +128,20 @@ pub fn error_response(mut error: S3Error, request_id: &str) -> Response<s3s::Bod
     }
 }
 
+/// The message for an upstream refusal that came without one: an answer to a HEAD, which
+/// has no body to name its cause.
+fn unexplained_refusal(status: u16, code: &str) -> String {
+    let cause = match status {
+        403 => {
+            "Portico's upstream credential may lack permission to read this object, or a bucket policy or KMS key policy denies it"
+        }
+        _ => "the upstream gave no reason",
+    };
+    format!(
+        "The upstream object store refused Portico's request for this object with {status} {code} and no message (an answer to a HEAD, such as a metadata revalidation, carries none): {cause}."
+    )
+}
+
 fn upstream_error(error: &UpstreamError) -> (S3ErrorCode, StatusCode, String) {
     // Portico's own credential failing is not the client's: a client must not be told
     // its signature is wrong when it was Portico's.
@@ -150,10 +164,15 @@ fn upstream_error(error: &UpstreamError) -> (S3ErrorCode, StatusCode, String) {
             message,
             ..
         } => {
+            let message = if message.is_empty() {
+                unexplained_refusal(*status, code)
+            } else {
+                message.clone()
+            };
             let status = StatusCode::from_u16(*status).unwrap_or(StatusCode::BAD_GATEWAY);
             let code =
                 S3ErrorCode::from_bytes(code.as_bytes()).unwrap_or(S3ErrorCode::InternalError);
-            (code, status, message.clone())
+            (code, status, message)
         }
         UpstreamError::UnsignableHeader { name } => (
             S3ErrorCode::InvalidArgument,
@@ -544,6 +563,20 @@ mod tests {
         assert_eq!(s3.code(), &S3ErrorCode::AccessDenied);
         assert_eq!(s3.status_code(), Some(StatusCode::FORBIDDEN));
         assert_eq!(s3.message(), Some("Access Denied."));
+        // A HEAD's refusal has no body: the message says what happened instead.
+        let bodiless = UpstreamError::Rejected {
+            status: 403,
+            code: "AccessDenied".into(),
+            message: String::new(),
+            request_id: None,
+        };
+        let s3 = s3_error(&ReadError::Upstream(bodiless), "REQ4");
+        assert!(
+            s3.message()
+                .is_some_and(|message| message.contains("refused") && message.contains("403")),
+            "{:?}",
+            s3.message()
+        );
         let custom = UpstreamError::Rejected {
             status: 400,
             code: "SomethingNew".into(),

@@ -79,6 +79,7 @@ pub struct Forwarder {
     target: String,
     seen: Arc<Mutex<Vec<Seen>>>,
     faults: Arc<Mutex<VecDeque<Fault>>>,
+    head_faults: Arc<Mutex<VecDeque<Fault>>>,
     cancelled: Arc<AtomicUsize>,
     counters: Arc<Counters>,
     tasks: Option<JoinSet<()>>,
@@ -107,6 +108,7 @@ impl Forwarder {
             target: target.to_owned(),
             seen: Arc::default(),
             faults: Arc::default(),
+            head_faults: Arc::default(),
             cancelled: Arc::default(),
             counters: Arc::default(),
             tasks: None,
@@ -127,6 +129,7 @@ impl Forwarder {
         let target = self.target.clone();
         let seen = self.seen.clone();
         let faults = self.faults.clone();
+        let head_faults = self.head_faults.clone();
         let cancelled = self.cancelled.clone();
         let counters = self.counters.clone();
         let tls = self.tls.clone();
@@ -143,6 +146,7 @@ impl Forwarder {
                     target: target.clone(),
                     seen: seen.clone(),
                     faults: faults.clone(),
+                    head_faults: head_faults.clone(),
                     cancelled: cancelled.clone(),
                     counters: counters.clone(),
                 };
@@ -179,6 +183,15 @@ impl Forwarder {
     /// Applies `faults` to the next object GETs, one each, in order.
     pub fn inject(&self, faults: &[Fault]) {
         self.faults.lock().unwrap().extend(faults.iter().copied());
+    }
+
+    /// Applies `faults` to the next object HEADs, one each, in order. A HEAD answered
+    /// with a status carries no body, as S3's do not.
+    pub fn inject_heads(&self, faults: &[Fault]) {
+        self.head_faults
+            .lock()
+            .unwrap()
+            .extend(faults.iter().copied());
     }
 
     /// Refuses new connections and cuts open ones, like an upstream that went down.
@@ -254,6 +267,7 @@ struct Shared {
     target: String,
     seen: Arc<Mutex<Vec<Seen>>>,
     faults: Arc<Mutex<VecDeque<Fault>>>,
+    head_faults: Arc<Mutex<VecDeque<Fault>>>,
     cancelled: Arc<AtomicUsize>,
     counters: Arc<Counters>,
 }
@@ -297,9 +311,14 @@ impl Shared {
                 .and_then(|value| value.to_str().ok())
                 .map(str::to_owned),
         };
-        let fault = (observed.method == "GET" && observed.is_object())
-            .then(|| self.faults.lock().unwrap().pop_front())
-            .flatten();
+        let queue = match observed.method.as_str() {
+            "GET" => Some(&self.faults),
+            "HEAD" => Some(&self.head_faults),
+            _ => None,
+        };
+        let fault = queue
+            .filter(|_| observed.is_object())
+            .and_then(|queue| queue.lock().unwrap().pop_front());
         let object_put = observed.method == "PUT" && observed.is_object();
         self.seen.lock().unwrap().push(observed);
         let mut unfinished = Unfinished(Some(self.cancelled.clone()));

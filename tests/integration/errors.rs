@@ -1,6 +1,7 @@
 //! Errors as S3 clients expect them: the right code, status and request id, and a
 //! Portico that keeps serving what it can while the upstream is down.
 
+use aws_sdk_s3::error::ProvideErrorMetadata;
 use std::time::Duration;
 
 use portico_testkit::forwarder::Fault;
@@ -237,4 +238,37 @@ async fn a_cut_short_or_over_long_upstream_body_is_never_cached_nor_served_whole
     }
     let logs = rig.portico().logs();
     assert!(!logs.contains("panicked"), "{logs}");
+}
+
+/// A metadata revalidation's HEAD refused by the upstream carries no error body, so no
+/// message: the client still learns what happened, from Portico's own words.
+#[tokio::test]
+async fn a_revalidation_refused_without_a_body_is_named_in_the_error_message() {
+    let rig = Rig::start("head-refused", |settings| settings.metadata_ttl = "0s").await;
+    let data = random_bytes(100 * 1024, 35);
+    rig.put("guarded.bin", &data).await;
+    assert!(rig.get("guarded.bin", None).await == data);
+    rig.forwarder.inject_heads(&[Fault::Status(403)]);
+    let client = s3_client(&rig.portico().s3, false);
+    let error = client
+        .get_object()
+        .bucket(&rig.bucket)
+        .key("guarded.bin")
+        .send()
+        .await
+        .expect_err("the revalidation was refused");
+    let status = error
+        .raw_response()
+        .map(|response| response.status().as_u16());
+    assert_eq!(status, Some(403));
+    assert_eq!(error.code(), Some("AccessDenied"));
+    let message = error.message().unwrap_or_default();
+    assert!(
+        message.contains("403") && message.contains("upstream"),
+        "the message names the upstream's refusal: {message:?}"
+    );
+    assert!(
+        rig.get("guarded.bin", None).await == data,
+        "and it reads again"
+    );
 }
