@@ -240,7 +240,7 @@ impl BlockCache {
             };
             let retry = {
                 let cache = cache.clone();
-                move |block: &BlockKey| cache.skipped_pieces(block)
+                move |block: &BlockKey, kept| cache.skipped_pieces(block, kept)
             };
             tokio::spawn(
                 cache

@@ -8,7 +8,7 @@ use std::ops::Range;
 use bytes::Bytes;
 use foyer::{Load, Location};
 
-use super::writer::{FILL_WAIT, Pieces, Pushed};
+use super::writer::{FILL_WAIT, Pieces, Pushed, Retry};
 use super::{BlockCache, BlockKey, CacheKey, CacheValue, Part, Tier};
 
 impl BlockCache {
@@ -160,21 +160,51 @@ impl BlockCache {
     }
 
     /// The pieces of a block that skipped the disk tier, to write now that it has room:
-    /// those memory still holds (under the object's current purge generation) and the
-    /// disk lacks.
-    pub(super) fn skipped_pieces(&self, block: &BlockKey) -> Option<Pieces> {
+    /// from those `kept` for it, else from memory; those the disk lacks, while the
+    /// object's purge generation is still the block's.
+    pub(super) fn skipped_pieces(&self, block: &BlockKey, kept: Option<Pieces>) -> Retry {
         if self.purges.generation(block.object()) != block.generation {
+            return Retry::Needless;
+        }
+        let missing = match kept {
+            Some(pieces) => self.missing_kept(block, pieces),
+            None => {
+                let Some(entry) = self.hybrid.memory().get(&CacheKey::Block(block.clone())) else {
+                    // Memory evicted it: lost, unless the disk took it meanwhile.
+                    let on_disk = self
+                        .hybrid
+                        .storage()
+                        .may_contains(&self.piece_key(block, 0));
+                    return if on_disk || self.writes.holds(block) {
+                        Retry::Needless
+                    } else {
+                        Retry::Lost
+                    };
+                };
+                let CacheValue::Block(bytes) = entry.value() else {
+                    return Retry::Lost;
+                };
+                self.missing_pieces(block, bytes)
+            }
+        };
+        missing.map_or(Retry::Needless, Retry::Write)
+    }
+
+    /// Of the `pieces` kept for `block`, those the disk tier lacks, unless the block is
+    /// queued for it again.
+    fn missing_kept(&self, block: &BlockKey, pieces: Pieces) -> Option<Pieces> {
+        if !self.disk_in_use() || self.writes.holds(block) {
             return None;
         }
-        let entry = self.hybrid.memory().get(&CacheKey::Block(block.clone()))?;
-        let CacheValue::Block(bytes) = entry.value() else {
-            return None;
-        };
-        self.missing_pieces(block, bytes)
+        let pieces: Pieces = pieces
+            .into_iter()
+            .filter(|(key, _)| !self.hybrid.storage().may_contains(key))
+            .collect();
+        (!pieces.is_empty()).then_some(pieces)
     }
 
     /// The pieces of `block` the disk tier lacks and that are not queued for it yet.
-    fn missing_pieces(&self, block: &BlockKey, bytes: &Bytes) -> Option<Pieces> {
+    pub(super) fn missing_pieces(&self, block: &BlockKey, bytes: &Bytes) -> Option<Pieces> {
         if !self.disk_in_use() || self.writes.holds(block) {
             return None;
         }

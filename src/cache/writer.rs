@@ -20,11 +20,14 @@
 //!   disk's pace rather than drop what they fetched (each dropped block would cost another
 //!   origin GET once memory evicts it). Only a disk that finishes no write for
 //!   [`FILL_WAIT`] (it has stalled) makes a block skip the disk, counted in
-//!   `portico_cache_disk_skipped_blocks_total`. The writer keeps the keys of the last
-//!   [`SKIPPED_KEPT`] blocks that skipped, and once a write finishes again (the disk has
-//!   room) it writes each of them that memory still holds ahead of the queue
-//!   (`portico_cache_disk_retried_blocks_total`); one memory serves before that is queued
-//!   again as well (readmission). Blocks queued again never wait.
+//!   `portico_cache_disk_skipped_blocks_total`. The writer keeps the last
+//!   [`SKIPPED_KEPT`] blocks that skipped, with their bytes while those fit in as many
+//!   bytes again as the queue holds, and once a write finishes again (the disk has room)
+//!   it writes each of them ahead of the queue (`portico_cache_disk_retried_blocks_total`):
+//!   from the bytes it kept, else from memory. A skipped block whose bytes were not kept
+//!   and that memory has evicted by then is lost to the disk, and counted
+//!   (`portico_cache_disk_lost_blocks_total`). One memory serves before its retry is
+//!   queued again as well (readmission). Blocks queued again never wait.
 //! - A block is queued once: a block already waiting is not queued again, and removing
 //!   a block drops it from the queue.
 
@@ -48,8 +51,8 @@ const CLOSE_WAIT: Duration = Duration::from_secs(10);
 /// that has stopped makes fills wait this long.
 pub(super) const FILL_WAIT: Duration = Duration::from_secs(2);
 
-/// Keys of blocks that skipped the disk kept for a retry, at most; older ones are
-/// forgotten (memory has most likely evicted them by then).
+/// Blocks that skipped the disk kept for a retry, at most; older ones are forgotten
+/// (counted as lost).
 const SKIPPED_KEPT: usize = 1024;
 
 /// A block's pieces waiting for the disk.
@@ -71,8 +74,11 @@ struct Pending {
     blocks: HashMap<BlockKey, Pieces>,
     /// Bytes waiting here and handed to foyer but not yet written.
     bytes: usize,
-    /// Blocks that skipped the disk, oldest first, to be written once it has room.
-    skipped: VecDeque<BlockKey>,
+    /// Blocks that skipped the disk, oldest first, to be written once it has room: with
+    /// their pieces while those fit in `kept_limit` bytes, else by key alone.
+    skipped: VecDeque<(BlockKey, Option<Pieces>)>,
+    /// Bytes of the pieces kept in `skipped`.
+    kept: usize,
     /// Retried blocks handed to foyer and not yet written (outside the queue's room).
     retrying: usize,
 }
@@ -97,6 +103,8 @@ pub(super) struct WriteQueue {
     /// When bytes last left the queue (a write finished, or blocks were dropped).
     progress: Mutex<Instant>,
     batch: usize,
+    /// Most bytes of skipped blocks kept for their retry: as many as the queue holds.
+    kept_limit: usize,
     metrics: Arc<Metrics>,
 }
 
@@ -112,6 +120,7 @@ impl WriteQueue {
             closed: AtomicBool::new(false),
             progress: Mutex::new(Instant::now()),
             batch: (buffer / 3).max(1),
+            kept_limit: capacity,
             metrics,
         }
     }
@@ -135,20 +144,28 @@ impl WriteQueue {
                 self.enqueue(block, pieces)
             }
             Err(_) => {
-                self.skip(block);
+                self.skip(block, pieces);
                 Pushed::Full
             }
         }
     }
 
-    /// Counts `block` as skipped and keeps its key for a retry.
-    pub(super) fn skip(&self, block: &BlockKey) {
+    /// Counts `block` as skipped and keeps it for a retry: its `pieces` too while they fit
+    /// in [`Self::kept_limit`] (none given: the key alone).
+    pub(super) fn skip(&self, block: &BlockKey, pieces: Pieces) {
         self.metrics.disk_skipped_blocks.inc();
+        let bytes = pieces_bytes(&pieces);
         let mut pending = self.lock();
-        if pending.skipped.len() == SKIPPED_KEPT {
-            pending.skipped.pop_front();
+        if pending.skipped.len() == SKIPPED_KEPT
+            && let Some((_, forgotten)) = pending.skipped.pop_front()
+        {
+            self.metrics.disk_lost_blocks.inc();
+            pending.kept -= forgotten.as_ref().map_or(0, pieces_bytes);
         }
-        pending.skipped.push_back(block.clone());
+        let kept =
+            (!pieces.is_empty() && pending.kept + bytes <= self.kept_limit).then_some(pieces);
+        pending.kept += kept.as_ref().map_or(0, |_| bytes);
+        pending.skipped.push_back((block.clone(), kept));
         drop(pending);
         // A writer with nothing queued sleeps until something is.
         self.queued.notify_one();
@@ -174,7 +191,7 @@ impl WriteQueue {
             },
             () = self.stalled(waiting_since, stall) => {}
         }
-        self.skip(block);
+        self.skip(block, pieces);
         Pushed::Full
     }
 
@@ -223,7 +240,15 @@ impl WriteQueue {
     /// Drops `block` from the queue, if it waits there.
     pub(super) fn remove(&self, block: &BlockKey) {
         let mut pending = self.lock();
-        pending.skipped.retain(|skipped| skipped != block);
+        let mut dropped = 0;
+        pending.skipped.retain(|(skipped, kept)| {
+            let keep = skipped != block;
+            if !keep {
+                dropped += kept.as_ref().map_or(0, pieces_bytes);
+            }
+            keep
+        });
+        pending.kept -= dropped;
         if let Some(pieces) = pending.blocks.remove(block) {
             pending.order.retain(|queued| queued != block);
             self.release(&mut pending, pieces_bytes(&pieces));
@@ -237,6 +262,7 @@ impl WriteQueue {
         pending.order.clear();
         pending.blocks.clear();
         pending.skipped.clear();
+        pending.kept = 0;
         self.release(&mut pending, bytes);
     }
 
@@ -273,20 +299,33 @@ impl WriteQueue {
     }
 
     /// Takes blocks that skipped the disk, oldest first, up to a batch: `retry` gives the
-    /// pieces of each that memory still holds and the disk lacks. Their bytes count as
-    /// retrying, outside the queue's room (they are slices of blocks memory holds).
-    fn take_retries(&self, retry: &impl Fn(&BlockKey) -> Option<Pieces>) -> (Pieces, usize) {
+    /// pieces of each that the disk lacks, from those kept (if any) or from memory. Their
+    /// bytes count as retrying, outside the queue's room.
+    fn take_retries(&self, retry: &impl Fn(&BlockKey, Option<Pieces>) -> Retry) -> (Pieces, usize) {
         let mut batch = Vec::new();
         let mut bytes = 0;
         while bytes < self.batch {
-            let Some(block) = self.lock().skipped.pop_front() else {
+            let Some((block, kept)) = ({
+                let mut pending = self.lock();
+                let next = pending.skipped.pop_front();
+                if let Some((_, Some(pieces))) = &next {
+                    pending.kept -= pieces_bytes(pieces);
+                }
+                next
+            }) else {
                 break;
             };
             // `retry` looks at the queue itself: the lock is not held here.
-            if let Some(pieces) = retry(&block) {
-                bytes += pieces_bytes(&pieces);
-                batch.extend(pieces);
-                self.metrics.disk_retried_blocks.inc();
+            match retry(&block, kept) {
+                Retry::Write(pieces) => {
+                    bytes += pieces_bytes(&pieces);
+                    batch.extend(pieces);
+                    self.metrics.disk_retried_blocks.inc();
+                }
+                Retry::Needless => {}
+                Retry::Lost => {
+                    self.metrics.disk_lost_blocks.inc();
+                }
             }
         }
         let mut pending = self.lock();
@@ -302,7 +341,7 @@ impl WriteQueue {
         self: Arc<Self>,
         hybrid: HybridCache<CacheKey, CacheValue>,
         writing: impl Fn() -> bool,
-        retry: impl Fn(&BlockKey) -> Option<Pieces>,
+        retry: impl Fn(&BlockKey, Option<Pieces>) -> Retry,
     ) {
         let mut outstanding: VecDeque<Write> = VecDeque::new();
         loop {
@@ -392,6 +431,16 @@ impl WriteQueue {
             tracing::warn!("closing with block pieces still queued for the disk tier");
         }
     }
+}
+
+/// What becomes of a block that skipped the disk, when its retry comes.
+pub(super) enum Retry {
+    /// These pieces go to the disk now.
+    Write(Pieces),
+    /// Nothing to write: the disk or its queue holds the block, or it was purged.
+    Needless,
+    /// Its bytes were not kept and memory no longer holds them.
+    Lost,
 }
 
 /// A batch handed to foyer: its bytes from the queue (their room is given back once it is

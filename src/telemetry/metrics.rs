@@ -139,6 +139,8 @@ pub struct Metrics {
     pub disk_queue_bytes: Gauge,
     /// Blocks that had skipped the disk tier, written once it had room again.
     pub disk_retried_blocks: Counter,
+    /// Blocks that had skipped the disk tier and were gone when it had room again.
+    pub disk_lost_blocks: Counter,
     /// Time from handing a batch of pieces to the disk tier until it is written.
     pub disk_write_duration: Histogram,
     /// Block pieces read from disk for the second time, kept in memory.
@@ -207,6 +209,7 @@ impl Metrics {
             disk_skipped_blocks: Counter::default(),
             disk_queue_bytes: Gauge::default(),
             disk_retried_blocks: Counter::default(),
+            disk_lost_blocks: Counter::default(),
             disk_write_duration: LatencyBuckets.new_metric(),
             memory_admissions: Counter::default(),
             disk_corrupt_pieces: Counter::default(),
@@ -331,8 +334,13 @@ impl Metrics {
         );
         registry.register(
             "portico_cache_disk_retried_blocks",
-            "Blocks that had skipped the disk tier (portico_cache_disk_skipped_blocks_total), written once a disk write finished again, because memory still held them",
+            "Blocks that had skipped the disk tier (portico_cache_disk_skipped_blocks_total), written once a disk write finished again, from the bytes kept for them or from memory",
             metrics.disk_retried_blocks.clone(),
+        );
+        registry.register(
+            "portico_cache_disk_lost_blocks",
+            "Blocks that had skipped the disk tier and were gone when it had room again: their bytes were not kept (over the bound) and memory had evicted them",
+            metrics.disk_lost_blocks.clone(),
         );
         registry.register(
             "portico_cache_disk_write_duration_seconds",
