@@ -160,7 +160,10 @@ pub async fn serve(
             requests,
         };
         let tls = tls.clone();
+        let open = metrics.connections_open.clone();
+        open.inc();
         tokio::spawn(async move {
+            let _open = OpenConnection(open);
             let result = match tls {
                 Some(tls) => connection.serve_tls(stream, &tls).await,
                 None => connection.serve(stream).await,
@@ -175,6 +178,15 @@ pub async fn serve(
     tokio::select! {
         () = graceful.shutdown() => tracing::info!("S3 listener drained"),
         () = tokio::time::sleep(grace) => tracing::warn!(?grace, "S3 connections still open after the grace period; closing them"),
+    }
+}
+
+/// Counts its connection in `portico_connections_open` until the connection ends.
+struct OpenConnection(prometheus_client::metrics::gauge::Gauge);
+
+impl Drop for OpenConnection {
+    fn drop(&mut self) {
+        self.0.dec();
     }
 }
 

@@ -123,6 +123,8 @@ pub struct Metrics {
     pub cache_disk_errors: Family<OperationLabel, Counter>,
     /// Connections closed as soon as they were accepted, by reason (per_client).
     pub connections_refused: Family<ReasonLabel, Counter>,
+    /// S3 connections accepted and not yet closed.
+    pub connections_open: Gauge,
     /// Bytes requests hold charged to the memory budget (`server.max_inflight_bytes`).
     pub inflight_bytes: Gauge,
     /// The memory budget, in bytes.
@@ -202,6 +204,7 @@ impl Metrics {
             upstream_credential_errors: Family::default(),
             cache_disk_errors: Family::default(),
             connections_refused: Family::default(),
+            connections_open: Gauge::default(),
             inflight_bytes: Gauge::default(),
             inflight_limit_bytes: Gauge::default(),
             budget_waits: Family::default(),
@@ -366,6 +369,11 @@ impl Metrics {
             "portico_connections_refused",
             "Connections closed as soon as they were accepted, by reason (per_client: the client address held max_connections_per_client)",
             metrics.connections_refused.clone(),
+        );
+        registry.register(
+            "portico_connections_open",
+            "S3 connections accepted and not yet closed (at most server.max_connections)",
+            metrics.connections_open.clone(),
         );
         registry.register(
             "portico_memory_inflight_bytes",

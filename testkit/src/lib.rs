@@ -249,3 +249,28 @@ pub async fn signed_send(
     }
     http_send(method, url, &with_signature, body).await
 }
+
+/// How often [`eventually`] looks at its condition again.
+const EVENTUALLY_EVERY: std::time::Duration = std::time::Duration::from_millis(20);
+
+/// Polls `check` until it gives a value, and returns that value; panics naming `what`
+/// once `within` has passed without one. Tests wait with it for a condition instead of
+/// sleeping for a time that is either too short (a flaky test) or needlessly long, and a
+/// test that waits for something not to happen first waits for what shows it is over.
+pub async fn eventually<T, F, Fut>(what: &str, within: std::time::Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{what}: not within {within:?}"
+        );
+        tokio::time::sleep(EVENTUALLY_EVERY).await;
+    }
+}

@@ -21,7 +21,7 @@ use portico_testkit::minio::{free_port, minio};
 use portico_testkit::portico::{Portico, Settings};
 use serde_json::{Value, json};
 
-use crate::support::{binary, random_bytes, s3_client, try_get};
+use crate::support::{binary, eventually, random_bytes, s3_client, try_get};
 
 const MIB: usize = 1024 * 1024;
 const SECRET: &str = "a-cluster-secret-of-the-tests";
@@ -353,9 +353,11 @@ async fn a_node_killed_in_the_middle_of_reads_fails_no_request_and_costs_at_most
     let clients: Vec<Client> = fleet.clients[..2].to_vec();
     let bucket = fleet.bucket.clone();
     let mut readers = tokio::task::JoinSet::new();
+    let reads_done = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     for (at, client) in clients.into_iter().enumerate() {
         for reader in 0..2 {
             let (client, bucket, data) = (client.clone(), bucket.clone(), data.clone());
+            let reads_done = reads_done.clone();
             readers.spawn(async move {
                 for round in 0..6 {
                     // Ranges that start anywhere, so reads cross many owners.
@@ -368,13 +370,27 @@ async fn a_node_killed_in_the_middle_of_reads_fails_no_request_and_costs_at_most
                     if body != data[first..=last] {
                         return Err(format!("node {at} round {round}: wrong bytes"));
                     }
+                    reads_done.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                     tokio::time::sleep(std::time::Duration::from_millis(20)).await;
                 }
                 Ok::<_, String>(())
             });
         }
     }
-    tokio::time::sleep(std::time::Duration::from_millis(60)).await;
+    // The kill lands while the readers are under way: after the first round of each.
+    eventually(
+        "every reader finishes a read",
+        std::time::Duration::from_secs(30),
+        || {
+            let done = reads_done.load(std::sync::atomic::Ordering::SeqCst);
+            async move { (done >= 4).then_some(()) }
+        },
+    )
+    .await;
+    assert!(
+        !readers.is_empty() && reads_done.load(std::sync::atomic::Ordering::SeqCst) < 24,
+        "the readers are still reading when node 2 dies"
+    );
     fleet.nodes[2].take().expect("node 2").kill().await;
     while let Some(result) = readers.join_next().await {
         result

@@ -9,7 +9,7 @@ use aws_sdk_s3::primitives::ByteStream;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::support::{Rig, failed_get, random_bytes, raw_exchange, signed_request};
+use crate::support::{Rig, eventually, failed_get, random_bytes, raw_exchange, signed_request};
 
 fn host_of(url: &str) -> &str {
     url.trim_start_matches("http://")
@@ -287,7 +287,7 @@ async fn slow_and_idle_clients_are_cut_off_while_others_are_served() {
 
     // max_connections = 3: with three silent clients, a fourth waits in the backlog until
     // the header deadline frees a slot.
-    let silent: Vec<TcpStream> = connect_silently(&address, 3).await;
+    let silent: Vec<TcpStream> = connect_silently(&rig, 3, 3).await;
     let request = format!(
         "GET /{}/small.txt HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n",
         rig.bucket
@@ -318,14 +318,32 @@ async fn put_status(client: &aws_sdk_s3::Client, bucket: &str, key: &str, data: 
     }
 }
 
-async fn connect_silently(address: &str, count: usize) -> Vec<TcpStream> {
+/// `count` connections that send nothing, once Portico has accepted them all (so nothing
+/// connects before them); `limit` is its `max_connections`.
+async fn connect_silently(rig: &Rig, count: usize, limit: usize) -> Vec<TcpStream> {
+    let address = host_of(&rig.portico().s3).to_owned();
+    let open_before = open_connections(rig).await;
     let mut streams = Vec::new();
     for _ in 0..count {
-        streams.push(TcpStream::connect(address).await.unwrap());
+        streams.push(TcpStream::connect(&address).await.unwrap());
     }
-    // Let the listener accept them before anything else connects.
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    let wanted = (open_before + count).min(limit);
+    wait_until_open(rig, wanted).await;
     streams
+}
+
+async fn open_connections(rig: &Rig) -> usize {
+    rig.portico().metric("portico_connections_open").await as usize
+}
+
+/// Waits until Portico holds at least `count` S3 connections open.
+async fn wait_until_open(rig: &Rig, count: usize) {
+    eventually(
+        &format!("{count} connections open"),
+        Duration::from_secs(10),
+        || async move { (open_connections(rig).await >= count).then_some(()) },
+    )
+    .await;
 }
 
 #[tokio::test]
@@ -411,11 +429,12 @@ async fn one_client_cannot_hold_every_connection_and_pings_keep_none_open() {
 
     // Two silent connections from 127.0.0.1 hold its share: a third is closed unanswered,
     // while another client address is served.
+    let open_before = open_connections(&rig).await;
     let _held = [
         connect_from("127.0.0.1", &address).await,
         connect_from("127.0.0.1", &address).await,
     ];
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    wait_until_open(&rig, open_before + 2).await;
     let mut third = connect_from("127.0.0.1", &address).await;
     third.write_all(request.as_bytes()).await.unwrap();
     let mut received = Vec::new();
@@ -497,12 +516,13 @@ async fn slow_readers_hold_a_bounded_budget_and_a_get_beyond_it_gets_slow_down()
         stalled_reader(&address, &format!("/{}/large-1", rig.bucket)).await,
         stalled_reader(&address, &format!("/{}/large-2", rig.bucket)).await,
     ];
-    let started = Instant::now();
-    while inflight().await < f64::from(8 << 20) && started.elapsed() < Duration::from_secs(10) {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(inflight().await, f64::from(8 << 20));
+    // The budget's semaphore caps the gauge: it reaches the limit and stays there.
+    eventually(
+        "the stalled readers hold the whole budget",
+        Duration::from_secs(10),
+        || async { (inflight().await == f64::from(8 << 20)).then_some(()) },
+    )
+    .await;
     assert_eq!(
         portico.metric("portico_memory_inflight_limit_bytes").await,
         f64::from(8 << 20)

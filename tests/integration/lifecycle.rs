@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::support::{Rig, random_bytes, s3_client};
+use crate::support::{Rig, eventually, random_bytes, s3_client};
 
 const BLOCK: usize = 1024 * 1024;
 
@@ -289,11 +289,12 @@ async fn sigterm_lets_an_in_flight_100_mib_get_finish_then_exits_cleanly() {
     received.extend(body.try_next().await.unwrap().expect("a first chunk"));
 
     portico.terminate();
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert!(
-        tokio::net::TcpStream::connect(&address).await.is_err(),
-        "no new connections once shutdown began"
-    );
+    eventually(
+        "no new connections once shutdown began",
+        Duration::from_secs(5),
+        || async { tokio::net::TcpStream::connect(&address).await.err() },
+    )
+    .await;
     while let Some(chunk) = body.try_next().await.expect("the body completes") {
         received.extend(chunk);
     }

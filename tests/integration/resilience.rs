@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use portico_testkit::forwarder::Fault;
 
-use crate::support::{Rig, failed_get, random_bytes, s3_client};
+use crate::support::{Rig, eventually, failed_get, random_bytes, s3_client};
 use portico_testkit::truncate_files;
 
 const KIB: usize = 1024;
@@ -142,7 +142,15 @@ async fn a_failed_disk_turns_the_cache_memory_only_and_every_byte_stays_right() 
     // The disk loses what it held before each read (once its writes have settled): three
     // failed reads in a row, each answered from the upstream.
     for key in ["first.bin", "second.bin", "object.bin"] {
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        eventually(
+            "the disk writes settle",
+            Duration::from_secs(10),
+            || async {
+                let queued = rig.portico().metric("portico_cache_disk_queue_bytes").await;
+                (queued == 0.0).then_some(())
+            },
+        )
+        .await;
         assert!(truncate_files(&rig.settings.cache_dir) > 0);
         let expected = if key == "object.bin" { &data } else { &small };
         assert!(rig.get(key, None).await == *expected, "{key}");

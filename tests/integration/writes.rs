@@ -12,8 +12,8 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
 use crate::support::{
-    Rig, aws_chunked, crc32_base64, failed_get, http_chunked, random_bytes, raw_request,
-    signed_request, signed_send,
+    Rig, aws_chunked, crc32_base64, eventually, failed_get, http_chunked, random_bytes,
+    raw_request, signed_request, signed_send,
 };
 
 const MIB: usize = 1024 * 1024;
@@ -312,22 +312,32 @@ async fn an_upload_cut_off_mid_body_leaves_nothing_behind() {
         };
         stream.write_all(&body).await.expect("partial body");
         // Cut the connection only once the upstream is receiving the body.
-        let started = tokio::time::Instant::now();
-        while !rig
-            .forwarder
-            .object_requests("PUT")
-            .iter()
-            .any(|seen| seen.path.ends_with(key))
-        {
-            assert!(
-                started.elapsed() < Duration::from_secs(10),
-                "the PUT never reached the upstream"
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        eventually(
+            "the PUT reaches the upstream",
+            Duration::from_secs(10),
+            || {
+                let seen = rig
+                    .forwarder
+                    .object_requests("PUT")
+                    .iter()
+                    .any(|seen| seen.path.ends_with(key));
+                async move { seen.then_some(()) }
+            },
+        )
+        .await;
         drop(stream);
     }
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Both upstream PUTs end without an answer: Portico broke them off. What the upstream
+    // holds is then final.
+    eventually(
+        "Portico breaks off both upstream PUTs",
+        Duration::from_secs(10),
+        || {
+            let cancelled = rig.forwarder.cancelled();
+            async move { (cancelled >= 2).then_some(()) }
+        },
+    )
+    .await;
     for key in ["plain", "chunked"] {
         assert!(
             !exists_upstream(&rig, key).await,

@@ -15,7 +15,7 @@ use portico_testkit::minio::minio;
 use portico_testkit::portico::{Portico, Settings};
 pub use portico_testkit::raw::{aws_chunked, http_chunked, raw_exchange, raw_request};
 pub use portico_testkit::{
-    http_request, random_bytes, s3_client, s3_client_as, signed_request, signed_send,
+    eventually, http_request, random_bytes, s3_client, s3_client_as, signed_request, signed_send,
 };
 
 /// The status and S3 error code of a GET that must fail.
