@@ -81,10 +81,11 @@ pub fn s3_error(error: &ReadError, request_id: &str) -> S3Error {
     }
     s3_error.set_headers(headers);
     let level_is_error = error.source_kind() != ErrorSource::Client;
+    let error_text = crate::telemetry::error_chain(error);
     if level_is_error {
-        tracing::warn!(request_id, upstream_request_id = upstream_request_id(error), %error, "request failed");
+        tracing::warn!(request_id, upstream_request_id = upstream_request_id(error), error = %error_text, "request failed");
     } else {
-        tracing::debug!(request_id, upstream_request_id = upstream_request_id(error), %error, "request failed");
+        tracing::debug!(request_id, upstream_request_id = upstream_request_id(error), error = %error_text, "request failed");
     }
     s3_error
 }
@@ -521,7 +522,11 @@ mod tests {
         assert_eq!(parts(ReadError::Changed).1, 503);
         let busy = parts(ReadError::Busy(crate::budget::Exhausted));
         assert_eq!((busy.0.as_str(), busy.1), ("SlowDown", 503));
-        assert_eq!(parts(ReadError::Internal("bug".into())).1, 500);
+        let internal = ReadError::Internal(crate::read::Internal::OutsideObject {
+            index: 3,
+            within: 0..1,
+        });
+        assert_eq!(parts(internal).1, 500);
         let unreachable = UpstreamError::Unreachable {
             message: "connection refused".into(),
         };

@@ -8,7 +8,7 @@ use tracing::Instrument;
 use tracing::field::Empty;
 
 use super::metadata::Discovered;
-use super::{BlockSource, PeerError, PeerId, Peers, ReadError, ReadPath, Target};
+use super::{BlockSource, Internal, PeerError, PeerId, Peers, ReadError, ReadPath, Target};
 use crate::budget::Charge;
 use crate::cache::{Keep, LookupError, Part, Tier};
 use crate::object::ObjectMeta;
@@ -41,10 +41,13 @@ impl ReadPath {
             Some(block) => {
                 let span = lookup_span(index);
                 self.counted(&span, discovered.tier);
-                let slice = slice_of(&block, within).ok_or_else(|| {
-                    ReadError::Internal(format!(
-                        "the discovered block {index} is shorter than asked"
-                    ))
+                let slice = slice_of(&block, within.clone()).ok_or_else(|| {
+                    ReadError::Internal(Internal::WrongLength {
+                        object: target.object.clone(),
+                        index,
+                        got: block.len(),
+                        wanted: within.end,
+                    })
                 })?;
                 Ok(Part::whole(charge.attach(slice), discovered.tier))
             }
@@ -98,9 +101,10 @@ impl ReadPath {
             || within.start >= within.end
             || within.end > length
         {
-            return Err(ReadError::Internal(format!(
-                "bytes {within:?} of block {index} are outside the object"
-            )));
+            return Err(ReadError::Internal(Internal::OutsideObject {
+                index,
+                within,
+            }));
         }
         let charge = self
             .inner
@@ -159,10 +163,12 @@ impl ReadPath {
         answered: &ResponseHead,
     ) -> Result<Part, ReadError> {
         let object = &target.object;
-        let range = target
-            .layout
-            .block_range(index)
-            .ok_or_else(|| ReadError::Internal(format!("block {index} is outside the object")))?;
+        let range = target.layout.block_range(index).ok_or_else(|| {
+            ReadError::Internal(Internal::OutsideObject {
+                index,
+                within: 0..0,
+            })
+        })?;
         let key = target.key(index);
         let block_len = usize::try_from(range.len_bytes()).unwrap_or(usize::MAX);
         let mut owner = owner;
@@ -257,9 +263,12 @@ impl ReadPath {
         }
         let got = part.total_bytes();
         if got != wanted {
-            return Err(ReadError::Internal(format!(
-                "block {index} of {object} gave {got} bytes for a part of {wanted}"
-            )));
+            return Err(ReadError::Internal(Internal::WrongLength {
+                object: object.clone(),
+                index,
+                got,
+                wanted,
+            }));
         }
         Ok(part)
     }

@@ -11,7 +11,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tracing::Instrument;
 
 use super::metadata::{Discovered, FirstRead};
-use super::{BodyStream, CacheStatus, ObjectRead, ReadError, ReadPath, Tally, Target};
+use super::{BodyStream, CacheStatus, Internal, ObjectRead, ReadError, ReadPath, Tally, Target};
 use crate::budget::Charge;
 use crate::cache::{Part, Tier};
 use crate::object::ObjectMeta;
@@ -389,9 +389,10 @@ fn joined_result(
     joined: Result<Result<Part, ReadError>, tokio::task::JoinError>,
 ) -> Result<Part, ReadError> {
     joined.unwrap_or_else(|error| {
-        Err(ReadError::Internal(format!(
-            "the lookup of block {index} failed: {error}"
-        )))
+        Err(ReadError::Internal(Internal::Lookup {
+            index,
+            cause: Arc::new(error),
+        }))
     })
 }
 

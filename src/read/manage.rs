@@ -11,7 +11,7 @@ use std::sync::Arc;
 use futures::StreamExt;
 
 use super::metadata::FirstRead;
-use super::{ReadError, ReadPath, Target};
+use super::{Internal, ReadError, ReadPath, Target};
 use crate::object::ObjectMeta;
 use crate::types::{ObjectRef, RangeRequest, Selection};
 
@@ -58,7 +58,7 @@ impl ReadPath {
         self.inner
             .cache
             .purge(object)
-            .map_err(|error| ReadError::Internal(error.to_string()))?;
+            .map_err(|error| ReadError::Internal(Internal::Purge(Arc::new(error))))?;
         Ok(removed)
     }
 

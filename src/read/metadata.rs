@@ -8,7 +8,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use tracing::Instrument;
 
-use super::{MetaSource, ReadError, ReadPath, Target};
+use super::{Internal, MetaSource, ReadError, ReadPath, Target};
 use crate::cache::Tier;
 use crate::cache::{MetaRecord, MetaState};
 use crate::object::ObjectMeta;
@@ -157,7 +157,7 @@ impl ReadPath {
             })
             .await;
         let (meta, mut discovered) =
-            result.map_err(|error| ReadError::Internal(error.to_string()))??;
+            result.map_err(|error| ReadError::Internal(Internal::Discovery(error)))??;
         if !led {
             discovered.tier = Tier::Coalesced;
         }

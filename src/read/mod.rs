@@ -108,9 +108,47 @@ pub enum ReadError {
     Upstream(UpstreamError),
     #[error("too many bytes in flight: {0}")]
     Busy(#[from] crate::budget::Exhausted),
-    #[error("internal error: {0}")]
-    Internal(String),
+    #[error(transparent)]
+    Internal(Internal),
 }
+
+/// A read that failed through a fault of Portico's own, with its cause: a block that is
+/// not where the object's layout puts it, or a task or cache step that failed.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum Internal {
+    #[error("bytes {within:?} of block {index} are outside the object")]
+    OutsideObject {
+        index: BlockIndex,
+        within: std::ops::Range<u64>,
+    },
+    #[error("block {index} of {object} gave {got} bytes for a part of {wanted}")]
+    WrongLength {
+        object: ObjectRef,
+        index: BlockIndex,
+        got: usize,
+        wanted: usize,
+    },
+    #[error("the lookup of block {index} did not complete")]
+    Lookup {
+        index: BlockIndex,
+        #[source]
+        cause: Arc<tokio::task::JoinError>,
+    },
+    #[error("the shared metadata lookup did not complete")]
+    Discovery(#[source] coalesce::TaskFailed),
+    #[error("the purge could not be recorded")]
+    Purge(#[source] Arc<crate::cache::CacheError>),
+}
+
+impl PartialEq for Internal {
+    /// The same kind with the same words: causes compare by what they say.
+    fn eq(&self, other: &Self) -> bool {
+        std::mem::discriminant(self) == std::mem::discriminant(other)
+            && crate::telemetry::error_chain(self) == crate::telemetry::error_chain(other)
+    }
+}
+
+impl Eq for Internal {}
 
 /// Who a read error is attributed to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -3,6 +3,7 @@
 //! run out, the source is slow or down, and reads turn sequential.
 
 mod cluster;
+mod errors;
 mod memory;
 mod races;
 

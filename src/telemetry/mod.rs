@@ -154,6 +154,19 @@ pub fn init(log: &LogConfig) -> Telemetry {
     Telemetry { traces: provider }
 }
 
+/// `error` and each of its causes, outermost first, joined by ": ", for a log line that
+/// keeps the whole chain.
+pub fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
 #[cfg(test)]
 mod tests {
     use super::LogLimit;
