@@ -17,7 +17,7 @@ use crate::cluster::{self, Cluster, PeerState};
 use crate::config::{Config, DEFAULT_UPSTREAM, UpstreamConfig};
 use crate::events::{Invalidator, SqsConsumer};
 use crate::listing::ListingCache;
-use crate::read::{Peers, ReadPath, ReadSettings};
+use crate::read::{Peers, ReadParts, ReadPath, ReadSettings};
 use crate::rules::Rules;
 use crate::shutdown::{self, Shutdown};
 use crate::telemetry::Metrics;
@@ -158,13 +158,15 @@ pub async fn run(
         false => None,
     };
     let read = ReadPath::new(
-        cache.clone(),
-        origins.clone(),
-        metrics.clone(),
         read_settings(&config),
-        budget,
-        stopping.clone(),
-        cluster.clone().map(|cluster| cluster as Arc<dyn Peers>),
+        ReadParts {
+            cache: cache.clone(),
+            source: origins.clone(),
+            metrics: metrics.clone(),
+            budget,
+            shutdown: stopping.clone(),
+            peers: cluster.clone().map(|cluster| cluster as Arc<dyn Peers>),
+        },
     );
     let listings =
         ListingCache::new(&config.listing, read.budget().clone(), metrics.clone()).map(Arc::new);

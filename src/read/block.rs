@@ -1,16 +1,22 @@
-//! The block step: one block's bytes from the cache, or fetched once (coalesced, hedged)
-//! from the block source and cached.
+//! The block step ([`Blocks`]): one block's bytes from the cache, or fetched once
+//! (coalesced, hedged) from the block source or the block's owner, and cached.
+//!
+//! Invariants: a block is fetched for the version its target names, with `If-Match`, and
+//! its length is checked before a byte of it is used. The lookups of one block under way
+//! share one answer latch, which arrives when the fetch one of them leads is answered.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use bytes::Bytes;
 use tracing::Instrument;
 use tracing::field::Empty;
 
-use super::metadata::Discovered;
-use super::{BlockSource, Internal, PeerError, PeerId, Peers, ReadError, ReadPath, Target};
+use super::discovered::Discovered;
+use super::hedge::Hedger;
+use super::{BlockSource, Internal, PeerError, PeerId, Peers, ReadError, Target};
 use crate::budget::Charge;
-use crate::cache::{Keep, LookupError, Part, Tier};
+use crate::cache::{BlockCache, BlockKey, Keep, LookupError, Part, Tier};
 use crate::object::ObjectMeta;
 use crate::telemetry::{Metrics, PeerResult, TRACE_TARGET};
 use crate::types::{BlockIndex, ByteRange, ObjectRef};
@@ -22,7 +28,86 @@ const MEMBERS_ASKED: usize = 3;
 /// The member a block is fetched from, when another one owns it.
 type Owner = Option<(Arc<dyn Peers>, PeerId)>;
 
-impl ReadPath {
+/// The block step. Cheap to clone.
+#[derive(Clone)]
+pub(super) struct Blocks {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    cache: BlockCache,
+    source: Arc<dyn BlockSource>,
+    metrics: Arc<Metrics>,
+    hedger: Hedger,
+    /// The other cluster members, in cluster mode.
+    peers: Option<Arc<dyn Peers>>,
+    /// For each block being looked up, the latch its lookups share (see
+    /// [`Blocks::answer_latch`]).
+    answers: parking_lot::Mutex<HashMap<BlockKey, ResponseHead>>,
+}
+
+impl Blocks {
+    pub(super) fn new(
+        cache: BlockCache,
+        source: Arc<dyn BlockSource>,
+        metrics: Arc<Metrics>,
+        hedger: Hedger,
+        peers: Option<Arc<dyn Peers>>,
+    ) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                cache,
+                source,
+                metrics,
+                hedger,
+                peers,
+                answers: parking_lot::Mutex::default(),
+            }),
+        }
+    }
+
+    /// Whether the cache holds block `key` of `length` bytes whole (in memory, or every
+    /// piece on disk); nothing is read.
+    pub(super) fn holds(&self, key: &BlockKey, length: u64) -> bool {
+        let length = usize::try_from(length).unwrap_or(usize::MAX);
+        self.inner.cache.holds(key, length)
+    }
+
+    /// Caches `bytes` as block `key` (bytes the metadata step or a write already has).
+    pub(super) fn insert(&self, key: BlockKey, bytes: Bytes) {
+        self.inner.cache.insert_block(key, bytes);
+    }
+
+    /// Drops block `key` from the cache; whether it was held.
+    pub(super) fn remove(&self, key: &BlockKey) -> bool {
+        self.inner.cache.remove_block(key)
+    }
+
+    /// Raises `object`'s purge generation, across restarts: no block of it cached before
+    /// is found again, of any version.
+    pub(super) fn purge(&self, object: &ObjectRef) -> Result<(), crate::cache::CacheError> {
+        self.inner.cache.purge(object)
+    }
+
+    /// The latch the lookups of `key` under way share: the one that leads the block's
+    /// fetch makes it arrive when the fetch is answered, so a GET that joined that fetch
+    /// knows as early as the leader when the block's version is settled. Held until the
+    /// lookup ends (however it ends); later lookups then start a latch of their own.
+    pub(super) fn answer_latch(&self, key: &BlockKey) -> AnswerLatch {
+        let latch = self
+            .inner
+            .answers
+            .lock()
+            .entry(key.clone())
+            .or_default()
+            .clone();
+        AnswerLatch {
+            blocks: self.clone(),
+            key: key.clone(),
+            latch,
+        }
+    }
+
     /// The part of block `index` of `target` inside `bytes`: from a block the metadata
     /// discovery read, else through the cache. `answered` arrives when the upstream (or
     /// the block's owner) has begun to send the block for a fetch this lookup started:
@@ -88,14 +173,14 @@ impl ReadPath {
     /// fetched once from this node's own source. Never from another member: members
     /// whose views of the membership differ for a moment cannot send a request round in
     /// circles.
-    pub async fn serve_peer(
+    /// `charge` covers the bytes asked for.
+    pub(super) async fn serve_peer(
         &self,
-        object: &ObjectRef,
-        meta: Arc<ObjectMeta>,
+        target: &Target,
         index: BlockIndex,
         within: std::ops::Range<u64>,
+        charge: Charge,
     ) -> Result<Part, ReadError> {
-        let target = Target::new(object, meta, self.inner.settings.block_size);
         let length = target.layout.block_len(index);
         if target.layout.block_range(index).is_none()
             || within.start >= within.end
@@ -106,20 +191,15 @@ impl ReadPath {
                 within,
             }));
         }
-        let charge = self
-            .inner
-            .budget
-            .reserve_within(within.end - within.start)
-            .await?;
         let within = within.start as usize..within.end as usize;
         let answered = ResponseHead::default();
-        self.lookup(&target, index, within, None, charge, &answered)
+        self.lookup(target, index, within, None, charge, &answered)
             .await
     }
 
     /// The member that owns block `index` of `target`, when cluster mode is on and it is
     /// not this node.
-    pub(super) fn owner(&self, target: &Target, index: BlockIndex) -> Owner {
+    fn owner(&self, target: &Target, index: BlockIndex) -> Owner {
         let peers = self.inner.peers.as_ref()?;
         let owner = peers.owner(&target.object, target.layout.block_size(), index)?;
         Some((peers.clone(), owner))
@@ -222,7 +302,7 @@ impl ReadPath {
                 metrics: self.inner.metrics.clone(),
                 answered: answered.clone(),
             };
-            let hedger = self.inner.hedger.clone();
+            let blocks = self.clone();
             move || {
                 // Created where the lookup starts the fetch, so it is the lookup's child
                 // even though the fetch runs in a task of its own.
@@ -230,7 +310,9 @@ impl ReadPath {
                 async move {
                     // The owner is asked first; a hedge goes to the source.
                     let mut owner = owner;
-                    hedger
+                    blocks
+                        .inner
+                        .hedger
                         .run(|head| fetch.clone().run(owner.take(), head))
                         .await
                 }
@@ -271,6 +353,26 @@ impl ReadPath {
             }));
         }
         Ok(part)
+    }
+}
+
+/// A lookup's hold on the answer latch its block's lookups share (see
+/// [`Blocks::answer_latch`]); dropping it forgets the latch as the block's.
+pub(super) struct AnswerLatch {
+    blocks: Blocks,
+    key: BlockKey,
+    pub(super) latch: ResponseHead,
+}
+
+impl Drop for AnswerLatch {
+    fn drop(&mut self) {
+        let mut answers = self.blocks.inner.answers.lock();
+        if answers
+            .get(&self.key)
+            .is_some_and(|held| held.same(&self.latch))
+        {
+            answers.remove(&self.key);
+        }
     }
 }
 

@@ -1,5 +1,7 @@
-//! The request walk of a GET or HEAD: metadata first, then the byte range, then the
-//! blocks in order, each one sent as soon as it is read.
+//! [`ReadPath`], the read path's front: the request walk of a GET or HEAD over its steps
+//! — metadata first ([`Metadata`]), then the byte range, then the blocks in order
+//! ([`Blocks`]), each one sent as soon as it is read, with prefetch ([`Prefetcher`])
+//! told of every read — and the doors writes and operator actions come in by.
 
 use std::sync::Arc;
 
@@ -10,23 +12,230 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tracing::Instrument;
 
-use super::metadata::{Discovered, FirstRead};
-use super::{BodyStream, CacheStatus, Internal, ObjectRead, ReadError, ReadPath, Tally, Target};
-use crate::budget::Charge;
-use crate::cache::{Part, Tier};
+use super::block::Blocks;
+use super::discovered::{Discovered, FirstRead};
+use super::hedge::Hedger;
+use super::lookup::{self, Lookup, failed};
+use super::manage::{self, KnownVersion};
+use super::metadata::{Metadata, MetadataParts};
+use super::prefetch::Prefetcher;
+use super::writes::{self, AdmitError};
+use super::{
+    BlockSource, BodyStream, CacheStatus, Lease, ObjectRead, Peers, ReadError, ReadSettings, Tally,
+    Target, abort, uncached,
+};
+use crate::budget::{Charge, MemoryBudget};
+use crate::cache::{BlockCache, Part, Tier};
 use crate::object::ObjectMeta;
-use crate::telemetry::ServedFrom;
+use crate::rules::{Policy, Rules};
+use crate::shutdown::Shutdown;
+use crate::telemetry::{Metrics, ServedFrom};
 use crate::types::{BlockIndex, ByteRange, ObjectRef, RangeRequest, Selection};
 use crate::upstream::ResponseHead;
 
+/// What a read path is built from, beside its settings.
+pub struct ReadParts {
+    pub cache: BlockCache,
+    /// Where metadata and blocks come from: the upstream origins.
+    pub source: Arc<dyn BlockSource>,
+    pub metrics: Arc<Metrics>,
+    /// The memory budget every block a request holds is charged to.
+    pub budget: MemoryBudget,
+    /// Prefetches in flight stop when it fires.
+    pub shutdown: Shutdown,
+    /// The other cluster members, in cluster mode.
+    pub peers: Option<Arc<dyn Peers>>,
+}
+
+/// The read path. Cheap to clone.
+#[derive(Clone)]
+pub struct ReadPath {
+    metadata: Metadata,
+    blocks: Blocks,
+    /// `None` when prefetch is off.
+    prefetcher: Option<Prefetcher>,
+    source: Arc<dyn BlockSource>,
+    rules: Arc<Rules>,
+    budget: MemoryBudget,
+    metrics: Arc<Metrics>,
+    block_size: u64,
+    readahead_blocks: usize,
+}
+
 impl ReadPath {
+    pub fn new(settings: ReadSettings, parts: ReadParts) -> Self {
+        let ReadParts {
+            cache,
+            source,
+            metrics,
+            budget,
+            shutdown,
+            peers,
+        } = parts;
+        let lease = peers
+            .as_ref()
+            .map_or_else(|| Arc::new(Lease::alone()), |peers| peers.lease());
+        let metadata = Metadata::new(MetadataParts {
+            cache: cache.clone(),
+            source: source.clone(),
+            metrics: metrics.clone(),
+            rules: settings.rules.clone(),
+            block_size: settings.block_size,
+            serve_stale_on_error: settings.serve_stale_on_error,
+            clustered: peers.is_some(),
+            lease,
+        });
+        let hedger = Hedger::new(
+            settings.hedge_quantile,
+            settings.hedge_min_delay,
+            metrics.clone(),
+        );
+        let blocks = Blocks::new(cache, source.clone(), metrics.clone(), hedger, peers);
+        let prefetcher = Prefetcher::new(
+            settings.prefetch_window_blocks,
+            settings.prefetch_slots,
+            blocks.clone(),
+            budget.clone(),
+            metrics.clone(),
+            shutdown,
+        );
+        Self {
+            metadata,
+            blocks,
+            prefetcher,
+            source,
+            rules: settings.rules,
+            budget,
+            metrics,
+            block_size: settings.block_size,
+            readahead_blocks: settings.readahead_blocks.max(1),
+        }
+    }
+
+    /// What the cache does for `object`: its `[[rules]]` entry's policy, or the defaults.
+    pub fn policy(&self, object: &ObjectRef) -> &Policy {
+        self.rules.policy(object.bucket(), object.key())
+    }
+
+    /// The rules every object's policy comes from.
+    pub fn rules(&self) -> &Arc<Rules> {
+        &self.rules
+    }
+
+    /// The memory budget this read path charges its blocks to.
+    pub fn budget(&self) -> &MemoryBudget {
+        &self.budget
+    }
+
+    #[cfg(test)]
+    pub(super) fn metadata(&self) -> &Metadata {
+        &self.metadata
+    }
+
+    #[cfg(test)]
+    pub(super) fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    /// Forgets what is known about `object`: the next read asks the upstream.
+    pub fn invalidate(&self, object: &ObjectRef) {
+        self.metadata.invalidate(object);
+    }
+
+    /// After a write of `object` whose outcome is unknown (sent, but no answer, or the
+    /// upstream's 5xx): its cached metadata stays but is revalidated before it is served
+    /// again, so the write is seen if it happened, and while the upstream is unreachable
+    /// degraded mode may still serve the cached version (the writer was told its write
+    /// failed). A discovery already under way caches nothing.
+    pub async fn expire(&self, object: &ObjectRef) {
+        self.metadata.expire(object).await;
+    }
+
+    /// Caches `data`, the complete body just written to `object`, if the upstream now
+    /// holds exactly that: same ETag as the write returned, same size.
+    pub async fn admit_written(
+        &self,
+        object: &ObjectRef,
+        etag: &str,
+        data: Vec<Bytes>,
+    ) -> Result<(), AdmitError> {
+        let source = self.source.as_ref();
+        writes::admit_written(&self.metadata, &self.blocks, source, object, etag, data).await
+    }
+
+    /// Forgets `object` for good, across restarts (see [`manage::purge`]). Returns the
+    /// blocks the cache held.
+    pub async fn purge(
+        &self,
+        object: &ObjectRef,
+        also: Option<KnownVersion>,
+    ) -> Result<u64, ReadError> {
+        manage::purge(&self.metadata, &self.blocks, object, also).await
+    }
+
+    /// The metadata the cache holds for `object`, fresh or not.
+    pub async fn cached_meta(&self, object: &ObjectRef) -> Option<Arc<ObjectMeta>> {
+        self.metadata.cached(object).await
+    }
+
+    /// The bytes a warm of `range` of `object` will load, from its (cached) metadata.
+    pub async fn warm_size(
+        &self,
+        object: &ObjectRef,
+        range: Option<RangeRequest>,
+    ) -> Result<u64, ReadError> {
+        manage::warm_size(&self.metadata, object, range).await
+    }
+
+    /// Loads the blocks of `range` of `object` into the cache, `concurrency` at a time,
+    /// calling `progress` with the requested bytes of each block once it is cached.
+    pub async fn warm(
+        &self,
+        object: &ObjectRef,
+        range: Option<RangeRequest>,
+        concurrency: usize,
+        progress: impl Fn(u64),
+    ) -> Result<(), ReadError> {
+        let (metadata, blocks, budget) = (&self.metadata, &self.blocks, &self.budget);
+        manage::warm(
+            metadata,
+            blocks,
+            budget,
+            object,
+            range,
+            concurrency,
+            progress,
+        )
+        .await
+    }
+
+    /// The bytes `within` block `index` of the version `meta` names, for a member that
+    /// asked this node (its owner) for them: from the cache, or from the whole block
+    /// fetched once from this node's own source. Never from another member: members
+    /// whose views of the membership differ for a moment cannot send a request round in
+    /// circles.
+    pub async fn serve_peer(
+        &self,
+        object: &ObjectRef,
+        meta: Arc<ObjectMeta>,
+        index: BlockIndex,
+        within: std::ops::Range<u64>,
+    ) -> Result<Part, ReadError> {
+        let target = Target::new(object, meta, self.block_size);
+        let length = within.end.saturating_sub(within.start);
+        let charge = self.budget.reserve_within(length).await?;
+        self.blocks.serve_peer(&target, index, within, charge).await
+    }
+
     /// The object's metadata, for a HEAD; with `checksums`, including its stored checksums.
     pub async fn head(
         &self,
         object: &ObjectRef,
         checksums: bool,
     ) -> Result<Arc<ObjectMeta>, ReadError> {
-        self.resolve_meta(object, FirstRead::Head, checksums).await
+        self.metadata
+            .resolve_meta(object, FirstRead::Head, checksums)
+            .await
     }
 
     /// [`Self::head`], with what the cache did for the `Cache-Status` header.
@@ -35,7 +244,10 @@ impl ReadPath {
         object: &ObjectRef,
         checksums: bool,
     ) -> Result<(Arc<ObjectMeta>, CacheStatus), ReadError> {
-        let (meta, discovered) = self.resolve(object, FirstRead::Head, checksums).await?;
+        let (meta, discovered) = self
+            .metadata
+            .resolve(object, FirstRead::Head, checksums)
+            .await?;
         let status = if meta.etag.is_empty() {
             CacheStatus::bypass(&discovered)
         } else {
@@ -53,13 +265,13 @@ impl ReadPath {
         range: Option<RangeRequest>,
         checksums: bool,
     ) -> Result<ObjectRead, ReadError> {
-        let block_size = self.inner.settings.block_size;
+        let block_size = self.block_size;
         let first_read = FirstRead::for_range(range, block_size);
         let mut retried = false;
         loop {
             // Taken before the metadata: an unknown object's first block arrives with it.
-            let mut charge = self.inner.budget.reserve_within(block_size).await?;
-            let (meta, discovered) = self.resolve(object, first_read, checksums).await?;
+            let mut charge = self.budget.reserve_within(block_size).await?;
+            let (meta, discovered) = self.metadata.resolve(object, first_read, checksums).await?;
             let selection = Selection::resolve(range, meta.size)?;
             let Some(bytes) = selection.bytes(meta.size) else {
                 return Ok(ObjectRead {
@@ -73,7 +285,8 @@ impl ReadPath {
             charge.shrink_to(bytes.len_bytes().min(block_size));
             let started = if meta.etag.is_empty() {
                 let status = CacheStatus::bypass(&discovered);
-                self.stream_uncached(object, &meta, bytes, charge)
+                let source = self.source.as_ref();
+                uncached::stream_uncached(source, &self.metrics, object, &meta, bytes, charge)
                     .await
                     .map(|(body, tally)| (body, tally, status))
             } else {
@@ -92,7 +305,7 @@ impl ReadPath {
                 }
                 Err(ReadError::Changed) if !retried => {
                     tracing::info!(%object, "object changed upstream; re-reading its metadata");
-                    self.inner.cache.remove_meta(object);
+                    self.metadata.forget(object);
                     retried = true;
                 }
                 Err(error) => return Err(error),
@@ -110,14 +323,29 @@ impl ReadPath {
         charge: Charge,
         discovered: Discovered,
     ) -> Result<(BodyStream, Arc<Tally>, CacheStatus), ReadError> {
-        let target = Target::new(object, meta.clone(), self.inner.settings.block_size);
+        let target = Target::new(object, meta.clone(), self.block_size);
         let first_index = target.layout.block_of(bytes.first());
         // Before waiting for the first block: a sequential reader catching up with the
         // prefetches waits here, and the fetch slots freed meanwhile refill at once
         // instead of idling until its block arrives.
-        self.prefetch_after(&target, bytes);
-        let mut ahead = self.start_ahead(&target, bytes, first_index, &discovered);
+        if let Some(prefetcher) = &self.prefetcher
+            && self.policy(object).prefetch
+        {
+            prefetcher.after(&target, bytes);
+        }
+        let (blocks, budget) = (&self.blocks, &self.budget);
+        let readahead = self.readahead_blocks;
+        let mut ahead = lookup::start_ahead(
+            blocks,
+            budget,
+            readahead,
+            &target,
+            bytes,
+            first_index,
+            &discovered,
+        );
         let first_block = self
+            .blocks
             .block_or_discovered(
                 &target,
                 first_index,
@@ -150,71 +378,6 @@ impl ReadPath {
         Ok((body, tally, status))
     }
 
-    /// Starts the lookups of the blocks after the first up to the last one in the
-    /// readahead that the cache does not hold, as many as the free memory budget allows,
-    /// with the first. A read of a few blocks asks the upstream for all of them at once,
-    /// and its headers wait until every answer has begun: an overwrite that lands between
-    /// its fetches (in an unversioned bucket the later ones find the version gone) is
-    /// retried from fresh metadata instead of cutting the body off.
-    fn start_ahead(
-        &self,
-        target: &Target,
-        bytes: ByteRange,
-        first_index: BlockIndex,
-        discovered: &Discovered,
-    ) -> Vec<(BlockIndex, Lookup)> {
-        let readahead = self.inner.settings.readahead_blocks.max(1);
-        let last_index = target.layout.block_of(bytes.last());
-        let window_end = last_index.min(first_index.saturating_add(readahead as u64));
-        // A read the cache holds whole starts nothing early: a hit has no fetch to
-        // start, and spends no task on it.
-        let Some(last_missing) = (first_index + 1..=window_end).rev().find(|&index| {
-            let length = usize::try_from(target.layout.block_len(index)).unwrap_or(usize::MAX);
-            !self.inner.cache.holds(&target.key(index), length)
-        }) else {
-            return Vec::new();
-        };
-        let mut ahead = Vec::new();
-        for index in first_index + 1..=last_missing {
-            let Some(charge) = self
-                .inner
-                .budget
-                .try_reserve(target.layout.block_len(index))
-            else {
-                break;
-            };
-            ahead.push((
-                index,
-                self.spawn_lookup(target, index, bytes, charge, discovered),
-            ));
-        }
-        ahead
-    }
-
-    /// The part of block `index` inside `bytes`, looked up in a task of its own (a client
-    /// that goes away leaves it to finish, as it leaves the block's fetch).
-    fn spawn_lookup(
-        &self,
-        target: &Target,
-        index: BlockIndex,
-        bytes: ByteRange,
-        charge: Charge,
-        discovered: &Discovered,
-    ) -> Lookup {
-        let (this, target, discovered) = (self.clone(), target.clone(), discovered.clone());
-        let hold = self.answer_latch(&target.key(index));
-        let answered = hold.latch.clone();
-        let lookup = async move {
-            this.block_or_discovered(&target, index, bytes, charge, &discovered, &hold.latch)
-                .await
-        };
-        Lookup::Running {
-            index,
-            task: tokio::spawn(lookup.instrument(tracing::Span::current())),
-            answered,
-        }
-    }
-
     /// Streams `bytes` of `target`, starting with its already read first block, counting
     /// each block sent in `tally`. The stream's lookups belong to the request's trace.
     fn stream(
@@ -232,11 +395,12 @@ impl ReadPath {
         let task = async move {
             let layout = target.layout;
             let mut blocks = layout.blocks_for(bytes);
-            if blocks.next().is_none() || !this.send_part(&sender, &tally, first_block).await {
+            let metrics = &this.metrics;
+            if blocks.next().is_none() || !send_part(metrics, &sender, &tally, first_block).await {
                 return;
             }
-            let readahead = this.inner.settings.readahead_blocks.max(1);
-            let budget = &this.inner.budget;
+            let readahead = this.readahead_blocks;
+            let budget = &this.budget;
             let mut fetches = FuturesOrdered::new();
             for (index, lookup) in ahead {
                 blocks.next();
@@ -260,7 +424,8 @@ impl ReadPath {
                         break;
                     };
                     blocks.next();
-                    let lookup = this.spawn_lookup(&target, index, bytes, charge, &discovered);
+                    let lookup =
+                        Lookup::spawn(&this.blocks, &target, index, bytes, charge, &discovered);
                     fetches.push_back(lookup.finish(index));
                 }
                 let Some((index, result)) = fetches.next().await else {
@@ -268,16 +433,16 @@ impl ReadPath {
                 };
                 match result {
                     Ok(part) => {
-                        if !this.send_part(&sender, &tally, part).await {
+                        if !send_part(metrics, &sender, &tally, part).await {
                             return;
                         }
                     }
                     Err(error) => {
                         let object = &target.object;
                         if matches!(error, ReadError::Changed) {
-                            this.inner.cache.remove_meta(object);
+                            this.metadata.forget(object);
                         }
-                        this.abort(&sender, object, Some(index), error).await;
+                        abort(metrics, &sender, object, Some(index), error).await;
                         return;
                     }
                 }
@@ -286,114 +451,32 @@ impl ReadPath {
         tokio::spawn(task.instrument(request));
         ReceiverStream::new(receiver)
     }
-
-    /// Ends a response whose headers were sent with `error`: logged once with its object,
-    /// counted by cause.
-    pub(super) async fn abort(
-        &self,
-        sender: &mpsc::Sender<Result<Bytes, ReadError>>,
-        object: &ObjectRef,
-        block: Option<u64>,
-        error: ReadError,
-    ) {
-        let cause = error.abort_cause();
-        tracing::warn!(%object, block, cause, %error, "aborting a response after its headers were sent");
-        self.inner.metrics.count_read_abort(cause);
-        let _ = sender.send(Err(error)).await;
-    }
-
-    /// Sends the requested part of one block; false when the client has gone.
-    async fn send_part(
-        &self,
-        sender: &mpsc::Sender<Result<Bytes, ReadError>>,
-        tally: &Tally,
-        part: Part,
-    ) -> bool {
-        tally.count(part.tier);
-        let metrics = &self.inner.metrics;
-        let total = part.total_bytes() as u64;
-        if part.tier == Tier::Disk {
-            // A disk hit may include pieces memory held: the disk served the rest.
-            let memory = (part.memory_bytes as u64).min(total);
-            metrics.count_served(ServedFrom::Disk, total - memory);
-            metrics.count_served(ServedFrom::Memory, memory);
-        } else {
-            metrics.count_served(part.tier.served_from(), total);
-        }
-        for slice in part.slices {
-            if sender.send(Ok(slice)).await.is_err() {
-                return false;
-            }
-        }
-        true
-    }
 }
 
-/// A block lookup in a task of its own: under way, or ended before the stream took it.
-enum Lookup {
-    Running {
-        index: BlockIndex,
-        task: tokio::task::JoinHandle<Result<Part, ReadError>>,
-        /// Arrives when the upstream began to answer for a fetch the lookup started.
-        answered: ResponseHead,
-    },
-    Ended(Result<Part, ReadError>),
-}
-
-impl Lookup {
-    /// Returns once the block's version can no longer fail the lookup: its fetch was
-    /// answered, or the lookup ended (a hit, a fetch it joined, an error).
-    async fn settle(&mut self) {
-        if let Self::Running {
-            index,
-            task,
-            answered,
-        } = self
-        {
-            let result = tokio::select! {
-                biased;
-                joined = &mut *task => joined_result(*index, joined),
-                () = answered.wait() => return,
-            };
-            *self = Self::Ended(result);
+/// Sends the requested part of one block, counted in `tally` and as served; false when
+/// the client has gone.
+async fn send_part(
+    metrics: &Metrics,
+    sender: &mpsc::Sender<Result<Bytes, ReadError>>,
+    tally: &Tally,
+    part: Part,
+) -> bool {
+    tally.count(part.tier);
+    let total = part.total_bytes() as u64;
+    if part.tier == Tier::Disk {
+        // A disk hit may include pieces memory held: the disk served the rest.
+        let memory = (part.memory_bytes as u64).min(total);
+        metrics.count_served(ServedFrom::Disk, total - memory);
+        metrics.count_served(ServedFrom::Memory, memory);
+    } else {
+        metrics.count_served(part.tier.served_from(), total);
+    }
+    for slice in part.slices {
+        if sender.send(Ok(slice)).await.is_err() {
+            return false;
         }
     }
-
-    /// The part, with its block index.
-    async fn finish(self, index: BlockIndex) -> (BlockIndex, Result<Part, ReadError>) {
-        let result = match self {
-            Self::Running { task, .. } => joined_result(index, task.await),
-            Self::Ended(result) => result,
-        };
-        (index, result)
-    }
-
-    fn abort(&self) {
-        if let Self::Running { task, .. } = self {
-            task.abort();
-        }
-    }
-}
-
-/// The error of the first lookup in `ahead` that ended with one, taken out of it.
-fn failed(ahead: &mut [(BlockIndex, Lookup)]) -> Option<ReadError> {
-    ahead.iter_mut().find_map(|(_, lookup)| match lookup {
-        Lookup::Ended(Err(error)) => Some(std::mem::replace(error, ReadError::Changed)),
-        _ => None,
-    })
-}
-
-/// What a lookup task's join gave.
-fn joined_result(
-    index: BlockIndex,
-    joined: Result<Result<Part, ReadError>, tokio::task::JoinError>,
-) -> Result<Part, ReadError> {
-    joined.unwrap_or_else(|error| {
-        Err(ReadError::Internal(Internal::Lookup {
-            index,
-            cause: Arc::new(error),
-        }))
-    })
+    true
 }
 
 fn empty_body() -> BodyStream {

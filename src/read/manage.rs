@@ -10,8 +10,11 @@ use std::sync::Arc;
 
 use futures::StreamExt;
 
-use super::metadata::FirstRead;
-use super::{Internal, ReadError, ReadPath, Target};
+use super::block::Blocks;
+use super::discovered::FirstRead;
+use super::metadata::Metadata;
+use super::{Internal, ReadError, Target};
+use crate::budget::MemoryBudget;
 use crate::object::ObjectMeta;
 use crate::types::{ObjectRef, RangeRequest, Selection};
 
@@ -22,98 +25,93 @@ pub struct KnownVersion {
     pub size: u64,
 }
 
-impl ReadPath {
-    /// Forgets `object` for good, across restarts: its metadata, and every block of the
-    /// version its cached metadata names and of `also` (a version a listing reported) are
-    /// removed, and the object's purge generation is raised so nothing cached before
-    /// (on disk, of any version) is found again. Returns the blocks the cache held.
-    pub async fn purge(
-        &self,
-        object: &ObjectRef,
-        also: Option<KnownVersion>,
-    ) -> Result<u64, ReadError> {
-        let cached = self.cached_meta(object).await;
-        self.invalidate(object);
-        let mut versions: Vec<Arc<ObjectMeta>> = cached.into_iter().collect();
-        if let Some(also) = also {
-            let listed = ObjectMeta {
-                size: also.size,
-                etag: also.etag,
-                ..ObjectMeta::default()
-            };
-            if !versions
-                .iter()
-                .any(|meta| meta.version_token() == listed.version_token())
-            {
-                versions.push(Arc::new(listed));
-            }
-        }
-        let mut removed = 0;
-        for meta in versions {
-            let target = Target::new(object, meta, self.inner.settings.block_size);
-            for index in 0..target.layout.block_count() {
-                removed += u64::from(self.inner.cache.remove_block(&target.key(index)));
-            }
-        }
-        self.inner
-            .cache
-            .purge(object)
-            .map_err(|error| ReadError::Internal(Internal::Purge(Arc::new(error))))?;
-        Ok(removed)
-    }
-
-    /// The metadata the cache holds for `object`, fresh or not.
-    pub async fn cached_meta(&self, object: &ObjectRef) -> Option<Arc<ObjectMeta>> {
-        let record = self.inner.cache.meta(object).await.ok().flatten()?;
-        record.meta().cloned()
-    }
-
-    /// The bytes a warm of `range` of `object` will load, from its (cached) metadata.
-    pub async fn warm_size(
-        &self,
-        object: &ObjectRef,
-        range: Option<RangeRequest>,
-    ) -> Result<u64, ReadError> {
-        let meta = self.resolve_meta(object, FirstRead::Head, true).await?;
-        Ok(Selection::resolve(range, meta.size)?.len_bytes(meta.size))
-    }
-
-    /// Loads the blocks of `range` of `object` into the cache, `concurrency` at a time,
-    /// calling `progress` with the requested bytes of each block once it is cached.
-    pub async fn warm(
-        &self,
-        object: &ObjectRef,
-        range: Option<RangeRequest>,
-        concurrency: usize,
-        progress: impl Fn(u64),
-    ) -> Result<(), ReadError> {
-        // A HEAD with the stored checksums: every later GET or HEAD of the object, whole
-        // or ranged, is then answered without asking the upstream.
-        let meta = self.resolve_meta(object, FirstRead::Head, true).await?;
-        let selection = Selection::resolve(range, meta.size)?;
-        let Some(bytes) = selection.bytes(meta.size) else {
-            return Ok(());
+/// Forgets `object` for good, across restarts: its metadata, and every block of the
+/// version its cached metadata names and of `also` (a version a listing reported) are
+/// removed, and the object's purge generation is raised so nothing cached before (on
+/// disk, of any version) is found again. Returns the blocks the cache held.
+pub(super) async fn purge(
+    metadata: &Metadata,
+    blocks: &Blocks,
+    object: &ObjectRef,
+    also: Option<KnownVersion>,
+) -> Result<u64, ReadError> {
+    let cached = metadata.cached(object).await;
+    metadata.invalidate(object);
+    let mut versions: Vec<Arc<ObjectMeta>> = cached.into_iter().collect();
+    if let Some(also) = also {
+        let listed = ObjectMeta {
+            size: also.size,
+            etag: also.etag,
+            ..ObjectMeta::default()
         };
-        if meta.etag.is_empty() {
-            tracing::info!(%object, "not warmed: the upstream sends no ETag, so the object is never cached");
-            return Ok(());
+        if !versions
+            .iter()
+            .any(|meta| meta.version_token() == listed.version_token())
+        {
+            versions.push(Arc::new(listed));
         }
-        let target = Target::new(object, meta, self.inner.settings.block_size);
-        let layout = target.layout;
-        let mut fetches = futures::stream::iter(layout.blocks_for(bytes))
-            .map(|index| {
-                let target = target.clone();
-                async move {
-                    // Held while the block is fetched; once cached it is the cache's.
-                    let _charge = self.inner.budget.reserve(layout.block_len(index)).await;
-                    self.ensure_block(&target, index).await?;
-                    Ok::<_, ReadError>(layout.slice_within(index, bytes).len() as u64)
-                }
-            })
-            .buffer_unordered(concurrency.max(1));
-        while let Some(done) = fetches.next().await {
-            progress(done?);
-        }
-        Ok(())
     }
+    let mut removed = 0;
+    for meta in versions {
+        let target = Target::new(object, meta, metadata.block_size());
+        for index in 0..target.layout.block_count() {
+            removed += u64::from(blocks.remove(&target.key(index)));
+        }
+    }
+    blocks
+        .purge(object)
+        .map_err(|error| ReadError::Internal(Internal::Purge(Arc::new(error))))?;
+    Ok(removed)
+}
+
+/// The bytes a warm of `range` of `object` will load, from its (cached) metadata.
+pub(super) async fn warm_size(
+    metadata: &Metadata,
+    object: &ObjectRef,
+    range: Option<RangeRequest>,
+) -> Result<u64, ReadError> {
+    let meta = metadata.resolve_meta(object, FirstRead::Head, true).await?;
+    Ok(Selection::resolve(range, meta.size)?.len_bytes(meta.size))
+}
+
+/// Loads the blocks of `range` of `object` into the cache, `concurrency` at a time, each
+/// charged to `budget` while it is fetched, calling `progress` with the requested bytes
+/// of each block once it is cached.
+pub(super) async fn warm(
+    metadata: &Metadata,
+    blocks: &Blocks,
+    budget: &MemoryBudget,
+    object: &ObjectRef,
+    range: Option<RangeRequest>,
+    concurrency: usize,
+    progress: impl Fn(u64),
+) -> Result<(), ReadError> {
+    // A HEAD with the stored checksums: every later GET or HEAD of the object, whole or
+    // ranged, is then answered without asking the upstream.
+    let meta = metadata.resolve_meta(object, FirstRead::Head, true).await?;
+    let selection = Selection::resolve(range, meta.size)?;
+    let Some(bytes) = selection.bytes(meta.size) else {
+        return Ok(());
+    };
+    if meta.etag.is_empty() {
+        tracing::info!(%object, "not warmed: the upstream sends no ETag, so the object is never cached");
+        return Ok(());
+    }
+    let target = Target::new(object, meta, metadata.block_size());
+    let layout = target.layout;
+    let mut fetches = futures::stream::iter(layout.blocks_for(bytes))
+        .map(|index| {
+            let target = target.clone();
+            async move {
+                // Held while the block is fetched; once cached it is the cache's.
+                let _charge = budget.reserve(layout.block_len(index)).await;
+                blocks.ensure_block(&target, index).await?;
+                Ok::<_, ReadError>(layout.slice_within(index, bytes).len() as u64)
+            }
+        })
+        .buffer_unordered(concurrency.max(1));
+    while let Some(done) = fetches.next().await {
+        progress(done?);
+    }
+    Ok(())
 }

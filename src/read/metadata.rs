@@ -1,81 +1,138 @@
-//! The metadata step: an object's metadata fresh from the cache, or from one coalesced
-//! request to the block source — a conditional HEAD for stale metadata, a ranged GET of
-//! the first needed block for unknown objects (metadata and bytes in one request, the
-//! bytes returned to the GET step), a HEAD when no bytes are needed.
+//! The metadata step ([`Metadata`]): an object's metadata fresh from the cache, or from
+//! one coalesced request to the block source — a conditional HEAD for stale metadata, a
+//! ranged GET of the first needed block for unknown objects (metadata and bytes in one
+//! request, the bytes returned to the GET step), a HEAD when no bytes are needed. Writes
+//! invalidate what it knows (`writes.rs` keeps the generations that make that safe).
 
 use std::sync::Arc;
 
-use bytes::Bytes;
 use tracing::Instrument;
 
-use super::{Internal, MetaSource, ReadError, ReadPath, Target};
-use crate::cache::Tier;
-use crate::cache::{MetaRecord, MetaState};
+use super::coalesce::Coalescer;
+use super::discovered::{Discovered, Discovery, FirstRead, whole_blocks};
+use super::writes::Generations;
+use super::{BlockSource, Internal, Lease, MetaSource, ReadError, Target};
+use crate::cache::{BlockCache, MetaClock, MetaRecord, MetaState, Tier};
 use crate::object::ObjectMeta;
-use crate::rules::Policy;
+use crate::rules::{Policy, Rules};
+use crate::telemetry::Metrics;
 use crate::telemetry::{MetadataLookup, TRACE_TARGET};
-use crate::types::BlockIndex;
-use crate::types::{ByteRange, ObjectRef, RangeRequest};
+use crate::types::{ObjectRef, RangeRequest};
 use crate::upstream::{HeadOutcome, ResponseHead, UpstreamError};
 
-/// What the first upstream request for an object with unknown metadata asks for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum FirstRead {
-    /// A HEAD: the caller needs no bytes.
-    Head,
-    /// The block at this index (a GET from a known offset).
-    Block(BlockIndex),
-    /// The last block (a suffix range: the offset depends on the unknown size).
-    Tail,
-}
-
-impl FirstRead {
-    pub(super) fn for_range(range: Option<RangeRequest>, block_size: u64) -> Self {
-        match range {
-            None => Self::Block(0),
-            Some(RangeRequest::From { first, .. }) => Self::Block(first / block_size),
-            Some(RangeRequest::Suffix { .. }) => Self::Tail,
-        }
-    }
-}
-
-pub(super) type Discovery = Result<(Arc<ObjectMeta>, Discovered), ReadError>;
-
-/// How a request's metadata was found, and the whole blocks the upstream GET that
-/// discovered an unknown object's metadata read on the way (cached before the metadata,
-/// and served from here to the requests that shared the discovery). The
-/// request that led the discovery serves those as fetched from the upstream, and one that
-/// waited for it as coalesced: neither found them in the cache, so neither counts a hit.
+/// The metadata step. Cheap to clone.
 #[derive(Clone)]
-pub(super) struct Discovered {
-    pub(super) blocks: Arc<[(BlockIndex, Bytes)]>,
-    pub(super) tier: Tier,
-    pub(super) source: MetaSource,
-    /// The metadata's remaining freshness; `None` when it never expires.
-    pub(super) ttl: Option<std::time::Duration>,
+pub(super) struct Metadata {
+    inner: Arc<Inner>,
 }
 
-impl Default for Discovered {
-    fn default() -> Self {
+struct Inner {
+    /// Metadata records, and the blocks a discovery read on the way.
+    cache: BlockCache,
+    source: Arc<dyn BlockSource>,
+    metrics: Arc<Metrics>,
+    rules: Arc<Rules>,
+    block_size: u64,
+    serve_stale_on_error: bool,
+    /// In cluster mode an unknown object is learnt by a HEAD: its blocks come from their
+    /// owners.
+    clustered: bool,
+    clock: MetaClock,
+    /// Keyed by object, write generation and whether checksums are asked for.
+    discoveries: Coalescer<(ObjectRef, u64, bool), Discovery>,
+    generations: Generations,
+}
+
+/// What the metadata step is built from.
+pub(super) struct MetadataParts {
+    pub(super) cache: BlockCache,
+    pub(super) source: Arc<dyn BlockSource>,
+    pub(super) metrics: Arc<Metrics>,
+    pub(super) rules: Arc<Rules>,
+    pub(super) block_size: u64,
+    pub(super) serve_stale_on_error: bool,
+    pub(super) clustered: bool,
+    /// The fleet lease (a node alone always holds its own).
+    pub(super) lease: Arc<Lease>,
+}
+
+impl Metadata {
+    pub(super) fn new(parts: MetadataParts) -> Self {
         Self {
-            blocks: Arc::new([]),
-            tier: Tier::Upstream,
-            source: MetaSource::Fetched,
-            ttl: None,
+            inner: Arc::new(Inner {
+                cache: parts.cache,
+                source: parts.source,
+                metrics: parts.metrics,
+                rules: parts.rules,
+                block_size: parts.block_size,
+                serve_stale_on_error: parts.serve_stale_on_error,
+                clustered: parts.clustered,
+                clock: MetaClock::new(),
+                discoveries: Coalescer::default(),
+                generations: Generations::new(parts.lease),
+            }),
         }
     }
-}
 
-impl Discovered {
-    pub(super) fn block(&self, index: BlockIndex) -> Option<Bytes> {
-        self.blocks
-            .iter()
-            .find(|(discovered, _)| *discovered == index)
-            .map(|(_, bytes)| bytes.clone())
+    pub(super) fn block_size(&self) -> u64 {
+        self.inner.block_size
     }
-}
 
-impl ReadPath {
+    /// What the cache does for `object`: its `[[rules]]` entry's policy, or the defaults.
+    pub(super) fn policy(&self, object: &ObjectRef) -> &Policy {
+        self.inner.rules.policy(object.bucket(), object.key())
+    }
+
+    /// The metadata the cache holds for `object`, fresh or not.
+    pub(super) async fn cached(&self, object: &ObjectRef) -> Option<Arc<ObjectMeta>> {
+        let record = self.inner.cache.meta(object).await.ok().flatten()?;
+        record.meta().cloned()
+    }
+
+    /// Drops the cached metadata of `object` (a read found it changed): the next lookup
+    /// asks the upstream.
+    pub(super) fn forget(&self, object: &ObjectRef) {
+        self.inner.cache.remove_meta(object);
+    }
+
+    /// `object`'s write generation now (see [`Generations`]).
+    pub(super) fn generation(&self, object: &ObjectRef) -> u64 {
+        self.inner.generations.current(object)
+    }
+
+    #[cfg(test)]
+    pub(super) fn generations(&self) -> &Generations {
+        &self.inner.generations
+    }
+
+    #[cfg(test)]
+    pub(super) fn cache(&self) -> &BlockCache {
+        &self.inner.cache
+    }
+
+    /// Forgets what is known about `object`: the next read asks the upstream.
+    pub(super) fn invalidate(&self, object: &ObjectRef) {
+        let cache = &self.inner.cache;
+        self.inner
+            .generations
+            .bump_then(object, |_| cache.remove_meta(object));
+    }
+
+    /// After a write of `object` whose outcome is unknown: its cached metadata stays but
+    /// is revalidated before it is served again (see [`super::ReadPath::expire`]).
+    pub(super) async fn expire(&self, object: &ObjectRef) {
+        let cached = self.inner.cache.meta(object).await.ok().flatten();
+        let (cache, clock) = (&self.inner.cache, &self.inner.clock);
+        self.inner
+            .generations
+            .bump_then(object, |generation| match cached {
+                Some(record) if record.meta().is_some() => {
+                    cache.insert_meta(object, clock.expired(&record, generation));
+                }
+                _ => cache.remove_meta(object),
+            });
+    }
+
     /// Fresh metadata from the cache, or from one coalesced upstream request, traced as
     /// one `metadata.lookup` span.
     ///
@@ -234,9 +291,7 @@ impl ReadPath {
             // In cluster mode blocks come only from their owners, through their caches
             // (which coalesce them): a HEAD learns the version to ask for.
             (None, FirstRead::Head) => self.head_fresh(object).await.map(without_blocks),
-            (None, _) if self.inner.peers.is_some() => {
-                self.head_fresh(object).await.map(without_blocks)
-            }
+            (None, _) if self.inner.clustered => self.head_fresh(object).await.map(without_blocks),
             (None, FirstRead::Block(_) | FirstRead::Tail) => {
                 // The GET comes first even when a HEAD must follow: its errors carry the
                 // S3 code a GET answers with, a HEAD's do not.
@@ -262,7 +317,7 @@ impl ReadPath {
                 vouched: true,
             }),
         ) = (&outcome, &known)
-            && self.inner.settings.serve_stale_on_error
+            && self.inner.serve_stale_on_error
             && error.is_retryable()
         {
             // The last known version's cached blocks stay servable; its record stays
@@ -281,7 +336,7 @@ impl ReadPath {
                 // The blocks before the metadata: a request that finds the metadata must
                 // find them too, or it fetches them again.
                 if !discovered.blocks.is_empty() {
-                    let target = Target::new(object, meta.clone(), self.inner.settings.block_size);
+                    let target = Target::new(object, meta.clone(), self.inner.block_size);
                     for (index, block) in discovered.blocks.iter() {
                         let key = target.key(*index);
                         self.inner.cache.insert_block(key, block.clone());
@@ -309,7 +364,7 @@ impl ReadPath {
 
     /// Caches what a discovery learned, unless a write invalidated the object meanwhile:
     /// the answer may predate the write. The check and the insert are one step against an
-    /// invalidation ([`super::writes::Generations`]).
+    /// invalidation ([`Generations`]).
     pub(super) fn store_meta(&self, object: &ObjectRef, generation: u64, state: MetaState) {
         let record = self.inner.clock.record(state, generation);
         let cache = &self.inner.cache;
@@ -388,7 +443,7 @@ impl ReadPath {
         object: &ObjectRef,
         first_read: FirstRead,
     ) -> Result<(Arc<ObjectMeta>, Discovered), UpstreamError> {
-        let block_size = self.inner.settings.block_size;
+        let block_size = self.inner.block_size;
         let range = match first_read {
             FirstRead::Block(index) => {
                 let first = index.saturating_mul(block_size);
@@ -426,29 +481,6 @@ impl ReadPath {
         };
         Ok((target.meta, discovered))
     }
-}
-
-/// The blocks of `target` that lie wholly inside `body`, read from offset `first`.
-fn whole_blocks(target: &Target, first: u64, body: &Bytes) -> Vec<(BlockIndex, Bytes)> {
-    let mut blocks = Vec::new();
-    let Some(read) = (body.len() as u64)
-        .checked_sub(1)
-        .and_then(|last| ByteRange::new(first, first + last))
-    else {
-        return blocks;
-    };
-    for index in target.layout.blocks_for(read) {
-        let Some(block) = target.layout.block_range(index) else {
-            continue;
-        };
-        if block.first() < read.first() || block.last() > read.last() {
-            continue;
-        }
-        let start = (block.first() - first) as usize;
-        let end = start + block.len_bytes() as usize;
-        blocks.push((index, body.slice(start..end)));
-    }
-    blocks
 }
 
 /// The version a cached record names, and whether the record still vouches for it (it

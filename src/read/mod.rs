@@ -39,9 +39,11 @@
 
 mod block;
 mod coalesce;
+mod discovered;
 mod get;
 mod hedge;
 mod lease;
+mod lookup;
 mod manage;
 mod metadata;
 mod prefetch;
@@ -57,25 +59,21 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::Bytes;
-use tokio::sync::Semaphore;
+use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
-use crate::budget::MemoryBudget;
-use crate::cache::{BlockCache, BlockKey, MetaClock, Tier};
+use crate::cache::{BlockKey, Tier};
 use crate::object::{Missing, ObjectMeta};
-use crate::rules::{Policy, Rules};
-use crate::shutdown::Shutdown;
+use crate::rules::Rules;
 use crate::telemetry::Metrics;
 use crate::types::{BlockIndex, BlockLayout, ObjectRef, Selection, Unsatisfiable};
-use crate::upstream::{ResponseHead, UpstreamError};
-use coalesce::Coalescer;
-use hedge::Hedger;
+use crate::upstream::UpstreamError;
+pub use get::{ReadParts, ReadPath};
 pub use lease::Lease;
 pub use manage::KnownVersion;
-use metadata::Discovery;
-use prefetch::Detector;
 pub use source::{BlockSource, PeerError, PeerId, Peers};
 pub use status::{CacheStatus, MetaSource};
+pub use writes::AdmitError;
 
 /// Read-path settings taken from the cache configuration.
 #[derive(Clone)]
@@ -282,131 +280,17 @@ impl Target {
     }
 }
 
-struct Inner {
-    cache: BlockCache,
-    source: Arc<dyn BlockSource>,
-    metrics: Arc<Metrics>,
-    settings: ReadSettings,
-    clock: MetaClock,
-    /// Keyed by object, write generation and whether checksums are asked for.
-    discoveries: Coalescer<(ObjectRef, u64, bool), Discovery>,
-    generations: writes::Generations,
-    /// Sequential detection and the prefetch budget; `None` when prefetch is off.
-    prefetch: Option<(Detector, Arc<Semaphore>)>,
-    hedger: Arc<Hedger>,
-    budget: MemoryBudget,
-    /// Prefetches in flight stop when it fires.
-    shutdown: Shutdown,
-    /// The other cluster members, in cluster mode.
-    peers: Option<Arc<dyn Peers>>,
-    /// For each block being looked up, the latch its lookups share: it arrives when the
-    /// fetch one of them leads is answered (see [`ReadPath::answer_latch`]).
-    answers: parking_lot::Mutex<std::collections::HashMap<BlockKey, ResponseHead>>,
-}
-
-/// The read path. Cheap to clone.
-#[derive(Clone)]
-pub struct ReadPath {
-    inner: Arc<Inner>,
-}
-
-impl ReadPath {
-    pub fn new(
-        cache: BlockCache,
-        source: Arc<dyn BlockSource>,
-        metrics: Arc<Metrics>,
-        settings: ReadSettings,
-        budget: MemoryBudget,
-        shutdown: Shutdown,
-        peers: Option<Arc<dyn Peers>>,
-    ) -> Self {
-        let prefetch = (settings.prefetch_window_blocks > 0).then(|| {
-            (
-                Detector::new(settings.prefetch_window_blocks),
-                Arc::new(Semaphore::new(settings.prefetch_slots.max(1))),
-            )
-        });
-        Self {
-            inner: Arc::new(Inner {
-                cache,
-                source,
-                budget,
-                shutdown,
-                hedger: Arc::new(Hedger::new(
-                    settings.hedge_quantile,
-                    settings.hedge_min_delay,
-                    metrics.clone(),
-                )),
-                metrics,
-                settings,
-                clock: MetaClock::new(),
-                discoveries: Coalescer::default(),
-                generations: writes::Generations::new(
-                    peers
-                        .as_ref()
-                        .map_or_else(|| Arc::new(Lease::alone()), |peers| peers.lease()),
-                ),
-                prefetch,
-                peers,
-                answers: parking_lot::Mutex::default(),
-            }),
-        }
-    }
-
-    /// The latch the lookups of `key` under way share: the one that leads the block's
-    /// fetch makes it arrive when the fetch is answered, so a GET that joined that fetch
-    /// knows as early as the leader when the block's version is settled. Held until the
-    /// lookup ends (however it ends); later lookups then start a latch of their own.
-    pub(super) fn answer_latch(&self, key: &BlockKey) -> AnswerLatch {
-        let latch = self
-            .inner
-            .answers
-            .lock()
-            .entry(key.clone())
-            .or_default()
-            .clone();
-        AnswerLatch {
-            read: self.clone(),
-            key: key.clone(),
-            latch,
-        }
-    }
-
-    /// What the cache does for `object`: its `[[rules]]` entry's policy, or the defaults.
-    pub fn policy(&self, object: &ObjectRef) -> &Policy {
-        self.inner
-            .settings
-            .rules
-            .policy(object.bucket(), object.key())
-    }
-
-    /// The rules every object's policy comes from.
-    pub fn rules(&self) -> &Arc<Rules> {
-        &self.inner.settings.rules
-    }
-
-    /// The memory budget this read path charges its blocks to.
-    pub fn budget(&self) -> &MemoryBudget {
-        &self.inner.budget
-    }
-}
-
-/// A lookup's hold on the answer latch its block's lookups share (see
-/// [`ReadPath::answer_latch`]); dropping it forgets the latch as the block's.
-pub(super) struct AnswerLatch {
-    read: ReadPath,
-    key: BlockKey,
-    pub(super) latch: ResponseHead,
-}
-
-impl Drop for AnswerLatch {
-    fn drop(&mut self) {
-        let mut answers = self.read.inner.answers.lock();
-        if answers
-            .get(&self.key)
-            .is_some_and(|held| held.same(&self.latch))
-        {
-            answers.remove(&self.key);
-        }
-    }
+/// Ends a response whose headers were sent with `error`: logged once with its object,
+/// counted by cause.
+async fn abort(
+    metrics: &Metrics,
+    sender: &mpsc::Sender<Result<Bytes, ReadError>>,
+    object: &ObjectRef,
+    block: Option<u64>,
+    error: ReadError,
+) {
+    let cause = error.abort_cause();
+    tracing::warn!(%object, block, cause, %error, "aborting a response after its headers were sent");
+    metrics.count_read_abort(cause);
+    let _ = sender.send(Err(error)).await;
 }

@@ -15,10 +15,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
+use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
-use super::{ReadPath, Target};
-use crate::telemetry::PrefetchOutcome;
+use super::Target;
+use super::block::Blocks;
+use crate::budget::MemoryBudget;
+use crate::shutdown::Shutdown;
+use crate::telemetry::{Metrics, PrefetchOutcome};
 use crate::types::{BlockIndex, BlockLayout, ByteRange, ObjectRef};
 
 /// How far a read may start before or after where the previous one ended and still
@@ -172,38 +176,75 @@ impl Detector {
     }
 }
 
-impl ReadPath {
+/// Prefetch across requests: sequential detection over the blocks, within a fixed number
+/// of fetches in flight. Cheap to clone.
+#[derive(Clone)]
+pub(super) struct Prefetcher {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    detector: Detector,
+    /// Prefetch fetches in flight at most.
+    slots: Arc<Semaphore>,
+    blocks: Blocks,
+    budget: MemoryBudget,
+    metrics: Arc<Metrics>,
+    /// Prefetches in flight stop when it fires.
+    shutdown: Shutdown,
+}
+
+impl Prefetcher {
+    /// A prefetcher of windows up to `window_blocks`, `slots` fetches at a time, through
+    /// `blocks`; `None` when `window_blocks` is 0 (prefetch is off).
+    pub(super) fn new(
+        window_blocks: u64,
+        slots: usize,
+        blocks: Blocks,
+        budget: MemoryBudget,
+        metrics: Arc<Metrics>,
+        shutdown: Shutdown,
+    ) -> Option<Self> {
+        (window_blocks > 0).then(|| Self {
+            inner: Arc::new(Inner {
+                detector: Detector::new(window_blocks),
+                slots: Arc::new(Semaphore::new(slots.max(1))),
+                blocks,
+                budget,
+                metrics,
+                shutdown,
+            }),
+        })
+    }
+
     /// Records the read of `bytes` for sequential detection and starts the prefetches it
     /// calls for. Prefetches go through the cache like demand reads, so a demand read of
     /// the same block joins the prefetch instead of fetching again; when the budget is
     /// spent, a prefetch is skipped rather than queued, so demand never waits behind it.
-    pub(super) fn prefetch_after(&self, target: &Target, bytes: ByteRange) {
-        let Some((detector, slots)) = &self.inner.prefetch else {
-            return;
-        };
-        if !self.policy(&target.object).prefetch {
-            return;
-        }
+    pub(super) fn after(&self, target: &Target, bytes: ByteRange) {
+        let Inner {
+            detector,
+            slots,
+            budget,
+            metrics,
+            ..
+        } = &*self.inner;
         let key = (target.object.clone(), target.version.clone());
-        let budget = slots.available_permits() as u64;
-        let observation = detector.observe(key, target.layout, bytes, budget);
-        let metrics = &self.inner.metrics;
+        let free = slots.available_permits() as u64;
+        let observation = detector.observe(key, target.layout, bytes, free);
         metrics.count_prefetch(PrefetchOutcome::Used, observation.used);
         metrics.count_prefetch(PrefetchOutcome::Wasted, observation.wasted);
         for index in observation.prefetch {
-            let room = self
-                .inner
-                .budget
-                .try_reserve(target.layout.block_len(index));
+            let room = budget.try_reserve(target.layout.block_len(index));
             let (Ok(slot), Some(charge)) = (slots.clone().try_acquire_owned(), room) else {
                 metrics.count_prefetch(PrefetchOutcome::Skipped, 1);
                 continue;
             };
             metrics.count_prefetch(PrefetchOutcome::Issued, 1);
-            let this = self.clone();
+            let this = self.inner.clone();
             let target = target.clone();
             tokio::spawn(async move {
-                let fetched = this.inner.shutdown.run(this.ensure_block(&target, index));
+                let fetched = this.shutdown.run(this.blocks.ensure_block(&target, index));
                 if let Some(Err(error)) = fetched.await {
                     let object = &target.object;
                     tracing::debug!(%object, index, %error, "prefetch failed");

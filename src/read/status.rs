@@ -1,7 +1,7 @@
 //! What the cache did for one request: where its metadata came from and the
 //! `Cache-Status` header that says so.
 
-use super::metadata::Discovered;
+use super::discovered::Discovered;
 use crate::cache::Tier;
 
 /// Where a request's object metadata came from.

@@ -5,7 +5,9 @@
 mod cluster;
 mod errors;
 mod memory;
+mod metadata;
 mod races;
+mod versions;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -71,13 +73,15 @@ async fn member_read_path(
     let budget = MemoryBudget::new(64 << 20, Duration::from_secs(1), metrics.clone());
     let shutdown = Shutdown::never();
     ReadPath::new(
-        cache,
-        source.clone(),
-        metrics,
         settings,
-        budget,
-        shutdown,
-        peers,
+        super::ReadParts {
+            cache,
+            source: source.clone(),
+            metrics,
+            budget,
+            shutdown,
+            peers,
+        },
     )
 }
 
@@ -198,212 +202,6 @@ async fn a_suffix_range_in_the_last_block_of_an_unknown_object_is_one_request() 
             range: format!("bytes=-{BLOCK}"),
         }]
     );
-}
-
-#[tokio::test(start_paused = true)]
-async fn a_version_change_before_the_first_byte_is_read_again() {
-    let source = Arc::new(MemorySource::default());
-    source.put("model", body(2 * BLOCK as usize, 1), 1);
-    let read = read_path(&source, settings()).await;
-    // Learn version 1 and its block 0.
-    get(&read, "model", range(0, 9)).await;
-    let second = body(2 * BLOCK as usize, 2);
-    source.put("model", second.clone(), 2);
-    // Block 1 is fetched pinned to version 1, refused, and the GET starts over.
-    let answer = read
-        .get(&object("model"), range(BLOCK, BLOCK + 9), false)
-        .await
-        .unwrap();
-    assert_eq!(answer.meta.etag, "\"v2\"");
-    let (bytes, error) = collect(answer).await;
-    assert_eq!(error, None);
-    assert_eq!(bytes, second[BLOCK as usize..BLOCK as usize + 10]);
-}
-
-#[tokio::test(start_paused = true)]
-async fn the_blocks_after_the_first_are_asked_for_with_it_so_an_overwrite_after_the_headers_cuts_no_short_read()
- {
-    let source = Arc::new(MemorySource::default());
-    let first = body(3 * BLOCK as usize, 1);
-    source.put("model", first.clone(), 1);
-    let read = read_path(&source, settings()).await;
-    // Headers are out once block 0 is read; blocks 1 and 2 (the readahead) were asked
-    // for with it, so the overwrite that follows finds them answered already.
-    let answer = read.get(&object("model"), None, false).await.unwrap();
-    source.put("model", body(3 * BLOCK as usize, 2), 2);
-    let (bytes, error) = collect(answer).await;
-    assert_eq!(error, None, "the read was cut off");
-    assert!(bytes == first, "the version the read started with");
-}
-
-/// An overwrite lands between the fetches a read starts at once (block 1 answered,
-/// block 2 not yet sent): the read's headers wait for every answer, so it starts over on
-/// the new version instead of cutting its body off.
-#[tokio::test(start_paused = true)]
-async fn an_overwrite_between_a_read_s_first_fetches_restarts_it_before_its_headers() {
-    let source = Arc::new(MemorySource::default());
-    source.put("model", body(3 * BLOCK as usize, 1), 1);
-    let second = body(3 * BLOCK as usize, 2);
-    let read = read_path(&source, settings()).await;
-    let release = source.hold_next("model", &block_range(2));
-    let reader = tokio::spawn({
-        let read = read.clone();
-        async move { read.get(&object("model"), None, false).await }
-    });
-    tokio::time::sleep(LATENCY * 5).await;
-    assert_eq!(
-        source.gets_of("model", &block_range(1)),
-        1,
-        "block 1 answered"
-    );
-    assert!(
-        !reader.is_finished(),
-        "the headers wait for block 2's answer"
-    );
-    source.put("model", second.clone(), 2);
-    release.send(()).unwrap();
-    let answer = reader.await.unwrap().expect("the GET starts");
-    assert_eq!(answer.meta.etag, "\"v2\"");
-    let (bytes, error) = collect(answer).await;
-    assert_eq!(error, None, "the read was cut off");
-    assert!(bytes == second, "the new version, whole");
-    assert_eq!(read.inner.metrics.read_aborts("changed"), 0);
-}
-
-/// The read's first block is cached, the blocks after it are not, and the object
-/// changed upstream (out of band: the metadata is still fresh). The fetches started with
-/// the first block find the version gone before the headers go out: the read is retried
-/// from fresh metadata.
-#[tokio::test(start_paused = true)]
-async fn a_cached_first_block_of_an_overwritten_version_is_not_sent_before_the_rest_is_answered() {
-    let source = Arc::new(MemorySource::default());
-    source.put("model", body(3 * BLOCK as usize, 1), 1);
-    let second = body(3 * BLOCK as usize, 2);
-    let read = read_path(&source, settings()).await;
-    get(&read, "model", range(0, 9)).await;
-    source.put("model", second.clone(), 2);
-    let answer = read.get(&object("model"), None, false).await.unwrap();
-    assert_eq!(answer.meta.etag, "\"v2\"");
-    let (bytes, error) = collect(answer).await;
-    assert_eq!(error, None);
-    assert!(bytes == second);
-    assert_eq!(read.inner.metrics.read_aborts("changed"), 0);
-}
-
-/// A block past the readahead, fetched after the headers went out, finds its version
-/// gone: the bytes are in neither the cache nor the origin, so the body is aborted.
-#[tokio::test(start_paused = true)]
-async fn a_version_change_found_past_the_first_fetches_aborts_the_body() {
-    let source = Arc::new(MemorySource::default());
-    let first = body(4 * BLOCK as usize, 1);
-    source.put("model", first.clone(), 1);
-    let read = read_path(&source, settings()).await;
-    get(&read, "model", range(0, 3 * BLOCK - 1)).await;
-    source.put("model", body(4 * BLOCK as usize, 2), 2);
-    // Blocks 0 to 2 come from the cache; block 3 of version 1 is gone upstream.
-    let answer = read.get(&object("model"), None, false).await.unwrap();
-    assert_eq!(answer.meta.etag, "\"v1\"");
-    let (bytes, error) = collect(answer).await;
-    assert_eq!(error, Some(ReadError::Changed));
-    assert!(
-        bytes.len() <= 3 * BLOCK as usize && bytes == first[..bytes.len()],
-        "only version 1's bytes before the abort"
-    );
-    assert_eq!(
-        read.inner.metrics.read_aborts("changed"),
-        1,
-        "counted by cause"
-    );
-    // The stale metadata was dropped: the next GET reads version 2.
-    let answer = read.get(&object("model"), None, false).await.unwrap();
-    assert_eq!(answer.meta.etag, "\"v2\"");
-}
-
-#[tokio::test(start_paused = true)]
-async fn metadata_is_revalidated_once_its_ttl_has_passed() {
-    let source = Arc::new(MemorySource::default());
-    source.put("config", body(100, 1), 1);
-    let read = read_path(&source, settings()).await;
-    get(&read, "config", None).await;
-    tokio::time::advance(TTL - Duration::from_secs(1)).await;
-    let (_, status) = get(&read, "config", None).await;
-    assert_eq!(source.calls().len(), 1, "fresh metadata asks nothing");
-    assert_eq!(status, "Portico; hit; ttl=1; detail=memory");
-    tokio::time::advance(Duration::from_secs(2)).await;
-    let (_, status) = get(&read, "config", None).await;
-    assert_eq!(
-        status,
-        "Portico; fwd=stale; fwd-status=304; ttl=60; detail=memory"
-    );
-    assert_eq!(
-        source.calls()[1..],
-        [Call::Head {
-            key: "config".to_owned(),
-            conditional: true,
-        }]
-    );
-    // A changed object found at revalidation is read in its new version.
-    tokio::time::advance(TTL + Duration::from_secs(1)).await;
-    let second = body(100, 2);
-    source.put("config", second.clone(), 2);
-    let (bytes, status) = get(&read, "config", None).await;
-    assert_eq!(bytes, second);
-    assert!(status.starts_with("Portico; fwd=miss"), "{status}");
-}
-
-#[tokio::test(start_paused = true)]
-async fn a_missing_object_is_remembered_for_the_negative_ttl() {
-    let source = Arc::new(MemorySource::default());
-    let read = read_path(&source, settings()).await;
-    for _ in 0..2 {
-        let error = read.get(&object("nope"), None, false).await.err();
-        assert!(matches!(
-            error,
-            Some(ReadError::NotFound(Missing::NoSuchKey, _))
-        ));
-    }
-    assert_eq!(source.calls().len(), 1);
-    tokio::time::advance(Duration::from_secs(6)).await;
-    source.put("nope", body(10, 1), 1);
-    let (bytes, _) = get(&read, "nope", None).await;
-    assert_eq!(bytes, body(10, 1));
-}
-
-#[tokio::test(start_paused = true)]
-async fn a_failed_revalidation_serves_the_cached_version_only_when_allowed() {
-    for serve_stale in [true, false] {
-        let source = Arc::new(MemorySource::default());
-        let expected = body(BLOCK as usize + 5, 1);
-        source.put("index", expected.clone(), 1);
-        let settings = ReadSettings {
-            serve_stale_on_error: serve_stale,
-            ..settings()
-        };
-        let read = read_path(&source, settings).await;
-        get(&read, "index", None).await;
-        tokio::time::advance(TTL + Duration::from_secs(1)).await;
-        source.set_down(true);
-        let answer = read.get(&object("index"), None, false).await;
-        if serve_stale {
-            let answer = answer.unwrap();
-            let status = answer.status.to_string();
-            assert_eq!(status, "Portico; hit; detail=stale-upstream-failed");
-            let (bytes, error) = collect(answer).await;
-            assert_eq!((bytes, error), (expected, None));
-        } else {
-            let error = answer.err();
-            assert!(matches!(error, Some(ReadError::Upstream(_))), "{error:?}");
-        }
-        // The record stays stale: once the source is back, the next read asks it.
-        source.set_down(false);
-        get(&read, "index", None).await;
-        let heads = source
-            .calls()
-            .iter()
-            .filter(|call| matches!(call, Call::Head { .. }))
-            .count();
-        assert_eq!(heads, 2, "serve_stale_on_error = {serve_stale}");
-    }
 }
 
 #[tokio::test(start_paused = true)]

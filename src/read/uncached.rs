@@ -14,72 +14,68 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tracing::Instrument;
 
-use super::{BodyStream, ReadError, ReadPath, Tally};
+use super::{BlockSource, BodyStream, ReadError, Tally, abort};
 use crate::budget::Charge;
 use crate::cache::Tier;
 use crate::object::ObjectMeta;
-use crate::telemetry::ServedFrom;
+use crate::telemetry::{Metrics, ServedFrom};
 use crate::types::{ByteRange, ObjectRef};
 use crate::upstream::UpstreamError;
 
-impl ReadPath {
-    /// Starts streaming `bytes` of `object` straight from the upstream; `charge` covers
-    /// what the stream holds until it ends.
-    pub(super) async fn stream_uncached(
-        &self,
-        object: &ObjectRef,
-        meta: &ObjectMeta,
-        bytes: ByteRange,
-        charge: Charge,
-    ) -> Result<(BodyStream, Arc<Tally>), ReadError> {
-        let mut read = self
-            .inner
-            .source
-            .stream(object, bytes)
-            .await
-            .map_err(ReadError::from_upstream)?;
-        let same_object = read.meta.etag.is_empty()
-            && read.meta.size == meta.size
-            && read.meta.last_modified_unix_secs == meta.last_modified_unix_secs;
-        if !same_object {
-            return Err(ReadError::Changed);
-        }
-        if read.first != bytes.first() || read.length != bytes.len_bytes() {
-            return Err(ReadError::Upstream(UpstreamError::invalid_response(
-                format!(
-                    "asked for {}, got {} bytes from offset {}",
-                    bytes.header_value(),
-                    read.length,
-                    read.first
-                ),
-            )));
-        }
-        let tally = Arc::new(Tally::default());
-        tally.count(Tier::Upstream);
-        self.inner.metrics.count_uncached_read();
-        let (sender, receiver) = mpsc::channel(1);
-        let metrics = self.inner.metrics.clone();
-        let object = object.clone();
-        let this = self.clone();
-        let task = async move {
-            let _charge = charge;
-            while let Some(chunk) = read.next_chunk().await {
-                match chunk {
-                    Ok(chunk) => {
-                        metrics.count_served(ServedFrom::Upstream, chunk.len() as u64);
-                        if sender.send(Ok(chunk)).await.is_err() {
-                            return;
-                        }
-                    }
-                    Err(error) => {
-                        let error = ReadError::from_upstream(error);
-                        this.abort(&sender, &object, None, error).await;
+/// Starts streaming `bytes` of `object` straight from `source`; `charge` covers what the
+/// stream holds until it ends.
+pub(super) async fn stream_uncached(
+    source: &dyn BlockSource,
+    metrics: &Arc<Metrics>,
+    object: &ObjectRef,
+    meta: &ObjectMeta,
+    bytes: ByteRange,
+    charge: Charge,
+) -> Result<(BodyStream, Arc<Tally>), ReadError> {
+    let mut read = source
+        .stream(object, bytes)
+        .await
+        .map_err(ReadError::from_upstream)?;
+    let same_object = read.meta.etag.is_empty()
+        && read.meta.size == meta.size
+        && read.meta.last_modified_unix_secs == meta.last_modified_unix_secs;
+    if !same_object {
+        return Err(ReadError::Changed);
+    }
+    if read.first != bytes.first() || read.length != bytes.len_bytes() {
+        return Err(ReadError::Upstream(UpstreamError::invalid_response(
+            format!(
+                "asked for {}, got {} bytes from offset {}",
+                bytes.header_value(),
+                read.length,
+                read.first
+            ),
+        )));
+    }
+    let tally = Arc::new(Tally::default());
+    tally.count(Tier::Upstream);
+    metrics.count_uncached_read();
+    let (sender, receiver) = mpsc::channel(1);
+    let metrics = metrics.clone();
+    let object = object.clone();
+    let task = async move {
+        let _charge = charge;
+        while let Some(chunk) = read.next_chunk().await {
+            match chunk {
+                Ok(chunk) => {
+                    metrics.count_served(ServedFrom::Upstream, chunk.len() as u64);
+                    if sender.send(Ok(chunk)).await.is_err() {
                         return;
                     }
                 }
+                Err(error) => {
+                    let error = ReadError::from_upstream(error);
+                    abort(&metrics, &sender, &object, None, error).await;
+                    return;
+                }
             }
-        };
-        tokio::spawn(task.instrument(tracing::Span::current()));
-        Ok((ReceiverStream::new(receiver), tally))
-    }
+        }
+    };
+    tokio::spawn(task.instrument(tracing::Span::current()));
+    Ok((ReceiverStream::new(receiver), tally))
 }

@@ -21,7 +21,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use bytes::{Bytes, BytesMut};
 use parking_lot::Mutex;
 
-use super::{Lease, ReadPath, Target};
+use super::block::Blocks;
+use super::metadata::Metadata;
+use super::{BlockSource, Lease, Target};
 use crate::cache::MetaState;
 use crate::types::ObjectRef;
 use crate::upstream::{HeadOutcome, UpstreamError};
@@ -117,65 +119,40 @@ pub enum AdmitError {
     Upstream(#[from] UpstreamError),
 }
 
-impl ReadPath {
-    /// Forgets what is known about `object`: the next read asks the upstream.
-    pub fn invalidate(&self, object: &ObjectRef) {
-        let cache = &self.inner.cache;
-        self.inner
-            .generations
-            .bump_then(object, |_| cache.remove_meta(object));
-    }
-
-    /// After a write of `object` whose outcome is unknown (sent, but no answer, or the
-    /// upstream's 5xx): its cached metadata stays but is revalidated before it is served
-    /// again, so the write is seen if it happened, and while the upstream is unreachable
-    /// degraded mode may still serve the cached version (the writer was told its write
-    /// failed). A discovery already under way caches nothing.
-    pub async fn expire(&self, object: &ObjectRef) {
-        let cached = self.inner.cache.meta(object).await.ok().flatten();
-        let (cache, clock) = (&self.inner.cache, &self.inner.clock);
-        self.inner
-            .generations
-            .bump_then(object, |generation| match cached {
-                Some(record) if record.meta().is_some() => {
-                    cache.insert_meta(object, clock.expired(&record, generation));
-                }
-                _ => cache.remove_meta(object),
-            });
-    }
-
-    /// Caches `data`, the complete body just written to `object`, if the upstream now
-    /// holds exactly that: same ETag as the write returned, same size.
-    pub async fn admit_written(
-        &self,
-        object: &ObjectRef,
-        etag: &str,
-        data: Vec<Bytes>,
-    ) -> Result<(), AdmitError> {
-        let generation = self.inner.generations.current(object);
-        let size: u64 = data.iter().map(|piece| piece.len() as u64).sum();
-        let meta = match self.inner.source.head(object, None, Some(etag)).await {
-            Ok(HeadOutcome::Found(meta)) => meta,
-            Ok(HeadOutcome::NotModified) | Err(UpstreamError::PreconditionFailed { .. }) => {
-                return Err(AdmitError::Superseded);
-            }
-            Err(error) => return Err(error.into()),
-        };
-        if meta.etag != etag || meta.size != size {
+/// Caches `data`, the complete body just written to `object`, if `source` now holds
+/// exactly that: same ETag as the write returned, same size. The blocks go to `blocks`,
+/// the metadata to `metadata` under the generation read before the check.
+pub(super) async fn admit_written(
+    metadata: &Metadata,
+    blocks: &Blocks,
+    source: &dyn BlockSource,
+    object: &ObjectRef,
+    etag: &str,
+    data: Vec<Bytes>,
+) -> Result<(), AdmitError> {
+    let generation = metadata.generation(object);
+    let size: u64 = data.iter().map(|piece| piece.len() as u64).sum();
+    let meta = match source.head(object, None, Some(etag)).await {
+        Ok(HeadOutcome::Found(meta)) => meta,
+        Ok(HeadOutcome::NotModified) | Err(UpstreamError::PreconditionFailed { .. }) => {
             return Err(AdmitError::Superseded);
         }
-        let target = Target::new(object, Arc::new(*meta), self.inner.settings.block_size);
-        let mut pieces = Pieces::new(data);
-        for index in 0..target.layout.block_count() {
-            let Some(range) = target.layout.block_range(index) else {
-                break;
-            };
-            let block = pieces.take(range.len_bytes() as usize);
-            self.inner.cache.insert_block(target.key(index), block);
-        }
-        self.store_meta(object, generation, MetaState::Found(target.meta));
-        Ok(())
+        Err(error) => return Err(error.into()),
+    };
+    if meta.etag != etag || meta.size != size {
+        return Err(AdmitError::Superseded);
     }
+    let target = Target::new(object, Arc::new(*meta), metadata.block_size());
+    let mut pieces = Pieces::new(data);
+    for index in 0..target.layout.block_count() {
+        let Some(range) = target.layout.block_range(index) else {
+            break;
+        };
+        let block = pieces.take(range.len_bytes() as usize);
+        blocks.insert(target.key(index), block);
+    }
+    metadata.store_meta(object, generation, MetaState::Found(target.meta));
+    Ok(())
 }
 
 /// Consecutive byte pieces read as one sequence, without copying where a piece suffices.

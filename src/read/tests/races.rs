@@ -47,7 +47,7 @@ async fn an_invalidation_between_a_discovery_s_check_and_its_insert_wins() {
             let _ = invalidated.send(());
         })
     };
-    *read.inner.generations.after_check.lock() = Some(Box::new(move || {
+    *read.metadata().generations().after_check.lock() = Some(Box::new(move || {
         start.send(()).expect("the writer waits");
         // A store that is one step with its check holds the invalidation off until it has
         // stored; a store that is not lets it finish here.
@@ -78,15 +78,15 @@ async fn a_record_that_comes_back_after_a_write_s_invalidation_is_not_served() {
     let read = read_path(&source, settings()).await;
     read.head(&object("key"), false).await.unwrap();
     let before = read
-        .inner
-        .cache
+        .metadata()
+        .cache()
         .meta(&object("key"))
         .await
         .unwrap()
         .expect("version 1 is cached");
     source.put("key", body(100, 2), 2);
     read.invalidate(&object("key"));
-    read.inner.cache.insert_meta(&object("key"), before);
+    read.metadata().cache().insert_meta(&object("key"), before);
     let after = read.head(&object("key"), false).await.unwrap();
     assert_eq!(
         version(&after.etag),

@@ -1,0 +1,123 @@
+//! Objects that change while they are read: a change found before the headers is read
+//! again on the new version, one found after them aborts the body; bytes of two versions
+//! are never mixed.
+
+use std::sync::Arc;
+
+use super::memory::MemorySource;
+use super::*;
+
+#[tokio::test(start_paused = true)]
+async fn a_version_change_before_the_first_byte_is_read_again() {
+    let source = Arc::new(MemorySource::default());
+    source.put("model", body(2 * BLOCK as usize, 1), 1);
+    let read = read_path(&source, settings()).await;
+    // Learn version 1 and its block 0.
+    get(&read, "model", range(0, 9)).await;
+    let second = body(2 * BLOCK as usize, 2);
+    source.put("model", second.clone(), 2);
+    // Block 1 is fetched pinned to version 1, refused, and the GET starts over.
+    let answer = read
+        .get(&object("model"), range(BLOCK, BLOCK + 9), false)
+        .await
+        .unwrap();
+    assert_eq!(answer.meta.etag, "\"v2\"");
+    let (bytes, error) = collect(answer).await;
+    assert_eq!(error, None);
+    assert_eq!(bytes, second[BLOCK as usize..BLOCK as usize + 10]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_blocks_after_the_first_are_asked_for_with_it_so_an_overwrite_after_the_headers_cuts_no_short_read()
+ {
+    let source = Arc::new(MemorySource::default());
+    let first = body(3 * BLOCK as usize, 1);
+    source.put("model", first.clone(), 1);
+    let read = read_path(&source, settings()).await;
+    // Headers are out once block 0 is read; blocks 1 and 2 (the readahead) were asked
+    // for with it, so the overwrite that follows finds them answered already.
+    let answer = read.get(&object("model"), None, false).await.unwrap();
+    source.put("model", body(3 * BLOCK as usize, 2), 2);
+    let (bytes, error) = collect(answer).await;
+    assert_eq!(error, None, "the read was cut off");
+    assert!(bytes == first, "the version the read started with");
+}
+
+/// An overwrite lands between the fetches a read starts at once (block 1 answered,
+/// block 2 not yet sent): the read's headers wait for every answer, so it starts over on
+/// the new version instead of cutting its body off.
+#[tokio::test(start_paused = true)]
+async fn an_overwrite_between_a_read_s_first_fetches_restarts_it_before_its_headers() {
+    let source = Arc::new(MemorySource::default());
+    source.put("model", body(3 * BLOCK as usize, 1), 1);
+    let second = body(3 * BLOCK as usize, 2);
+    let read = read_path(&source, settings()).await;
+    let release = source.hold_next("model", &block_range(2));
+    let reader = tokio::spawn({
+        let read = read.clone();
+        async move { read.get(&object("model"), None, false).await }
+    });
+    tokio::time::sleep(LATENCY * 5).await;
+    assert_eq!(
+        source.gets_of("model", &block_range(1)),
+        1,
+        "block 1 answered"
+    );
+    assert!(
+        !reader.is_finished(),
+        "the headers wait for block 2's answer"
+    );
+    source.put("model", second.clone(), 2);
+    release.send(()).unwrap();
+    let answer = reader.await.unwrap().expect("the GET starts");
+    assert_eq!(answer.meta.etag, "\"v2\"");
+    let (bytes, error) = collect(answer).await;
+    assert_eq!(error, None, "the read was cut off");
+    assert!(bytes == second, "the new version, whole");
+    assert_eq!(read.metrics().read_aborts("changed"), 0);
+}
+
+/// The read's first block is cached, the blocks after it are not, and the object
+/// changed upstream (out of band: the metadata is still fresh). The fetches started with
+/// the first block find the version gone before the headers go out: the read is retried
+/// from fresh metadata.
+#[tokio::test(start_paused = true)]
+async fn a_cached_first_block_of_an_overwritten_version_is_not_sent_before_the_rest_is_answered() {
+    let source = Arc::new(MemorySource::default());
+    source.put("model", body(3 * BLOCK as usize, 1), 1);
+    let second = body(3 * BLOCK as usize, 2);
+    let read = read_path(&source, settings()).await;
+    get(&read, "model", range(0, 9)).await;
+    source.put("model", second.clone(), 2);
+    let answer = read.get(&object("model"), None, false).await.unwrap();
+    assert_eq!(answer.meta.etag, "\"v2\"");
+    let (bytes, error) = collect(answer).await;
+    assert_eq!(error, None);
+    assert!(bytes == second);
+    assert_eq!(read.metrics().read_aborts("changed"), 0);
+}
+
+/// A block past the readahead, fetched after the headers went out, finds its version
+/// gone: the bytes are in neither the cache nor the origin, so the body is aborted.
+#[tokio::test(start_paused = true)]
+async fn a_version_change_found_past_the_first_fetches_aborts_the_body() {
+    let source = Arc::new(MemorySource::default());
+    let first = body(4 * BLOCK as usize, 1);
+    source.put("model", first.clone(), 1);
+    let read = read_path(&source, settings()).await;
+    get(&read, "model", range(0, 3 * BLOCK - 1)).await;
+    source.put("model", body(4 * BLOCK as usize, 2), 2);
+    // Blocks 0 to 2 come from the cache; block 3 of version 1 is gone upstream.
+    let answer = read.get(&object("model"), None, false).await.unwrap();
+    assert_eq!(answer.meta.etag, "\"v1\"");
+    let (bytes, error) = collect(answer).await;
+    assert_eq!(error, Some(ReadError::Changed));
+    assert!(
+        bytes.len() <= 3 * BLOCK as usize && bytes == first[..bytes.len()],
+        "only version 1's bytes before the abort"
+    );
+    assert_eq!(read.metrics().read_aborts("changed"), 1, "counted by cause");
+    // The stale metadata was dropped: the next GET reads version 2.
+    let answer = read.get(&object("model"), None, false).await.unwrap();
+    assert_eq!(answer.meta.etag, "\"v2\"");
+}
