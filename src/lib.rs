@@ -17,12 +17,15 @@ pub mod cluster;
 pub mod config;
 pub mod events;
 pub mod fuzzing;
+#[cfg(test)]
+mod layers;
 pub mod listing;
 pub mod object;
 pub mod read;
 pub mod reload;
 pub mod rules;
 pub mod shutdown;
+pub mod source;
 pub mod telemetry;
 pub mod types;
 pub mod upstream;

@@ -15,8 +15,8 @@ use super::protocol::{
     LeaseRequest, MISSING_HEADER, PURGE_PATH, PurgeRequest, RESULT_HEADER,
 };
 use crate::object::Missing;
-use crate::read::{PeerError, PeerId};
-use crate::upstream::{ResponseHead, UpstreamError};
+use crate::source::{PeerError, PeerId};
+use crate::source::{ResponseHead, UpstreamError};
 
 /// Longest wait for a connection to a member: a member that does not answer a SYN this
 /// fast is down, and its block comes from the upstream instead.

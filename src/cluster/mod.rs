@@ -11,7 +11,7 @@
 //!
 //! Writes: a write through any member is answered once every other member confirmed that
 //! it forgot the objects, or once the fleet lease of each member that did not has run
-//! out ([`crate::read::Lease`]). Every member renews its lease by asking every other one
+//! out ([`crate::source::Lease`]). Every member renews its lease by asking every other one
 //! for a grant every quarter of `cluster.lease`; a member stops granting a member it
 //! could not tell of a write until that member's lease has surely run out.
 
@@ -35,11 +35,11 @@ pub use server::{PeerState, serve};
 
 use crate::config::ClusterConfig;
 use crate::object::ObjectMeta;
-use crate::read::{Lease, PeerError, PeerId, Peers};
 use crate::shutdown::Shutdown;
+use crate::source::ResponseHead;
+use crate::source::{Lease, PeerError, PeerId, Peers};
 use crate::telemetry::{InvalidationResult, Metrics, PeerResult};
 use crate::types::{BlockIndex, ObjectRef};
-use crate::upstream::ResponseHead;
 
 /// Blocks sampled to report each member's share of ownership.
 const SHARE_SAMPLES: u64 = 4096;

@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use hrw_hash::{HrwNode, HrwNodes};
 
-use crate::read::PeerId;
+use crate::source::PeerId;
 use crate::types::{BlockIndex, ObjectRef};
 
 /// A member as the ring scores it.

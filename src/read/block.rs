@@ -14,13 +14,14 @@ use tracing::field::Empty;
 
 use super::discovered::Discovered;
 use super::hedge::Hedger;
-use super::{BlockSource, Internal, PeerError, PeerId, Peers, ReadError, Target};
+use super::{Internal, ReadError, Target};
 use crate::budget::Charge;
 use crate::cache::{BlockCache, BlockKey, Keep, LookupError, Part, Tier};
 use crate::object::ObjectMeta;
+use crate::source::{BlockSource, PeerError, PeerId, Peers};
+use crate::source::{ResponseHead, UpstreamError};
 use crate::telemetry::{Metrics, PeerResult, TRACE_TARGET};
 use crate::types::{BlockIndex, ByteRange, ObjectRef};
-use crate::upstream::{ResponseHead, UpstreamError};
 
 /// Members asked for one block at most before it is fetched from the source.
 const MEMBERS_ASKED: usize = 3;

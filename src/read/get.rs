@@ -21,17 +21,16 @@ use super::metadata::{Metadata, MetadataParts};
 use super::prefetch::Prefetcher;
 use super::writes::{self, AdmitError};
 use super::{
-    BlockSource, BodyStream, CacheStatus, Lease, ObjectRead, Peers, ReadError, ReadSettings, Tally,
-    Target, abort, uncached,
+    BodyStream, CacheStatus, ObjectRead, ReadError, ReadSettings, Tally, Target, abort, uncached,
 };
 use crate::budget::{Charge, MemoryBudget};
 use crate::cache::{BlockCache, Part, Tier};
 use crate::object::ObjectMeta;
 use crate::rules::{Policy, Rules};
 use crate::shutdown::Shutdown;
+use crate::source::{BlockSource, Lease, Peers, ResponseHead};
 use crate::telemetry::{Metrics, ServedFrom};
 use crate::types::{BlockIndex, ByteRange, ObjectRef, RangeRequest, Selection};
-use crate::upstream::ResponseHead;
 
 /// What a read path is built from, beside its settings.
 pub struct ReadParts {

@@ -24,8 +24,8 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use tokio::time::Instant;
 
+use crate::source::ResponseHead;
 use crate::telemetry::{HedgeOutcome, Metrics};
-use crate::upstream::ResponseHead;
 
 /// Latencies the hedge quantile is computed over.
 const WINDOW: usize = 256;

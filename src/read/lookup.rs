@@ -10,8 +10,8 @@ use super::discovered::Discovered;
 use super::{Internal, ReadError, Target};
 use crate::budget::{Charge, MemoryBudget};
 use crate::cache::Part;
+use crate::source::ResponseHead;
 use crate::types::{BlockIndex, ByteRange};
-use crate::upstream::ResponseHead;
 
 /// Starts the lookups of the blocks after `first_index` up to the last one in the
 /// readahead (`readahead` blocks) that the cache does not hold, as many as the free room

@@ -11,14 +11,14 @@ use tracing::Instrument;
 use super::coalesce::Coalescer;
 use super::discovered::{Discovered, Discovery, FirstRead, whole_blocks};
 use super::writes::Generations;
-use super::{BlockSource, Internal, Lease, MetaSource, ReadError, Target};
+use super::{Internal, MetaSource, ReadError, Target};
 use crate::cache::{BlockCache, MetaClock, MetaRecord, MetaState, Tier};
 use crate::object::ObjectMeta;
 use crate::rules::{Policy, Rules};
+use crate::source::{BlockSource, HeadOutcome, Lease, ResponseHead, UpstreamError};
 use crate::telemetry::Metrics;
 use crate::telemetry::{MetadataLookup, TRACE_TARGET};
 use crate::types::{ObjectRef, RangeRequest};
-use crate::upstream::{HeadOutcome, ResponseHead, UpstreamError};
 
 /// The metadata step. Cheap to clone.
 #[derive(Clone)]

@@ -6,7 +6,7 @@
 //! 1. `get.rs` reserves room in the memory budget for the first block and asks for the
 //!    object's metadata.
 //! 2. `metadata.rs` answers from the cache while it is fresh; otherwise one coalesced
-//!    request to the [`BlockSource`] (`source.rs`) revalidates it (a conditional HEAD) or
+//!    request to the [`BlockSource`](crate::source::BlockSource) revalidates it (a conditional HEAD) or
 //!    discovers it — for an unknown object, a ranged GET of the first needed block, whose
 //!    whole blocks it caches before the metadata and returns beside it.
 //! 3. `get.rs` resolves the Range against the object's size and reads the first block
@@ -42,12 +42,10 @@ mod coalesce;
 mod discovered;
 mod get;
 mod hedge;
-mod lease;
 mod lookup;
 mod manage;
 mod metadata;
 mod prefetch;
-mod source;
 mod status;
 mod uncached;
 mod writes;
@@ -65,13 +63,11 @@ use tokio_stream::wrappers::ReceiverStream;
 use crate::cache::{BlockKey, Tier};
 use crate::object::{Missing, ObjectMeta};
 use crate::rules::Rules;
+use crate::source::UpstreamError;
 use crate::telemetry::Metrics;
 use crate::types::{BlockIndex, BlockLayout, ObjectRef, Selection, Unsatisfiable};
-use crate::upstream::UpstreamError;
 pub use get::{ReadParts, ReadPath};
-pub use lease::Lease;
 pub use manage::KnownVersion;
-pub use source::{BlockSource, PeerError, PeerId, Peers};
 pub use status::{CacheStatus, MetaSource};
 pub use writes::AdmitError;
 

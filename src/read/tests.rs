@@ -1,4 +1,4 @@
-//! The read path against a [`BlockSource`](super::BlockSource) held in memory, with the clock paused: what it
+//! The read path against a [`BlockSource`](crate::source::BlockSource) held in memory, with the clock paused: what it
 //! asks the source for, and what it answers, when requests coalesce, objects change, TTLs
 //! run out, the source is slow or down, and reads turn sequential.
 
@@ -60,7 +60,7 @@ async fn read_path(source: &Arc<MemorySource>, settings: ReadSettings) -> ReadPa
 async fn member_read_path(
     source: &Arc<MemorySource>,
     settings: ReadSettings,
-    peers: Option<Arc<dyn super::Peers>>,
+    peers: Option<Arc<dyn crate::source::Peers>>,
 ) -> ReadPath {
     let metrics = Arc::new(Metrics::new());
     let config = CacheConfig {

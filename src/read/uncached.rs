@@ -14,13 +14,13 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tracing::Instrument;
 
-use super::{BlockSource, BodyStream, ReadError, Tally, abort};
+use super::{BodyStream, ReadError, Tally, abort};
 use crate::budget::Charge;
 use crate::cache::Tier;
 use crate::object::ObjectMeta;
+use crate::source::{BlockSource, UpstreamError};
 use crate::telemetry::{Metrics, ServedFrom};
 use crate::types::{ByteRange, ObjectRef};
-use crate::upstream::UpstreamError;
 
 /// Starts streaming `bytes` of `object` straight from `source`; `charge` covers what the
 /// stream holds until it ends.

@@ -21,12 +21,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use bytes::{Bytes, BytesMut};
 use parking_lot::Mutex;
 
+use super::Target;
 use super::block::Blocks;
 use super::metadata::Metadata;
-use super::{BlockSource, Lease, Target};
 use crate::cache::MetaState;
+use crate::source::{BlockSource, HeadOutcome, Lease, UpstreamError};
 use crate::types::ObjectRef;
-use crate::upstream::{HeadOutcome, UpstreamError};
 
 const GENERATION_SHARDS: usize = 16 * 1024;
 

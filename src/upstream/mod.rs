@@ -28,15 +28,17 @@ use tracing::field::Empty;
 
 use crate::config::UpstreamConfig;
 use crate::object::{Checksums, Missing, ObjectMeta};
+pub use crate::source::{
+    CredentialProblem, HeadOutcome, RangeRead, ResponseHead, StreamedRead, UpstreamError,
+};
 use crate::telemetry::{Metrics, TRACE_TARGET};
 use crate::types::{ByteRange, ObjectRef, RangeRequest};
 use client::RetryCounter;
 pub use client::{sdk_config, tls_config};
-pub use error::{CredentialProblem, UpstreamError};
 pub use forward::{EndpointError, ForwardRequest, Forwarder, Payload, UpstreamBody};
 pub use origins::{Origin, Origins};
 pub use portico_http_client::TlsError;
-pub use results::{HeadOutcome, Listed, RangeRead, ResponseHead, StreamedRead};
+pub use results::Listed;
 
 /// A ranged GET whose head has been checked and whose body is still to be read.
 struct OpenedRange {
@@ -246,7 +248,7 @@ impl Upstream {
             }
             None => request.send().await,
         };
-        let mut output = sent.map_err(UpstreamError::from_sdk)?;
+        let mut output = sent.map_err(error::from_sdk)?;
         head.arrived();
         let content_length = output
             .content_length()
@@ -325,10 +327,7 @@ impl Upstream {
                 None => request.send().await,
             }
         };
-        let result = sent
-            .instrument(span.clone())
-            .await
-            .map_err(UpstreamError::from_sdk);
+        let result = sent.instrument(span.clone()).await.map_err(error::from_sdk);
         let outcome = match result {
             Ok(output) => {
                 let size = output
@@ -383,7 +382,7 @@ impl Upstream {
             let Some(page) = pages.next().await else {
                 break;
             };
-            let page = page.map_err(UpstreamError::from_sdk);
+            let page = page.map_err(error::from_sdk);
             let status = match &page {
                 Ok(_) => 200,
                 Err(error) => error.upstream_status(),
@@ -413,7 +412,7 @@ impl Upstream {
         let result = self.client.list_buckets().max_buckets(1).send().await;
         let (status, outcome) = match result {
             Ok(_) => (200, Ok(())),
-            Err(error) => match UpstreamError::from_sdk(error) {
+            Err(error) => match error::from_sdk(error) {
                 error @ (UpstreamError::Unreachable { .. }
                 | UpstreamError::NotSent { .. }
                 | UpstreamError::Request { .. }

@@ -22,7 +22,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 
 use crate::config::BucketPattern;
-use crate::read::BlockSource;
+use crate::source::BlockSource;
 use crate::telemetry::Metrics;
 use crate::types::{ByteRange, ObjectRef, RangeRequest};
 

@@ -11,9 +11,10 @@ use bytes::Bytes;
 use super::memory::{Call, MemorySource};
 use super::{BLOCK, block_range, body, collect, get, member_read_path, object, range, settings};
 use crate::object::ObjectMeta;
-use crate::read::{PeerError, PeerId, Peers, ReadError, ReadPath};
+use crate::read::{ReadError, ReadPath};
+use crate::source::{PeerError, PeerId, Peers};
+use crate::source::{ResponseHead, UpstreamError};
 use crate::types::{BlockIndex, ObjectRef};
-use crate::upstream::{ResponseHead, UpstreamError};
 
 /// The other member, as one member sees it.
 struct Other {
@@ -87,8 +88,8 @@ impl Peers for Other {
         true
     }
 
-    fn lease(&self) -> Arc<crate::read::Lease> {
-        Arc::new(crate::read::Lease::alone())
+    fn lease(&self) -> Arc<crate::source::Lease> {
+        Arc::new(crate::source::Lease::alone())
     }
 }
 

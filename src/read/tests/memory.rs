@@ -10,9 +10,9 @@ use parking_lot::Mutex;
 
 use super::{LATENCY, STALL};
 use crate::object::{Checksums, Missing, ObjectMeta};
-use crate::read::BlockSource;
+use crate::source::BlockSource;
+use crate::source::{HeadOutcome, RangeRead, ResponseHead, StreamedRead, UpstreamError};
 use crate::types::{ByteRange, ObjectRef, RangeRequest};
-use crate::upstream::{HeadOutcome, RangeRead, ResponseHead, StreamedRead, UpstreamError};
 
 /// One request the source answered (or failed).
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,7 +1,12 @@
-//! Where the read path's bytes and metadata come from: a [`BlockSource`]. The upstream S3
-//! servers, by bucket and with their fallbacks (`crate::upstream::Origins`), are the one a
-//! node starts with; a peer that owns a block is another, and the read
-//! path's unit tests use one held in memory.
+//! Where the read path's bytes and metadata come from, and the words both sides use: a
+//! [`BlockSource`] and a cluster's [`Peers`], what they answer ([`HeadOutcome`],
+//! [`RangeRead`], [`StreamedRead`], [`ResponseHead`]), how they fail ([`UpstreamError`],
+//! [`PeerError`]), and the fleet [`Lease`]. The upstream S3 servers, by bucket and with
+//! their fallbacks (`crate::upstream::Origins`), are the source a node starts with; a peer
+//! that owns a block is another, and the read path's unit tests use one held in memory.
+//!
+//! This module sits below both `crate::read`, which asks, and `crate::upstream` and
+//! `crate::cluster`, which answer: it imports neither, so neither side imports the other.
 //!
 //! Invariant: a source answers for the version it is asked about. With `if_match`, a
 //! source that holds another version fails with [`UpstreamError::PreconditionFailed`]
@@ -14,7 +19,14 @@ use bytes::Bytes;
 
 use crate::object::ObjectMeta;
 use crate::types::{BlockIndex, ByteRange, ObjectRef, RangeRequest};
-use crate::upstream::{HeadOutcome, RangeRead, ResponseHead, StreamedRead, UpstreamError};
+
+mod answers;
+mod error;
+mod lease;
+
+pub use answers::{HeadOutcome, RangeRead, ResponseHead, StreamedRead};
+pub use error::{CredentialProblem, UpstreamError};
+pub use lease::Lease;
 
 /// A producer of object metadata and byte ranges for the read path.
 #[async_trait]
@@ -92,6 +104,6 @@ pub trait Peers: Send + Sync + 'static {
     fn keep_in_memory(&self) -> bool;
 
     /// The fleet lease, which says whether this node may serve its cached metadata as it
-    /// is (see [`super::Lease`]).
-    fn lease(&self) -> std::sync::Arc<super::Lease>;
+    /// is (see [`Lease`]).
+    fn lease(&self) -> std::sync::Arc<Lease>;
 }

@@ -11,7 +11,7 @@
 //! `crate::cluster`); and when it is renewed after it ran out, the epoch moves first, so
 //! no record stored before the renewal (while the node may have missed invalidations) is
 //! ever served as it is. Every record carries the epoch in its generation
-//! (`writes::Generations`).
+//! (`crate::read`'s write generations).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
