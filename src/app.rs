@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use tokio::net::TcpListener;
 
-use crate::admin::{self, AdminState};
+use crate::admin::{self, AdminParts, AdminState};
 use crate::api;
 use crate::budget::MemoryBudget;
 use crate::cache::{BlockCache, CacheError};
@@ -229,18 +229,16 @@ pub async fn run(
         stopping.clone(),
         grace,
     ));
-    let admin_state = Arc::new(
-        AdminState::new(
-            metrics,
-            cache.clone(),
-            origins,
-            &config.admin.token,
-            maintenance,
-            cluster,
-            stopping.clone(),
-        )
-        .with_events(invalidator, &config.events.token),
-    );
+    let admin_state = Arc::new(AdminState::new(AdminParts {
+        metrics,
+        cache: cache.clone(),
+        upstreams: origins,
+        token: config.admin.token.clone(),
+        maintenance,
+        cluster,
+        stopping: stopping.clone(),
+        events: (invalidator, config.events.token.clone()),
+    }));
     let (admin_serves, api_task) = match listeners.admin_api {
         Some(listener) => (
             admin::Serves::Health,
