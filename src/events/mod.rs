@@ -1,5 +1,5 @@
 //! Invalidation from S3 event notifications: messages pushed to `POST /events/s3` on the
-//! admin listener (`admin.rs`) or read from an SQS queue (`sqs.rs`) are parsed
+//! admin listener (`crate::admin`) or read from an SQS queue (`sqs.rs`) are parsed
 //! (`notice.rs`) and every object they say was created or removed is purged — metadata
 //! and blocks, on every member in cluster mode — so the next read fetches the new version
 //! whatever `metadata_ttl` says.
