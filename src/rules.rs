@@ -4,6 +4,7 @@
 //! Invariant: every object has exactly one policy, fixed for the process's life (rules
 //! are not reloaded), so a read, its prefetches and its write-through all agree on it.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::config::{BucketPattern, Config, MetadataTtl, RuleConfig};
@@ -33,13 +34,13 @@ impl Policy {
 struct Rule {
     bucket: BucketPattern,
     prefix: String,
-    policy: Policy,
+    policy: Arc<Policy>,
 }
 
 /// The rules in order, each with its whole policy resolved against the defaults.
 pub struct Rules {
     rules: Vec<Rule>,
-    defaults: Policy,
+    defaults: Arc<Policy>,
 }
 
 impl Rules {
@@ -50,7 +51,7 @@ impl Rules {
             .map(|config| Rule {
                 bucket: config.bucket.clone(),
                 prefix: config.prefix.clone(),
-                policy: Policy {
+                policy: Arc::new(Policy {
                     rule: Some(config.name.clone()),
                     metadata_ttl: config.metadata_ttl.unwrap_or(defaults.metadata_ttl),
                     negative_ttl: config
@@ -58,10 +59,13 @@ impl Rules {
                         .map_or(defaults.negative_ttl, |ttl| ttl.get()),
                     cache: config.cache.unwrap_or(defaults.cache),
                     prefetch: config.prefetch.unwrap_or(defaults.prefetch),
-                },
+                }),
             })
             .collect();
-        Self { rules, defaults }
+        Self {
+            rules,
+            defaults: Arc::new(defaults),
+        }
     }
 
     /// The rules of a configuration, over its `[cache]` and `[prefetch]` defaults.
@@ -83,8 +87,8 @@ impl Rules {
         Self::new(&[], defaults)
     }
 
-    /// The policy for `key` in `bucket`.
-    pub fn policy(&self, bucket: &str, key: &str) -> &Policy {
+    /// The policy for `key` in `bucket` (shared: a request carries it along).
+    pub fn policy(&self, bucket: &str, key: &str) -> &Arc<Policy> {
         self.rules
             .iter()
             .find(|rule| key.starts_with(&rule.prefix) && rule.bucket.matches(bucket))
@@ -148,7 +152,7 @@ mod tests {
         assert_eq!(logs.rule.as_deref(), Some("logs"));
         assert_eq!(logs.negative_ttl, Duration::ZERO);
         assert_eq!(logs.full_ttl(), Some(Duration::from_secs(60)));
-        assert_eq!(rules.policy("ml", "models/a.bin"), &defaults());
-        assert_eq!(rules.policy("ml", "datasets"), &defaults());
+        assert_eq!(**rules.policy("ml", "models/a.bin"), defaults());
+        assert_eq!(**rules.policy("ml", "datasets"), defaults());
     }
 }

@@ -71,14 +71,6 @@ impl Preconditions {
         }
     }
 
-    pub fn is_empty(&self) -> bool {
-        *self == Self::default()
-    }
-
-    pub fn has_if_range(&self) -> bool {
-        self.if_range.is_some()
-    }
-
     /// The verdict for a GET or HEAD of the object `meta` describes.
     pub fn evaluate(&self, meta: &ObjectMeta) -> Verdict {
         let modified = meta.last_modified_unix_secs;

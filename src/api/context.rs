@@ -12,9 +12,29 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 
+use super::conditions::Preconditions;
 use super::listener::OpenRequest;
 use crate::read::{CacheStatus, Tally};
+use crate::rules::Policy;
 use crate::telemetry::{ACCESS_TARGET, Metrics};
+use crate::types::{ObjectRef, RangeRequest};
+
+/// A GET or HEAD the cache answers, as the front decoded, authorized and routed it: the
+/// one value the S3 handlers read, inserted once by the front (its absence there is a
+/// bug, never a default).
+#[derive(Debug, Clone)]
+pub struct CachedRequest {
+    /// The request's context, where the handlers say what the cache did.
+    pub context: RequestContext,
+    /// The object, with the version the request names.
+    pub object: ObjectRef,
+    /// The conditional headers, taken off the request.
+    pub conditions: Preconditions,
+    /// The `Range` header as S3 acts on it (see `range.rs`).
+    pub range: Option<RangeRequest>,
+    /// The object's policy (its `[[rules]]` entry, or the defaults), looked up once.
+    pub policy: Arc<Policy>,
+}
 
 /// Per-request facts shared between the front and the S3 handlers.
 #[derive(Debug, Clone)]

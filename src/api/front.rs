@@ -12,13 +12,14 @@ use std::time::{Duration, Instant, SystemTime};
 use http::{HeaderName, HeaderValue, Request, Response};
 use hyper::body::Incoming;
 use s3s::S3Error;
+use s3s::dto::Range;
 use s3s::service::S3Service;
 use tracing::Instrument;
 use tracing::field::Empty;
 
 use super::conditions::Preconditions;
-use super::context::{MeteredBody, Record, RequestContext, RequestIds};
-use super::error::{RequestError, auth_error, error_response};
+use super::context::{CachedRequest, MeteredBody, Record, RequestContext, RequestIds};
+use super::error::{RequestError, auth_error, error_response, invalid_object};
 use super::host::VirtualHosts;
 use super::limits::{RequestLimits, RequestRate, check_key};
 use super::listener::Requests;
@@ -27,7 +28,9 @@ use super::route::{Address, Effect, Route, parse_query};
 use super::unsigned::strip_signature;
 use crate::auth::{AuthError, Authenticator, RequestHead, Verified, authorize};
 use crate::read::CacheStatus;
+use crate::rules::Policy;
 use crate::telemetry::{ACCESS_TARGET, LogLimit, Metrics, TRACE_TARGET};
+use crate::types::{ObjectRef, RangeRequest};
 
 #[derive(Clone)]
 pub struct Front {
@@ -190,8 +193,11 @@ impl Front {
             return refuse(error, context);
         }
         let mut route = Route::of(request.method(), &address, request.headers());
-        if let (Some(bucket), Some(key)) = (&address.bucket, &address.key) {
-            let policy = self.passthrough.rules().policy(bucket, key);
+        let policy = match (&address.bucket, &address.key) {
+            (Some(bucket), Some(key)) => Some(self.passthrough.rules().policy(bucket, key).clone()),
+            _ => None,
+        };
+        if let Some(policy) = &policy {
             context.set_rule(policy.rule.as_deref());
             if route == Route::Cached && !policy.cache {
                 // A rule turned caching off: the read goes to the upstream as it came.
@@ -226,10 +232,11 @@ impl Front {
             Route::Cached => {
                 let overrides = response_overrides(&address);
                 let mut request = request;
-                let conditions = Preconditions::take_from(request.headers_mut());
-                request.extensions_mut().insert(conditions);
-                super::range::normalize(request.headers_mut());
-                request.extensions_mut().insert(address);
+                let cached = match cached_request(&mut request, &address, policy, context) {
+                    Ok(cached) => cached,
+                    Err(error) => return refuse(error, context),
+                };
+                request.extensions_mut().insert(cached);
                 let call = hyper::service::Service::call(&self.s3, request);
                 Box::pin(async move {
                     let mut response = call.await?;
@@ -253,6 +260,42 @@ impl Front {
 }
 
 type Dispatched = Pin<Box<dyn Future<Output = Result<Response<s3s::Body>, s3s::HttpError>> + Send>>;
+
+/// The context of a cached read: its object (with the version it names), its conditions
+/// taken off `request`, its `Range` as S3 acts on it, and `policy`.
+fn cached_request(
+    request: &mut Request<Incoming>,
+    address: &Address,
+    policy: Option<Arc<Policy>>,
+    context: &RequestContext,
+) -> Result<CachedRequest, S3Error> {
+    let (Some(bucket), Some(key), Some(policy)) = (&address.bucket, &address.key, policy) else {
+        return Err(RequestError::NotAnObject.into());
+    };
+    let object = ObjectRef::new(bucket, key)
+        .and_then(|object| object.with_version(address.query_value("versionId")))
+        .map_err(|error| invalid_object(&error))?;
+    let conditions = Preconditions::take_from(request.headers_mut());
+    super::range::normalize(request.headers_mut());
+    let range = match request.headers().get(http::header::RANGE) {
+        None => None,
+        Some(value) => {
+            let parsed = value.to_str().ok().and_then(|text| Range::parse(text).ok());
+            Some(
+                parsed
+                    .map(RangeRequest::from)
+                    .ok_or(RequestError::InvalidRange)?,
+            )
+        }
+    };
+    Ok(CachedRequest {
+        context: context.clone(),
+        object,
+        conditions,
+        range,
+        policy,
+    })
+}
 
 /// Answers with `error` without looking further at the request.
 fn refuse(error: S3Error, context: &RequestContext) -> Dispatched {
@@ -310,7 +353,7 @@ impl hyper::service::Service<Request<Incoming>> for Front {
     type Error = s3s::HttpError;
     type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Self::Error>> + Send>>;
 
-    fn call(&self, mut request: Request<Incoming>) -> Self::Future {
+    fn call(&self, request: Request<Incoming>) -> Self::Future {
         let started = Instant::now();
         let started_at = SystemTime::now();
         let open = self.requests.as_ref().map(Requests::started);
@@ -339,7 +382,6 @@ impl hyper::service::Service<Request<Incoming>> for Front {
             .and_then(|value| value.to_str().ok());
         let context = RequestContext::new(self.ids.next(), reported, range);
         span.record("s3.request_id", context.id());
-        request.extensions_mut().insert(context.clone());
         let response = span.in_scope(|| self.admit_and_dispatch(request, &context));
         let metrics = self.metrics.clone();
         let traced = span.clone();

@@ -1,15 +1,17 @@
 //! The S3 operations Portico answers itself: GetObject and HeadObject from the read path.
 //!
-//! Only requests the cache can answer reach these handlers (see `route`): conditional
-//! headers are evaluated here against the cached metadata, `response-*` overrides are
-//! applied by the front. `versionId` reads are cached under that version.
+//! Only requests the cache can answer reach these handlers (see `route`), each with the
+//! [`CachedRequest`] the front built: the object (a `versionId` read is cached under that
+//! version), its conditions, range and policy. A GET calls the read path once, which
+//! judges the conditions against the version it finds before reading a byte of it;
+//! `response-*` overrides are applied by the front.
 //! `x-amz-checksum-mode: ENABLED`, which current SDKs send on every GET, returns the stored
 //! `x-amz-checksum-*` headers where S3 does: on whole-object GETs and HEADs (ranged reads
 //! carry none).
 
 use s3s::dto::{
     ChecksumMode, ChecksumType, ETag, GetObjectInput, GetObjectOutput, HeadObjectInput,
-    HeadObjectOutput, Metadata, Range, StreamingBlob, Timestamp, TimestampFormat,
+    HeadObjectOutput, Metadata, StreamingBlob, Timestamp, TimestampFormat,
 };
 use s3s::{S3, S3Error, S3Request, S3Response, S3Result};
 
@@ -17,13 +19,12 @@ use std::time::{Duration, UNIX_EPOCH};
 
 use http::{HeaderMap, HeaderName, HeaderValue};
 
-use super::conditions::{Preconditions, Verdict};
-use super::context::RequestContext;
-use super::error::{RequestError, invalid_object, s3_error};
-use super::route::Address;
+use super::conditions::Verdict;
+use super::context::CachedRequest;
+use super::error::{RequestError, s3_error};
 use crate::object::{Checksums, ObjectMeta};
-use crate::read::{ReadError, ReadPath};
-use crate::types::{ObjectRef, RangeRequest, Selection};
+use crate::read::{GetAnswer, GetRequest, Judgement, ReadError, ReadPath};
+use crate::types::Selection;
 
 pub struct PorticoS3 {
     read: ReadPath,
@@ -120,40 +121,22 @@ fn wants_checksums(mode: Option<&ChecksumMode>) -> bool {
     mode.is_some_and(|mode| mode.as_str().eq_ignore_ascii_case(ChecksumMode::ENABLED))
 }
 
-/// Names the request's operation and returns its request id.
-fn request_id_of<T>(request: &S3Request<T>, operation: &'static str) -> String {
-    match request.extensions.get::<RequestContext>() {
-        Some(context) => {
-            context.set_operation(operation);
-            context.id().to_owned()
-        }
-        None => String::new(),
-    }
-}
-
-/// The object a request reads: the bucket and key the front decoded and authorized (never
-/// s3s's own parse of the same request, which could differ).
-fn object_ref<T>(
-    request: &S3Request<T>,
-    version: Option<&str>,
-    request_id: &str,
-) -> S3Result<ObjectRef> {
-    let Some(Address {
-        bucket: Some(bucket),
-        key: Some(key),
-        ..
-    }) = request.extensions.get::<Address>()
-    else {
-        let mut error = S3Error::from(RequestError::NotAnObject);
-        error.set_request_id(request_id);
-        return Err(error);
+/// The cached read the front routed here, named as `operation`. The front inserts it
+/// for every request it routes to these handlers: its absence is a bug, answered with
+/// 500 rather than served from some default.
+fn cached_request<T>(request: &S3Request<T>, operation: &'static str) -> S3Result<CachedRequest> {
+    let Some(cached) = request.extensions.get::<CachedRequest>() else {
+        tracing::error!(
+            operation,
+            "a cached read reached its handler without the front's request context"
+        );
+        return Err(S3Error::with_message(
+            s3s::S3ErrorCode::InternalError,
+            "We encountered an internal error. Please try again.",
+        ));
     };
-    let object = ObjectRef::new(bucket, key).and_then(|object| object.with_version(version));
-    object.map_err(|error| {
-        let mut s3_error = invalid_object(&error);
-        s3_error.set_request_id(request_id);
-        s3_error
-    })
+    cached.context.set_operation(operation);
+    Ok(cached.clone())
 }
 
 /// The error that answers a failed precondition: 304 (with the validators) or 412.
@@ -202,14 +185,6 @@ fn precondition_error(verdict: Verdict, meta: &ObjectMeta, request_id: &str) -> 
     Some(error)
 }
 
-fn preconditions<T>(request: &S3Request<T>) -> Preconditions {
-    request
-        .extensions
-        .get::<Preconditions>()
-        .cloned()
-        .unwrap_or_default()
-}
-
 /// The Content-Length and Content-Range of a response that sends `selection`.
 fn content_extent(selection: Selection, size: u64) -> (u64, Option<String>) {
     match selection {
@@ -227,67 +202,48 @@ impl S3 for PorticoS3 {
         &self,
         request: S3Request<GetObjectInput>,
     ) -> S3Result<S3Response<GetObjectOutput>> {
-        let request_id = request_id_of(&request, "GetObject");
-        let input = &request.input;
-        let conditions = preconditions(&request);
-        let object = object_ref(&request, input.version_id.as_deref(), &request_id)?;
-        let failed = |error: ReadError| s3_error(&error, &request_id);
-        let mut range = input.range.map(RangeRequest::from);
-        let wanted = wants_checksums(input.checksum_mode.as_ref());
-        // S3 reports checksums of the whole object only, so only a whole GET needs them.
-        let mut result = self
-            .read
-            .get(&object, range, wanted && range.is_none())
-            .await;
-        // If-Range is judged against the version the response serves (the read may have
-        // revalidated or retried onto a newer one): when it names another version, the
-        // answer is the whole current object, never a range of a version it did not name.
-        if range.is_some() && conditions.has_if_range() {
-            let applies = match &result {
-                Ok(read) => conditions.range_applies(&read.meta),
-                Err(ReadError::InvalidRange(_)) => {
-                    let meta = self.read.head(&object, false).await.map_err(failed)?;
-                    conditions.range_applies(&meta)
-                }
-                Err(_) => true,
-            };
-            if !applies {
-                range = None;
-                result = self.read.get(&object, None, wanted).await;
-            }
-        }
-        let checksums = wanted && range.is_none();
-        let read = match result {
-            Ok(read) => read,
-            Err(error @ ReadError::InvalidRange(_)) if !conditions.is_empty() => {
-                // Preconditions come before the range: a failed one answers instead of 416.
-                let meta = self.read.head(&object, false).await.map_err(failed)?;
-                let verdict = conditions.evaluate(&meta);
-                return Err(precondition_error(verdict, &meta, &request_id)
-                    .unwrap_or_else(|| failed(error)));
-            }
-            Err(error) => return Err(failed(error)),
+        let cached = cached_request(&request, "GetObject")?;
+        let (context, conditions) = (&cached.context, &cached.conditions);
+        let request_id = context.id();
+        let wanted = wants_checksums(request.input.checksum_mode.as_ref());
+        let judge = |meta: &ObjectMeta| match conditions.evaluate(meta) {
+            Verdict::Proceed => Judgement::Serve {
+                range: conditions.range_applies(meta),
+            },
+            Verdict::NotModified | Verdict::PreconditionFailed => Judgement::Refuse,
         };
-        if let Some(context) = request.extensions.get::<RequestContext>() {
-            context.set_tally(read.tally.clone());
-            context.set_cache_status(&read.status);
-        }
-        if let Some(error) =
-            precondition_error(conditions.evaluate(&read.meta), &read.meta, &request_id)
-        {
-            return Err(error);
-        }
+        let answer = self
+            .read
+            .get(GetRequest {
+                object: &cached.object,
+                range: cached.range,
+                checksums: wanted,
+                policy: &cached.policy,
+                judge: &judge,
+            })
+            .await
+            .map_err(|error| s3_error(&error, request_id))?;
+        let read = match answer {
+            GetAnswer::Read(read) => read,
+            GetAnswer::Refused { meta, status } => {
+                context.set_cache_status(&status);
+                let verdict = conditions.evaluate(&meta);
+                return Err(precondition_error(verdict, &meta, request_id)
+                    .unwrap_or_else(|| RequestError::PreconditionFailed.into()));
+            }
+        };
+        context.set_tally(read.tally.clone());
+        context.set_cache_status(&read.status);
         let (content_length, content_range) = content_extent(read.selection, read.meta.size);
+        let whole = read.selection == Selection::Whole;
+        let checksums = read.meta.checksums.clone().filter(|_| wanted && whole);
         let body = StreamingBlob::wrap(read.body);
         let mut output = object_output!(GetObjectOutput, &read.meta, {
             body: Some(body),
             content_length: i64::try_from(content_length).ok(),
             content_range: content_range,
         });
-        if checksums
-            && read.selection == Selection::Whole
-            && let Some(stored) = &read.meta.checksums
-        {
+        if let Some(stored) = &checksums {
             set_checksums!(output, stored);
         }
         Ok(S3Response::new(output))
@@ -297,42 +253,25 @@ impl S3 for PorticoS3 {
         &self,
         request: S3Request<HeadObjectInput>,
     ) -> S3Result<S3Response<HeadObjectOutput>> {
-        let request_id = request_id_of(&request, "HeadObject");
-        let input = &request.input;
-        let object = object_ref(&request, input.version_id.as_deref(), &request_id)?;
-        let checksums = wants_checksums(input.checksum_mode.as_ref())
-            && !request.headers.contains_key(http::header::RANGE);
+        let cached = cached_request(&request, "HeadObject")?;
+        let (context, conditions) = (&cached.context, &cached.conditions);
+        let request_id = context.id();
+        let checksums =
+            wants_checksums(request.input.checksum_mode.as_ref()) && cached.range.is_none();
         let (meta, status) = self
             .read
-            .head_with_status(&object, checksums)
+            .head(&cached.object, checksums, &cached.policy)
             .await
-            .map_err(|error| s3_error(&error, &request_id))?;
-        if let Some(context) = request.extensions.get::<RequestContext>() {
-            context.set_cache_status(&status);
-        }
-        let conditions = preconditions(&request);
-        if let Some(error) = precondition_error(conditions.evaluate(&meta), &meta, &request_id) {
+            .map_err(|error| s3_error(&error, request_id))?;
+        context.set_cache_status(&status);
+        if let Some(error) = precondition_error(conditions.evaluate(&meta), &meta, request_id) {
             return Err(error);
         }
         // A Range on HEAD answers with the range's length and Content-Range (the front
         // turns the status into 206), as S3 does.
-        let range = match request.headers.get(http::header::RANGE) {
-            Some(value) => {
-                let parsed = value.to_str().ok().and_then(|text| Range::parse(text).ok());
-                match parsed {
-                    Some(range) => Some(RangeRequest::from(range)),
-                    None => {
-                        let mut error = S3Error::from(RequestError::InvalidRange);
-                        error.set_request_id(&request_id);
-                        return Err(error);
-                    }
-                }
-            }
-            None => None,
-        };
-        let range = range.filter(|_| conditions.range_applies(&meta));
+        let range = cached.range.filter(|_| conditions.range_applies(&meta));
         let selection = Selection::resolve(range, meta.size)
-            .map_err(|error| s3_error(&ReadError::InvalidRange(error), &request_id))?;
+            .map_err(|error| s3_error(&ReadError::InvalidRange(error), request_id))?;
         let (content_length, content_range) = content_extent(selection, meta.size);
         let mut output = object_output!(HeadObjectOutput, &meta, {
             content_length: i64::try_from(content_length).ok(),

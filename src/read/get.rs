@@ -21,7 +21,8 @@ use super::metadata::{Metadata, MetadataParts};
 use super::prefetch::Prefetcher;
 use super::writes::{self, AdmitError};
 use super::{
-    BodyStream, CacheStatus, ObjectRead, ReadError, ReadSettings, Tally, Target, abort, uncached,
+    BodyStream, CacheStatus, GetAnswer, GetRequest, Judgement, ObjectRead, ReadError, ReadSettings,
+    Tally, Target, abort, uncached,
 };
 use crate::budget::{Charge, MemoryBudget};
 use crate::cache::{BlockCache, Part, Tier};
@@ -112,7 +113,7 @@ impl ReadPath {
     }
 
     /// What the cache does for `object`: its `[[rules]]` entry's policy, or the defaults.
-    pub fn policy(&self, object: &ObjectRef) -> &Policy {
+    pub fn policy(&self, object: &ObjectRef) -> &Arc<Policy> {
         self.rules.policy(object.bucket(), object.key())
     }
 
@@ -226,26 +227,17 @@ impl ReadPath {
         self.blocks.serve_peer(&target, index, within, charge).await
     }
 
-    /// The object's metadata, for a HEAD; with `checksums`, including its stored checksums.
+    /// The object's metadata for a HEAD, with what the cache did for the `Cache-Status`
+    /// header; with `checksums`, including its stored checksums. `policy` is the object's.
     pub async fn head(
         &self,
         object: &ObjectRef,
         checksums: bool,
-    ) -> Result<Arc<ObjectMeta>, ReadError> {
-        self.metadata
-            .resolve_meta(object, FirstRead::Head, checksums)
-            .await
-    }
-
-    /// [`Self::head`], with what the cache did for the `Cache-Status` header.
-    pub async fn head_with_status(
-        &self,
-        object: &ObjectRef,
-        checksums: bool,
+        policy: &Arc<Policy>,
     ) -> Result<(Arc<ObjectMeta>, CacheStatus), ReadError> {
         let (meta, discovered) = self
             .metadata
-            .resolve(object, FirstRead::Head, checksums)
+            .resolve(object, FirstRead::Head, checksums, policy)
             .await?;
         let status = if meta.etag.is_empty() {
             CacheStatus::bypass(&discovered)
@@ -255,31 +247,55 @@ impl ReadPath {
         Ok((meta, status))
     }
 
-    /// Starts a GET of `range` of `object`; with `checksums`, the metadata includes the
-    /// object's stored checksums. The first block is read before this returns, so every
-    /// error that can still become a status code does.
-    pub async fn get(
-        &self,
-        object: &ObjectRef,
-        range: Option<RangeRequest>,
-        checksums: bool,
-    ) -> Result<ObjectRead, ReadError> {
+    /// Starts a GET (see [`GetRequest`]). The request's conditions are judged against the
+    /// version found before a byte of it is read; then the first block is read before
+    /// this returns, so every error that can still become a status code does.
+    pub async fn get(&self, request: GetRequest<'_>) -> Result<GetAnswer, ReadError> {
+        let GetRequest {
+            object,
+            range: asked,
+            checksums: wanted,
+            policy,
+            judge,
+        } = request;
         let block_size = self.block_size;
-        let first_read = FirstRead::for_range(range, block_size);
+        let first_read = FirstRead::for_range(asked, block_size);
         let mut retried = false;
         loop {
             // Taken before the metadata: an unknown object's first block arrives with it.
             let mut charge = self.budget.reserve_within(block_size).await?;
-            let (meta, discovered) = self.metadata.resolve(object, first_read, checksums).await?;
+            // S3 reports the checksums of a whole object only: they are looked up with the
+            // metadata when the GET sends the object whole, and again (once) when its
+            // conditions turn a range into the whole object.
+            let mut checksums = wanted && asked.is_none();
+            let (meta, discovered, range) = loop {
+                let (meta, discovered) = self
+                    .metadata
+                    .resolve(object, first_read, checksums, policy)
+                    .await?;
+                let range = match judge(&meta) {
+                    Judgement::Refuse => {
+                        let status = CacheStatus::new(&discovered, None);
+                        return Ok(GetAnswer::Refused { meta, status });
+                    }
+                    Judgement::Serve { range: true } => asked,
+                    Judgement::Serve { range: false } => None,
+                };
+                if wanted && range.is_none() && !checksums {
+                    checksums = true;
+                    continue;
+                }
+                break (meta, discovered, range);
+            };
             let selection = Selection::resolve(range, meta.size)?;
             let Some(bytes) = selection.bytes(meta.size) else {
-                return Ok(ObjectRead {
+                return Ok(GetAnswer::Read(ObjectRead {
                     meta,
                     selection,
                     body: empty_body(),
                     tally: Arc::default(),
                     status: CacheStatus::new(&discovered, None),
-                });
+                }));
             };
             charge.shrink_to(bytes.len_bytes().min(block_size));
             let started = if meta.etag.is_empty() {
@@ -289,18 +305,18 @@ impl ReadPath {
                     .await
                     .map(|(body, tally)| (body, tally, status))
             } else {
-                self.stream_cached(object, &meta, bytes, charge, discovered)
+                self.stream_cached(object, &meta, bytes, charge, discovered, policy)
                     .await
             };
             match started {
                 Ok((body, tally, status)) => {
-                    return Ok(ObjectRead {
+                    return Ok(GetAnswer::Read(ObjectRead {
                         meta,
                         selection,
                         body,
                         tally,
                         status,
-                    });
+                    }));
                 }
                 Err(ReadError::Changed) if !retried => {
                     tracing::info!(%object, "object changed upstream; re-reading its metadata");
@@ -321,6 +337,7 @@ impl ReadPath {
         bytes: ByteRange,
         charge: Charge,
         discovered: Discovered,
+        policy: &Policy,
     ) -> Result<(BodyStream, Arc<Tally>, CacheStatus), ReadError> {
         let target = Target::new(object, meta.clone(), self.block_size);
         let first_index = target.layout.block_of(bytes.first());
@@ -328,7 +345,7 @@ impl ReadPath {
         // prefetches waits here, and the fetch slots freed meanwhile refill at once
         // instead of idling until its block arrives.
         if let Some(prefetcher) = &self.prefetcher
-            && self.policy(object).prefetch
+            && policy.prefetch
         {
             prefetcher.after(&target, bytes);
         }

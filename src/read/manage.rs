@@ -70,7 +70,9 @@ pub(super) async fn warm_size(
     object: &ObjectRef,
     range: Option<RangeRequest>,
 ) -> Result<u64, ReadError> {
-    let meta = metadata.resolve_meta(object, FirstRead::Head, true).await?;
+    let meta = metadata
+        .resolve_meta(object, FirstRead::Head, true, metadata.policy(object))
+        .await?;
     Ok(Selection::resolve(range, meta.size)?.len_bytes(meta.size))
 }
 
@@ -88,7 +90,9 @@ pub(super) async fn warm(
 ) -> Result<(), ReadError> {
     // A HEAD with the stored checksums: every later GET or HEAD of the object, whole or
     // ranged, is then answered without asking the upstream.
-    let meta = metadata.resolve_meta(object, FirstRead::Head, true).await?;
+    let meta = metadata
+        .resolve_meta(object, FirstRead::Head, true, metadata.policy(object))
+        .await?;
     let selection = Selection::resolve(range, meta.size)?;
     let Some(bytes) = selection.bytes(meta.size) else {
         return Ok(());

@@ -79,7 +79,7 @@ impl Metadata {
     }
 
     /// What the cache does for `object`: its `[[rules]]` entry's policy, or the defaults.
-    pub(super) fn policy(&self, object: &ObjectRef) -> &Policy {
+    pub(super) fn policy(&self, object: &ObjectRef) -> &Arc<Policy> {
         self.inner.rules.policy(object.bucket(), object.key())
     }
 
@@ -143,19 +143,22 @@ impl Metadata {
         object: &ObjectRef,
         first_read: FirstRead,
         checksums: bool,
+        policy: &Arc<Policy>,
     ) -> Result<Arc<ObjectMeta>, ReadError> {
-        Ok(self.resolve(object, first_read, checksums).await?.0)
+        Ok(self.resolve(object, first_read, checksums, policy).await?.0)
     }
 
     /// [`Self::resolve_meta`], with the blocks its first upstream read brought.
+    /// `policy` is the object's, looked up once by the request.
     pub(super) async fn resolve(
         &self,
         object: &ObjectRef,
         first_read: FirstRead,
         checksums: bool,
+        policy: &Arc<Policy>,
     ) -> Discovery {
         let span = tracing::info_span!(target: TRACE_TARGET, "metadata.lookup", s3.bucket = object.bucket(), s3.key = object.key());
-        self.lookup_meta(object, first_read, checksums)
+        self.lookup_meta(object, first_read, checksums, policy)
             .instrument(span)
             .await
     }
@@ -165,6 +168,7 @@ impl Metadata {
         object: &ObjectRef,
         first_read: FirstRead,
         checksums: bool,
+        policy: &Arc<Policy>,
     ) -> Discovery {
         let inner = &self.inner;
         // Read before the cache: a write that lands after this makes the result unusable
@@ -177,7 +181,6 @@ impl Metadata {
                 None
             }
         };
-        let policy = self.policy(object);
         // A record stored before the object's last invalidation, or while the fleet lease
         // has run out, may be revalidated, never served as it is.
         let vouched = inner.generations.leased()
@@ -195,21 +198,21 @@ impl Metadata {
         let this = self.clone();
         let key = (object.clone(), generation, checksums);
         let object = object.clone();
+        let policy = policy.clone();
         let (result, led) = inner
             .discoveries
             .run(key, move || async move {
                 // A discovery that finished while this caller read the disk tier has left
                 // its answer in memory: use it instead of asking the upstream again.
                 let settled = this.inner.cache.meta_in_memory(&object);
-                let policy = this.policy(&object);
                 if let Some(record) = &settled
                     && this.inner.generations.leased()
                     && this.inner.clock.vouches(record, generation)
-                    && let Some(answer) = this.fresh(record, policy, checksums)
+                    && let Some(answer) = this.fresh(record, &policy, checksums)
                 {
-                    return answer.map(|meta| (meta, this.fresh_discovery(record, policy)));
+                    return answer.map(|meta| (meta, this.fresh_discovery(record, &policy)));
                 }
-                this.discover(&object, generation, known, first_read, checksums)
+                this.discover(&object, generation, known, first_read, checksums, &policy)
                     .await
             })
             .await;
@@ -265,6 +268,7 @@ impl Metadata {
         known: Option<Known>,
         first_read: FirstRead,
         checksums: bool,
+        policy: &Policy,
     ) -> Discovery {
         let without_blocks = |meta| (meta, Discovered::default());
         let outcome = match (known.as_ref().map(|known| &known.meta), first_read) {
@@ -330,7 +334,6 @@ impl Metadata {
             };
             return Ok((known.clone(), stale));
         }
-        let policy = self.policy(object);
         match outcome {
             Ok((meta, mut discovered)) => {
                 // The blocks before the metadata: a request that finds the metadata must

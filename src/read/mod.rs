@@ -62,10 +62,10 @@ use tokio_stream::wrappers::ReceiverStream;
 
 use crate::cache::{BlockKey, Tier};
 use crate::object::{Missing, ObjectMeta};
-use crate::rules::Rules;
+use crate::rules::{Policy, Rules};
 use crate::source::UpstreamError;
 use crate::telemetry::Metrics;
-use crate::types::{BlockIndex, BlockLayout, ObjectRef, Selection, Unsatisfiable};
+use crate::types::{BlockIndex, BlockLayout, ObjectRef, RangeRequest, Selection, Unsatisfiable};
 pub use get::{ReadParts, ReadPath};
 pub use manage::KnownVersion;
 pub use status::{CacheStatus, MetaSource};
@@ -181,6 +181,41 @@ impl ReadError {
             other => Self::Upstream(other),
         }
     }
+}
+
+/// One GET as the read path serves it: what the request context carries.
+pub struct GetRequest<'a> {
+    pub object: &'a ObjectRef,
+    pub range: Option<RangeRequest>,
+    /// The object's stored checksums are wanted: they come with a response that sends
+    /// the object whole (S3 reports the whole object's only).
+    pub checksums: bool,
+    /// The object's policy, looked up once for the request.
+    pub policy: &'a Arc<Policy>,
+    /// The request's conditions (preconditions and `If-Range`), judged against each
+    /// version found before a byte of it is read.
+    pub judge: &'a (dyn Fn(&ObjectMeta) -> Judgement + Send + Sync),
+}
+
+/// What a request's conditions say of a version of the object.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Judgement {
+    /// Serve it: the requested range (`range`), or the whole object (an `If-Range` that
+    /// names another version).
+    Serve { range: bool },
+    /// Answer from its metadata alone (304 or 412): no byte of it is read.
+    Refuse,
+}
+
+/// How a GET is answered.
+pub enum GetAnswer {
+    /// With the object's bytes (or an empty body).
+    Read(ObjectRead),
+    /// From the version's metadata alone: its conditions refused it.
+    Refused {
+        meta: Arc<ObjectMeta>,
+        status: CacheStatus,
+    },
 }
 
 /// A GET being answered: the object's metadata, what part of it is sent, the bytes, and

@@ -9,7 +9,9 @@ use async_trait::async_trait;
 use bytes::Bytes;
 
 use super::memory::{Call, MemorySource};
-use super::{BLOCK, block_range, body, collect, get, member_read_path, object, range, settings};
+use super::{
+    BLOCK, block_range, body, collect, get, get_plain, member_read_path, object, range, settings,
+};
 use crate::object::ObjectMeta;
 use crate::read::{ReadError, ReadPath};
 use crate::source::{PeerError, PeerId, Peers};
@@ -167,10 +169,7 @@ async fn an_owner_answers_for_the_version_asked_for_or_not_at_all() {
     // second asks the source for it pinned to the first version, which is gone.
     source.put("shard", new.clone(), 2);
     let block = 3 * BLOCK as usize..4 * BLOCK as usize;
-    match first
-        .get(&object("shard"), range(3 * BLOCK, 4 * BLOCK - 1), false)
-        .await
-    {
+    match get_plain(&first, &object("shard"), range(3 * BLOCK, 4 * BLOCK - 1)).await {
         // Retried with the new version before the response started.
         Ok(read) => {
             let (bytes, error) = collect(read).await;

@@ -43,7 +43,7 @@ async fn a_missing_object_is_remembered_for_the_negative_ttl() {
     let source = Arc::new(MemorySource::default());
     let read = read_path(&source, settings()).await;
     for _ in 0..2 {
-        let error = read.get(&object("nope"), None, false).await.err();
+        let error = get_plain(&read, &object("nope"), None).await.err();
         assert!(matches!(
             error,
             Some(ReadError::NotFound(Missing::NoSuchKey, _))
@@ -70,7 +70,7 @@ async fn a_failed_revalidation_serves_the_cached_version_only_when_allowed() {
         get(&read, "index", None).await;
         tokio::time::advance(TTL + Duration::from_secs(1)).await;
         source.set_down(true);
-        let answer = read.get(&object("index"), None, false).await;
+        let answer = get_plain(&read, &object("index"), None).await;
         if serve_stale {
             let answer = answer.unwrap();
             let status = answer.status.to_string();

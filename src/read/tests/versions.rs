@@ -17,8 +17,7 @@ async fn a_version_change_before_the_first_byte_is_read_again() {
     let second = body(2 * BLOCK as usize, 2);
     source.put("model", second.clone(), 2);
     // Block 1 is fetched pinned to version 1, refused, and the GET starts over.
-    let answer = read
-        .get(&object("model"), range(BLOCK, BLOCK + 9), false)
+    let answer = get_plain(&read, &object("model"), range(BLOCK, BLOCK + 9))
         .await
         .unwrap();
     assert_eq!(answer.meta.etag, "\"v2\"");
@@ -36,7 +35,7 @@ async fn the_blocks_after_the_first_are_asked_for_with_it_so_an_overwrite_after_
     let read = read_path(&source, settings()).await;
     // Headers are out once block 0 is read; blocks 1 and 2 (the readahead) were asked
     // for with it, so the overwrite that follows finds them answered already.
-    let answer = read.get(&object("model"), None, false).await.unwrap();
+    let answer = get_plain(&read, &object("model"), None).await.unwrap();
     source.put("model", body(3 * BLOCK as usize, 2), 2);
     let (bytes, error) = collect(answer).await;
     assert_eq!(error, None, "the read was cut off");
@@ -55,7 +54,7 @@ async fn an_overwrite_between_a_read_s_first_fetches_restarts_it_before_its_head
     let release = source.hold_next("model", &block_range(2));
     let reader = tokio::spawn({
         let read = read.clone();
-        async move { read.get(&object("model"), None, false).await }
+        async move { get_plain(&read, &object("model"), None).await }
     });
     tokio::time::sleep(LATENCY * 5).await;
     assert_eq!(
@@ -89,7 +88,7 @@ async fn a_cached_first_block_of_an_overwritten_version_is_not_sent_before_the_r
     let read = read_path(&source, settings()).await;
     get(&read, "model", range(0, 9)).await;
     source.put("model", second.clone(), 2);
-    let answer = read.get(&object("model"), None, false).await.unwrap();
+    let answer = get_plain(&read, &object("model"), None).await.unwrap();
     assert_eq!(answer.meta.etag, "\"v2\"");
     let (bytes, error) = collect(answer).await;
     assert_eq!(error, None);
@@ -108,7 +107,7 @@ async fn a_version_change_found_past_the_first_fetches_aborts_the_body() {
     get(&read, "model", range(0, 3 * BLOCK - 1)).await;
     source.put("model", body(4 * BLOCK as usize, 2), 2);
     // Blocks 0 to 2 come from the cache; block 3 of version 1 is gone upstream.
-    let answer = read.get(&object("model"), None, false).await.unwrap();
+    let answer = get_plain(&read, &object("model"), None).await.unwrap();
     assert_eq!(answer.meta.etag, "\"v1\"");
     let (bytes, error) = collect(answer).await;
     assert_eq!(error, Some(ReadError::Changed));
@@ -118,6 +117,53 @@ async fn a_version_change_found_past_the_first_fetches_aborts_the_body() {
     );
     assert_eq!(read.metrics().read_aborts("changed"), 1, "counted by cause");
     // The stale metadata was dropped: the next GET reads version 2.
-    let answer = read.get(&object("model"), None, false).await.unwrap();
+    let answer = get_plain(&read, &object("model"), None).await.unwrap();
     assert_eq!(answer.meta.etag, "\"v2\"");
+}
+
+/// A GET's conditions are judged against the version found before a byte of it is read:
+/// a refusal (a 304 or 412 to be) reads no block, and an `If-Range` that names another
+/// version turns the range into the whole object, in the one call.
+#[tokio::test(start_paused = true)]
+async fn conditions_are_judged_before_a_byte_is_read() {
+    let source = Arc::new(MemorySource::default());
+    let data = body(3 * BLOCK as usize, 1);
+    source.put("model", data.clone(), 1);
+    let read = read_path(&source, settings()).await;
+    let object = object("model");
+    head_plain(&read, &object).await.unwrap();
+    let asked_before = source.calls().len();
+    let refuse = |_: &ObjectMeta| Judgement::Refuse;
+    let request = GetRequest {
+        object: &object,
+        range: range(0, 9),
+        checksums: false,
+        policy: read.policy(&object),
+        judge: &refuse,
+    };
+    match read.get(request).await.unwrap() {
+        GetAnswer::Refused { meta, .. } => assert_eq!(meta.size, data.len() as u64),
+        GetAnswer::Read(_) => panic!("a refused GET was read"),
+    }
+    assert_eq!(
+        source.calls().len(),
+        asked_before,
+        "a refused GET read a block"
+    );
+
+    let whole = |_: &ObjectMeta| Judgement::Serve { range: false };
+    let request = GetRequest {
+        object: &object,
+        range: range(0, 9),
+        checksums: false,
+        policy: read.policy(&object),
+        judge: &whole,
+    };
+    let GetAnswer::Read(answer) = read.get(request).await.unwrap() else {
+        panic!("the GET was refused");
+    };
+    assert_eq!(answer.selection, crate::types::Selection::Whole);
+    let (bytes, error) = collect(answer).await;
+    assert_eq!(error, None);
+    assert!(bytes == data, "the whole object, not the range");
 }
