@@ -1,26 +1,34 @@
 //! The read path: object metadata → byte range → blocks → a stream of exactly the
-//! requested bytes.
+//! requested bytes. One type per step, each owning its state, and [`ReadPath`]
+//! (`get.rs`) orchestrating them; no step reaches into another's.
 //!
-//! A GET, in order (`api/s3.rs` calls [`ReadPath::get`]):
+//! A GET, in order (`api/s3.rs` calls [`ReadPath::get`] once, with a [`GetRequest`]):
 //!
-//! 1. `get.rs` reserves room in the memory budget for the first block and asks for the
-//!    object's metadata.
-//! 2. `metadata.rs` answers from the cache while it is fresh; otherwise one coalesced
-//!    request to the [`BlockSource`](crate::source::BlockSource) revalidates it (a conditional HEAD) or
-//!    discovers it — for an unknown object, a ranged GET of the first needed block, whose
-//!    whole blocks it caches before the metadata and returns beside it.
-//! 3. `get.rs` resolves the Range against the object's size and reads the first block
-//!    (from step 2's blocks when it has them) before it returns, so every error that can
-//!    still become a status code does. Objects without an ETag go to `uncached.rs`.
-//! 4. `block.rs` reads each block: the cache (memory, then disk), else one coalesced,
-//!    hedged (`hedge.rs`) fetch from the source pinned to the version with `If-Match`.
+//! 1. `get.rs` reserves room in the memory budget for the first block and asks the
+//!    metadata step for the object's metadata.
+//! 2. `metadata.rs` ([`metadata::Metadata`]: its cache view, source, discoveries, write
+//!    generations, clock and rules) answers from the cache while it is fresh; otherwise
+//!    one coalesced request to the [`BlockSource`](crate::source::BlockSource) revalidates
+//!    it (a conditional HEAD) or discovers it — for an unknown object, a ranged GET of the
+//!    first needed block, whose whole blocks it caches before the metadata and returns
+//!    beside it (`discovered.rs`).
+//! 3. `get.rs` judges the request's conditions against that version (a refusal reads no
+//!    byte), resolves the range against its size and reads the first block (from step
+//!    2's blocks when it has them) before it returns, so every error that can still
+//!    become a status code does. Objects without an ETag go to `uncached.rs`.
+//! 4. `block.rs` ([`block::Blocks`]: the block cache, source, hedger, peers and answer
+//!    latches) reads each block: the cache (memory, then disk), else one coalesced,
+//!    hedged (`hedge.rs`) fetch from the source or the block's owner, pinned to the
+//!    version with `If-Match`. `lookup.rs` runs the lookups started ahead of the first.
 //! 5. `get.rs` streams the blocks in order, `readahead_blocks` ahead within the budget;
-//!    `prefetch.rs` records the read and fetches the blocks a sequential reader needs next.
+//!    `prefetch.rs` ([`prefetch::Prefetcher`]: its detector and slots over the blocks)
+//!    records the read and fetches the blocks a sequential reader needs next.
 //! 6. `status.rs` says what happened in the `Cache-Status` header; [`Tally`] counts the
 //!    blocks by tier for the access log.
 //!
-//! Writes through Portico (`writes.rs`) and operator actions (`manage.rs`: purge, warm)
-//! change what steps 2 and 4 find.
+//! Writes through Portico (`writes.rs`: the write generations, and admitting written
+//! bytes) and operator actions (`manage.rs`: purge, warm) change what steps 2 and 4 find;
+//! [`ReadPath`] is their door too.
 //!
 //! Invariants:
 //! - Every block is fetched for the object version (ETag) the response headers announce,
