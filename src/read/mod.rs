@@ -6,7 +6,7 @@
 //!
 //! 1. `get.rs` reserves room in the memory budget for the first block and asks the
 //!    metadata step for the object's metadata.
-//! 2. `metadata.rs` ([`metadata::Metadata`]: its cache view, source, discoveries, write
+//! 2. `metadata.rs` (`Metadata`: its cache view, source, discoveries, write
 //!    generations, clock and rules) answers from the cache while it is fresh; otherwise
 //!    one coalesced request to the [`BlockSource`](crate::source::BlockSource) revalidates
 //!    it (a conditional HEAD) or discovers it — for an unknown object, a ranged GET of the
@@ -16,12 +16,12 @@
 //!    byte), resolves the range against its size and reads the first block (from step
 //!    2's blocks when it has them) before it returns, so every error that can still
 //!    become a status code does. Objects without an ETag go to `uncached.rs`.
-//! 4. `block.rs` ([`block::Blocks`]: the block cache, source, hedger, peers and answer
+//! 4. `block.rs` (`Blocks`: the block cache, source, hedger, peers and answer
 //!    latches) reads each block: the cache (memory, then disk), else one coalesced,
 //!    hedged (`hedge.rs`) fetch from the source or the block's owner, pinned to the
 //!    version with `If-Match`. `lookup.rs` runs the lookups started ahead of the first.
 //! 5. `get.rs` streams the blocks in order, `readahead_blocks` ahead within the budget;
-//!    `prefetch.rs` ([`prefetch::Prefetcher`]: its detector and slots over the blocks)
+//!    `prefetch.rs` (`Prefetcher`: its detector and slots over the blocks)
 //!    records the read and fetches the blocks a sequential reader needs next.
 //! 6. `status.rs` says what happened in the `Cache-Status` header; [`Tally`] counts the
 //!    blocks by tier for the access log.
