@@ -34,10 +34,8 @@ pub use ring::{Ring, peer_id};
 pub use server::{PeerState, serve};
 
 use crate::config::ClusterConfig;
-use crate::object::ObjectMeta;
 use crate::shutdown::Shutdown;
-use crate::source::ResponseHead;
-use crate::source::{Lease, PeerError, PeerId, Peers};
+use crate::source::{BlockAsk, Lease, PeerError, PeerId, Peers, ResponseHead};
 use crate::telemetry::{InvalidationResult, Metrics, PeerResult};
 use crate::types::{BlockIndex, ObjectRef};
 
@@ -338,13 +336,16 @@ impl Peers for Cluster {
     async fn fetch(
         &self,
         peer: &PeerId,
-        object: &ObjectRef,
-        meta: &ObjectMeta,
-        block_size: u64,
-        index: BlockIndex,
-        within: std::ops::Range<u64>,
+        ask: BlockAsk<'_>,
         head: &ResponseHead,
     ) -> Result<Bytes, PeerError> {
+        let BlockAsk {
+            object,
+            meta,
+            block_size,
+            index,
+            within,
+        } = ask;
         let request = BlockRequest {
             bucket: object.bucket().to_owned(),
             key: object.key().to_owned(),

@@ -18,7 +18,7 @@ use super::{Internal, ReadError, Target};
 use crate::budget::Charge;
 use crate::cache::{BlockCache, BlockKey, Keep, LookupError, Part, Tier};
 use crate::object::ObjectMeta;
-use crate::source::{BlockSource, PeerError, PeerId, Peers};
+use crate::source::{BlockAsk, BlockSource, PeerError, PeerId, Peers};
 use crate::source::{ResponseHead, UpstreamError};
 use crate::telemetry::{Metrics, PeerResult, TRACE_TARGET};
 use crate::types::{BlockIndex, ByteRange, ObjectRef};
@@ -262,11 +262,13 @@ impl Blocks {
             match peers
                 .fetch(
                     peer,
-                    object,
-                    &target.meta,
-                    target.layout.block_size(),
-                    index,
-                    asked,
+                    BlockAsk {
+                        object,
+                        meta: &target.meta,
+                        block_size: target.layout.block_size(),
+                        index,
+                        within: asked,
+                    },
                     answered,
                 )
                 .await
@@ -446,11 +448,13 @@ impl BlockFetch {
                 let failure = match peers
                     .fetch(
                         &peer,
-                        &object,
-                        &meta,
-                        block_size,
-                        index,
-                        0..range.len_bytes(),
+                        BlockAsk {
+                            object: &object,
+                            meta: &meta,
+                            block_size,
+                            index,
+                            within: 0..range.len_bytes(),
+                        },
                         &head,
                     )
                     .await

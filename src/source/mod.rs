@@ -62,6 +62,17 @@ pub trait BlockSource: Send + Sync + 'static {
     ) -> Result<StreamedRead, UpstreamError>;
 }
 
+/// What a member asks a block's owner for: the bytes `within` block `index` (of
+/// `block_size` bytes) of the version of `object` that `meta` names.
+#[derive(Debug, Clone)]
+pub struct BlockAsk<'a> {
+    pub object: &'a ObjectRef,
+    pub meta: &'a ObjectMeta,
+    pub block_size: u64,
+    pub index: BlockIndex,
+    pub within: Range<u64>,
+}
+
 /// A cluster member, as this node addresses it (`host:port` of its peer listener).
 pub type PeerId = std::sync::Arc<str>;
 
@@ -86,17 +97,12 @@ pub trait Peers: Send + Sync + 'static {
     /// when this node does (or no other member can be asked).
     fn owner(&self, object: &ObjectRef, block_size: u64, index: BlockIndex) -> Option<PeerId>;
 
-    /// The bytes `within` block `index` of the version `meta` names, from `peer`; `head`
-    /// learns when the answer started to arrive. A failure passes `peer` over for a while.
-    #[allow(clippy::too_many_arguments)]
+    /// The bytes `ask` names, from `peer`; `head` learns when the answer started to
+    /// arrive. A failure passes `peer` over for a while.
     async fn fetch(
         &self,
         peer: &PeerId,
-        object: &ObjectRef,
-        meta: &ObjectMeta,
-        block_size: u64,
-        index: BlockIndex,
-        within: Range<u64>,
+        ask: BlockAsk<'_>,
         head: &ResponseHead,
     ) -> Result<Bytes, PeerError>;
 

@@ -14,7 +14,7 @@ use super::{
 };
 use crate::object::ObjectMeta;
 use crate::read::{ReadError, ReadPath};
-use crate::source::{PeerError, PeerId, Peers};
+use crate::source::{BlockAsk, PeerError, PeerId, Peers};
 use crate::source::{ResponseHead, UpstreamError};
 use crate::types::{BlockIndex, ObjectRef};
 
@@ -49,13 +49,16 @@ impl Peers for Other {
     async fn fetch(
         &self,
         peer: &PeerId,
-        object: &ObjectRef,
-        meta: &ObjectMeta,
-        _: u64,
-        index: BlockIndex,
-        within: std::ops::Range<u64>,
+        ask: BlockAsk<'_>,
         head: &ResponseHead,
     ) -> Result<Bytes, PeerError> {
+        let BlockAsk {
+            object,
+            meta,
+            index,
+            within,
+            ..
+        } = ask;
         self.asked.fetch_add(1, Ordering::SeqCst);
         if self.down.load(Ordering::SeqCst) {
             return Err(PeerError::Failed {
