@@ -7,6 +7,7 @@ mod errors;
 mod memory;
 mod metadata;
 mod races;
+mod steps;
 mod versions;
 
 use std::sync::Arc;
