@@ -13,21 +13,18 @@ use tracing::Instrument;
 use tracing::field::Empty;
 
 use super::discovered::Discovered;
+use super::fetch::BlockFetch;
 use super::hedge::Hedger;
 use super::{Internal, ReadError, Target};
 use crate::budget::Charge;
 use crate::cache::{BlockCache, BlockKey, Keep, LookupError, Part, Tier};
-use crate::object::ObjectMeta;
+use crate::source::ResponseHead;
 use crate::source::{BlockAsk, BlockSource, PeerError, PeerId, Peers};
-use crate::source::{ResponseHead, UpstreamError};
-use crate::telemetry::{Metrics, PeerResult, TRACE_TARGET};
+use crate::telemetry::{Metrics, TRACE_TARGET};
 use crate::types::{BlockIndex, ByteRange, ObjectRef};
 
-/// Members asked for one block at most before it is fetched from the source.
-const MEMBERS_ASKED: usize = 3;
-
 /// The member a block is fetched from, when another one owns it.
-type Owner = Option<(Arc<dyn Peers>, PeerId)>;
+pub(super) type Owner = Option<(Arc<dyn Peers>, PeerId)>;
 
 /// The block step. Cheap to clone.
 #[derive(Clone)]
@@ -379,15 +376,6 @@ impl Drop for AnswerLatch {
     }
 }
 
-/// `object` as a block fetch asks for it: pinned to the version id `meta` names, when
-/// the read did not name one itself.
-pub(super) fn pinned(object: ObjectRef, meta: &ObjectMeta) -> ObjectRef {
-    match (object.version(), meta.pinned_version()) {
-        (None, Some(version)) => object.clone().with_version(Some(version)).unwrap_or(object),
-        _ => object,
-    }
-}
-
 /// Bytes `within` of `block`; `None` when the block is shorter.
 fn slice_of(block: &Bytes, within: std::ops::Range<usize>) -> Option<Bytes> {
     (within.start <= within.end && within.end <= block.len()).then(|| block.slice(within))
@@ -395,108 +383,4 @@ fn slice_of(block: &Bytes, within: std::ops::Range<usize>) -> Option<Bytes> {
 
 fn lookup_span(index: BlockIndex) -> tracing::Span {
     tracing::info_span!(target: TRACE_TARGET, "block.lookup", block.index = index, cache.tier = Empty, cache.hit = Empty)
-}
-
-/// One block of the version `meta` describes, to be fetched.
-#[derive(Clone)]
-struct BlockFetch {
-    source: Arc<dyn BlockSource>,
-    object: ObjectRef,
-    meta: Arc<ObjectMeta>,
-    range: ByteRange,
-    index: BlockIndex,
-    block_size: u64,
-    metrics: Arc<Metrics>,
-    /// Arrives with the first answer `head` learns of, of any run.
-    answered: ResponseHead,
-}
-
-impl BlockFetch {
-    /// [`Self::fetch`], telling `answered` when its head arrives.
-    async fn run(self, owner: Owner, head: ResponseHead) -> Result<Bytes, UpstreamError> {
-        let answered = self.answered.clone();
-        let fetch = self.fetch(owner, head.clone());
-        tokio::pin!(fetch);
-        tokio::select! {
-            biased;
-            result = &mut fetch => result,
-            () = head.wait() => {
-                answered.arrived();
-                fetch.await
-            }
-        }
-    }
-
-    /// The block from `owner` when one is given and answers, else from the source; a
-    /// different version is an error.
-    async fn fetch(self, owner: Owner, head: ResponseHead) -> Result<Bytes, UpstreamError> {
-        let Self {
-            source,
-            object,
-            meta,
-            range,
-            index,
-            block_size,
-            metrics,
-            answered: _,
-        } = self;
-        if let Some((peers, mut peer)) = owner {
-            // A member that fails is passed over from then on: the block goes to the next
-            // member in its order (where every node that found the owner down goes too),
-            // or, when that is this node, to the source.
-            for asked in 1.. {
-                let failure = match peers
-                    .fetch(
-                        &peer,
-                        BlockAsk {
-                            object: &object,
-                            meta: &meta,
-                            block_size,
-                            index,
-                            within: 0..range.len_bytes(),
-                        },
-                        &head,
-                    )
-                    .await
-                {
-                    Ok(body) if body.len() as u64 == range.len_bytes() => return Ok(body),
-                    Ok(body) => format!(
-                        "{} bytes for block {index} of {}",
-                        body.len(),
-                        range.len_bytes()
-                    ),
-                    Err(PeerError::Answer(error)) => return Err(error),
-                    Err(PeerError::Failed { reason, .. }) => reason,
-                };
-                match peers.owner(&object, block_size, index) {
-                    Some(next) if next != peer && asked < MEMBERS_ASKED => {
-                        tracing::warn!(%object, index, %peer, %next, reason = %failure, "block owner failed; asking the next member");
-                        peer = next;
-                    }
-                    _ => {
-                        tracing::warn!(%object, index, %peer, reason = %failure, "block owner failed; fetching the block from the upstream");
-                        metrics.count_peer_request(PeerResult::Fallback);
-                        break;
-                    }
-                }
-            }
-        }
-        let if_match = (!meta.etag.is_empty()).then_some(meta.etag.as_str());
-        let object = pinned(object, &meta);
-        let read = source
-            .get(&object, range.into(), if_match, range.len_bytes(), &head)
-            .await?;
-        if read.meta.etag != meta.etag || read.meta.size != meta.size {
-            return Err(UpstreamError::PreconditionFailed { request_id: None });
-        }
-        if read.first != range.first() || read.body.len() as u64 != range.len_bytes() {
-            return Err(UpstreamError::invalid_response(format!(
-                "asked for {}, got {} bytes from offset {}",
-                range.header_value(),
-                read.body.len(),
-                read.first
-            )));
-        }
-        Ok(read.body)
-    }
 }

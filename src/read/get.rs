@@ -210,10 +210,8 @@ impl ReadPath {
     }
 
     /// The bytes `within` block `index` of the version `meta` names, for a member that
-    /// asked this node (its owner) for them: from the cache, or from the whole block
-    /// fetched once from this node's own source. Never from another member: members
-    /// whose views of the membership differ for a moment cannot send a request round in
-    /// circles.
+    /// asked this node (its owner) for them, charged to the budget (see
+    /// `Blocks::serve_peer`: never from another member).
     pub async fn serve_peer(
         &self,
         object: &ObjectRef,

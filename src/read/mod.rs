@@ -48,6 +48,7 @@
 mod block;
 mod coalesce;
 mod discovered;
+mod fetch;
 mod get;
 mod hedge;
 mod lookup;

@@ -12,6 +12,8 @@
 
 mod generate;
 mod regressions;
+mod wire;
+use wire::*;
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -490,117 +492,4 @@ impl Target {
         }
         url
     }
-}
-
-/// S3's URI encoding: every byte but unreserved ones (and `/` in a path) as `%XX`.
-fn encode(text: &str, encode_slash: bool) -> String {
-    let mut encoded = String::with_capacity(text.len());
-    for byte in text.bytes() {
-        match byte {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
-                encoded.push(byte as char);
-            }
-            b'/' if !encode_slash => encoded.push('/'),
-            _ => encoded.push_str(&format!("%{byte:02X}")),
-        }
-    }
-    encoded
-}
-
-fn pairs(headers: &[(String, String)]) -> Vec<(&str, &str)> {
-    headers
-        .iter()
-        .map(|(name, value)| (name.as_str(), value.as_str()))
-        .collect()
-}
-
-fn body_bytes(body: &Body) -> Bytes {
-    Bytes::from(random_bytes(body.length, body.seed))
-}
-
-fn header(headers: &http::HeaderMap, name: &str) -> Option<String> {
-    headers
-        .get(name)
-        .map(|value| String::from_utf8_lossy(value.as_bytes()).into_owned())
-}
-
-/// The answer to a write: status, error code, and the new object's ETag.
-fn write_answer(
-    status: u16,
-    response: &http::HeaderMap,
-    body: &[u8],
-    etag: Option<String>,
-) -> Observed {
-    let mut headers = BTreeMap::new();
-    if let Some(etag) = etag.filter(|_| (200..300).contains(&status)) {
-        headers.insert("etag".to_owned(), etag.replace("&quot;", "\""));
-    }
-    if response.contains_key("x-amz-version-id") {
-        headers.insert("x-amz-version-id".to_owned(), "(present)".to_owned());
-    }
-    Observed {
-        status,
-        code: error_code(status, body),
-        headers,
-        body: None,
-    }
-}
-
-/// Records what a successful write created: its ETag and version id.
-fn remember(written: &mut Written, key: &str, observed: &Observed, response: &http::HeaderMap) {
-    if observed.status != 200 {
-        return;
-    }
-    if let Some(etag) = observed.headers.get("etag") {
-        written.etags.insert(key.to_owned(), etag.clone());
-    }
-    if let Some(version) = header(response, "x-amz-version-id") {
-        written.versions.insert(key.to_owned(), version);
-    }
-}
-
-/// The headers of an object answer that must match; values that differ by nature between
-/// the two buckets (modification time, version id) are compared on presence.
-fn object_headers(response: &http::HeaderMap) -> BTreeMap<String, String> {
-    const EXACT: &[&str] = &[
-        "etag",
-        "content-length",
-        "content-range",
-        "content-type",
-        "content-encoding",
-        "content-disposition",
-        "content-language",
-        "cache-control",
-        "expires",
-        "x-amz-delete-marker",
-        "x-amz-mp-parts-count",
-    ];
-    const PRESENT: &[&str] = &["last-modified", "x-amz-version-id"];
-    let mut headers = BTreeMap::new();
-    for (name, value) in response {
-        let name = name.as_str();
-        let value = String::from_utf8_lossy(value.as_bytes()).into_owned();
-        if EXACT.contains(&name)
-            || name.starts_with("x-amz-meta-")
-            || name.starts_with("x-amz-checksum-")
-        {
-            headers.insert(name.to_owned(), value);
-        } else if PRESENT.contains(&name) {
-            headers.insert(name.to_owned(), "(present)".to_owned());
-        }
-    }
-    headers
-}
-
-fn error_code(status: u16, body: &[u8]) -> Option<String> {
-    (status >= 300).then(|| xml_field(body, "Code")).flatten()
-}
-
-/// The text of the first `<field>` element of an XML body.
-fn xml_field(body: &[u8], field: &str) -> Option<String> {
-    let text = std::str::from_utf8(body).ok()?;
-    let open = format!("<{field}>");
-    let start = text.find(&open)? + open.len();
-    let end = text[start..].find(&format!("</{field}>"))? + start;
-    Some(text[start..end].to_owned())
 }

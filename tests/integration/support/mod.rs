@@ -18,6 +18,24 @@ pub use portico_testkit::{
     eventually, http_request, random_bytes, s3_client, s3_client_as, signed_request, signed_send,
 };
 
+/// The status of a PutObject of `data` as `key` through `client` (0 when no response
+/// came).
+pub async fn put_status(client: &Client, bucket: &str, key: &str, data: &[u8]) -> u16 {
+    let result = client
+        .put_object()
+        .bucket(bucket)
+        .key(key)
+        .body(aws_sdk_s3::primitives::ByteStream::from(data.to_vec()))
+        .send()
+        .await;
+    match result {
+        Ok(_) => 200,
+        Err(error) => error
+            .raw_response()
+            .map_or(0, |response| response.status().as_u16()),
+    }
+}
+
 /// The status and S3 error code of a GET that must fail.
 pub async fn failed_get(
     client: &Client,
