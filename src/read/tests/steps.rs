@@ -44,6 +44,18 @@ async fn metadata(source: &Arc<MemorySource>) -> Metadata {
     })
 }
 
+/// The current version of `key` in `source`, as the metadata step learns it.
+async fn target_of(source: &Arc<MemorySource>, key: &str) -> Target {
+    let metadata = metadata(source).await;
+    let object = object(key);
+    let policy = metadata.policy(&object).clone();
+    let meta = metadata
+        .resolve_meta(&object, FirstRead::Head, false, &policy)
+        .await
+        .unwrap();
+    Target::new(&object, meta, BLOCK)
+}
+
 fn blocks(source: &Arc<MemorySource>, cache: BlockCache, metrics: &Arc<Metrics>) -> Blocks {
     let hedger = Hedger::new(0.0, Duration::from_millis(50), metrics.clone());
     Blocks::new(cache, source.clone(), metrics.clone(), hedger, None)
@@ -88,16 +100,7 @@ async fn the_block_step_fetches_a_block_once_caches_it_and_shares_its_answer_lat
     let metrics = Arc::new(Metrics::new());
     let cache = cache(&metrics).await;
     let blocks = blocks(&source, cache, &metrics);
-    let meta = {
-        let metadata = metadata(&source).await;
-        let key = object("key");
-        let policy = metadata.policy(&key).clone();
-        metadata
-            .resolve_meta(&key, FirstRead::Head, false, &policy)
-            .await
-            .unwrap()
-    };
-    let target = Target::new(&object("key"), meta, BLOCK);
+    let target = target_of(&source, "key").await;
     let key = target.key(1);
     assert!(!blocks.holds(&key, BLOCK));
     // Two lookups of one block under way hold one latch; once both end it is forgotten.
@@ -155,16 +158,7 @@ async fn the_prefetcher_fetches_ahead_of_a_sequential_reader_and_is_off_without_
     assert!(off.is_none(), "a window of 0 blocks turns prefetch off");
     let prefetcher = Prefetcher::new(4, 4, blocks.clone(), budget, metrics, Shutdown::never())
         .expect("prefetch is on");
-    let meta = {
-        let metadata = metadata(&source).await;
-        let key = object("key");
-        let policy = metadata.policy(&key).clone();
-        metadata
-            .resolve_meta(&key, FirstRead::Head, false, &policy)
-            .await
-            .unwrap()
-    };
-    let target = Target::new(&object("key"), meta, BLOCK);
+    let target = target_of(&source, "key").await;
     // Three reads of one block each, one after the other: the stream's second
     // continuation opens a window after the read.
     for index in 0..3 {
