@@ -83,7 +83,18 @@ async fn concurrent_misses_run_one_fetch() {
                 .await
         }));
     }
-    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    // The fetch is under way (held at the gate): waiters that arrive now join it, later
+    // ones find the block in memory; either way one fetch runs.
+    for _ in 0..10_000 {
+        if fetches.load(Ordering::SeqCst) > 0 {
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(fetches.load(Ordering::SeqCst), 1, "the fetch started");
+    for _ in 0..16 {
+        tokio::task::yield_now().await;
+    }
     gate.notify_one();
     let mut tiers = Vec::new();
     for waiter in waiters {
