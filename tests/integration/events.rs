@@ -13,7 +13,7 @@ use portico_testkit::portico::{Portico, Settings};
 use portico_testkit::sqs::SqsServer;
 use portico_testkit::{create_bucket, http_send, random_bytes, s3_client, sdk_http_client};
 
-use crate::support::{Rig, binary, put_object, try_get};
+use crate::support::{Rig, binary, eventually, put_object, try_get};
 
 const TOKEN: &str = "events-token-for-tests";
 /// How soon a change must show through Portico once the store has it.
@@ -82,17 +82,23 @@ async fn objects_changed_directly_on_minio_are_served_new_within_a_second_throug
         .events(Event::from("s3:ObjectRemoved:*"))
         .build()
         .expect("queue configuration");
-    direct
-        .put_bucket_notification_configuration()
-        .bucket(&bucket)
-        .notification_configuration(
-            NotificationConfiguration::builder()
-                .queue_configurations(queue)
-                .build(),
-        )
-        .send()
-        .await
-        .expect("put-bucket-notification-configuration");
+    // MinIO registers the webhook target once it has reached it; until then it refuses
+    // the target's ARN (InvalidArgument), which a loaded machine shows after MinIO starts.
+    let configuration = NotificationConfiguration::builder()
+        .queue_configurations(queue)
+        .build();
+    eventually(
+        "MinIO accepts the webhook target in a bucket notification",
+        Duration::from_secs(30),
+        || {
+            let request = direct
+                .put_bucket_notification_configuration()
+                .bucket(&bucket)
+                .notification_configuration(configuration.clone());
+            async move { request.send().await.ok() }
+        },
+    )
+    .await;
 
     let client = s3_client(&portico.s3, true);
     let key = "models/run 7/weights+final.bin";
