@@ -124,7 +124,10 @@ fn wants_checksums(mode: Option<&ChecksumMode>) -> bool {
 /// The cached read the front routed here, named as `operation`. The front inserts it
 /// for every request it routes to these handlers: its absence is a bug, answered with
 /// 500 rather than served from some default.
-fn cached_request<T>(request: &S3Request<T>, operation: &'static str) -> S3Result<CachedRequest> {
+fn cached_request<'a, T>(
+    request: &'a S3Request<T>,
+    operation: &'static str,
+) -> S3Result<&'a CachedRequest> {
     let Some(cached) = request.extensions.get::<CachedRequest>() else {
         tracing::error!(
             operation,
@@ -136,7 +139,7 @@ fn cached_request<T>(request: &S3Request<T>, operation: &'static str) -> S3Resul
         ));
     };
     cached.context.set_operation(operation);
-    Ok(cached.clone())
+    Ok(cached)
 }
 
 /// The error that answers a failed precondition: 304 (with the validators) or 412.

@@ -363,7 +363,7 @@ class ChartTest(unittest.TestCase):
         dashboard = json.loads((CHART / "dashboards" / "portico.json").read_text())
         self.assertEqual(dashboard["title"], "Portico")
         exported = set(
-            re.findall(r'"(portico_[a-z_]+)"', (ROOT / "src" / "telemetry" / "metrics.rs").read_text())
+            re.findall(r'"(portico_[a-z_]+)"', (ROOT / "src" / "telemetry" / "metrics" / "register.rs").read_text())
         )
         self.assertTrue(exported)
         charted = set()
