@@ -8,6 +8,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
 
 use crate::admin::{self, AdminParts, AdminState};
 use crate::api;
@@ -138,16 +139,54 @@ pub async fn run_until_signal(
 /// `on_ready` receives the bound addresses once every listener accepts connections.
 pub async fn run(
     config: Config,
-    mut listeners: Listeners,
+    listeners: Listeners,
     shutdown: impl Future<Output = ()>,
     on_ready: impl FnOnce(Bound),
 ) -> Result<(), AppError> {
-    let metrics = Arc::new(Metrics::new());
     let open_files = crate::cache::raise_open_file_limit();
     tracing::debug!(?open_files, "open-file limit (ulimit -n)");
     let (trigger, stopping) = shutdown::channel();
+    let parts = assemble(&config, &stopping).await?;
+    let cache = parts.cache.clone();
+    let server_tls = server_tls(&config, &stopping)?;
+    let bound = listeners.bound(&config, server_tls.is_some());
+    let serving = Serving::start(&config, listeners, parts, server_tls, stopping)?;
+    tracing::info!(s3 = %bound.s3, admin = %bound.admin, peers = ?bound.cluster, "portico is serving");
+    on_ready(bound);
+
+    shutdown.await;
+    tracing::info!(
+        grace = ?config.server.shutdown_grace.get(),
+        "shutting down: no new connections, finishing open requests"
+    );
+    trigger.fire();
+    serving.finish().await;
+    cache.close().await?;
+    tracing::info!("cache closed; goodbye");
+    Ok(())
+}
+
+/// What Portico is made of before it serves: the cache, the upstreams, the cluster, the
+/// read path and what stands on it.
+struct Parts {
+    metrics: Arc<Metrics>,
+    cache: BlockCache,
+    origins: Arc<Origins>,
+    /// The AWS SDK configuration of the default upstream (the SQS consumer's too).
+    shared: aws_config::SdkConfig,
+    cluster: Option<Arc<Cluster>>,
+    read: ReadPath,
+    listings: Option<Arc<ListingCache>>,
+    maintenance: Maintenance,
+    invalidator: Invalidator,
+}
+
+/// Opens the cache, connects the upstreams, joins the cluster and builds the read path
+/// and what stands on it; `stopping` ends their background work.
+async fn assemble(config: &Config, stopping: &Shutdown) -> Result<Parts, AppError> {
+    let metrics = Arc::new(Metrics::new());
     let cache = BlockCache::open(&config.cache, metrics.clone()).await?;
-    let (origins, shared) = connect_origins(&config, &metrics).await?;
+    let (origins, shared) = connect_origins(config, &metrics).await?;
     let origins = Arc::new(origins);
     let budget = MemoryBudget::new(
         config.server.max_inflight_bytes.bytes(),
@@ -159,7 +198,7 @@ pub async fn run(
         false => None,
     };
     let read = ReadPath::new(
-        read_settings(&config),
+        read_settings(config),
         ReadParts {
             cache: cache.clone(),
             source: origins.clone(),
@@ -178,118 +217,150 @@ pub async fn run(
         config.admin.warm_concurrency as usize,
         stopping.clone(),
     );
-
-    let server_tls = server_tls(&config, &stopping)?;
-    let bound = listeners.bound(&config, server_tls.is_some());
-    let peer_task = listeners
-        .cluster
-        .take()
-        .zip(cluster.clone())
-        .map(|(listener, cluster)| {
-            let state = Arc::new(PeerState {
-                read: read.clone(),
-                cluster,
-                maintenance: maintenance.clone(),
-                metrics: metrics.clone(),
-                secret: config.cluster.secret.clone(),
-                block_size: config.cache.block_size.bytes(),
-            });
-            tokio::spawn(cluster::serve(listener, state, stopping.clone()))
-        });
     let invalidator = Invalidator::new(
         read.clone(),
         maintenance.clone(),
         cluster.clone(),
         metrics.clone(),
     );
-    let sqs_task = (!config.events.sqs_queue_url.is_empty()).then(|| {
-        let consumer = SqsConsumer::new(
-            &config.events,
-            &shared,
-            &config.upstream.region,
-            invalidator.clone(),
-        );
-        tokio::spawn(consumer.run(stopping.clone()))
-    });
-    let front = api::service(
-        &config,
-        read,
-        origins.clone(),
-        listings,
-        cluster.clone(),
-        metrics.clone(),
-        stopping.clone(),
-    )?;
-    let grace = config.server.shutdown_grace.get();
-    let s3_task = tokio::spawn(api::serve(
-        listeners.s3,
-        front,
-        server_tls,
-        api::ConnectionLimits::of(&config.server),
-        stopping.clone(),
-        grace,
-    ));
-    let admin_state = Arc::new(AdminState::new(AdminParts {
+    Ok(Parts {
         metrics,
-        cache: cache.clone(),
-        upstreams: origins,
-        token: config.admin.token.clone(),
-        maintenance,
+        cache,
+        origins,
+        shared,
         cluster,
-        stopping: stopping.clone(),
-        events: (invalidator, config.events.token.clone()),
-    }));
-    let (admin_serves, api_task) = match listeners.admin_api {
-        Some(listener) => (
-            admin::Serves::Health,
-            Some(tokio::spawn(admin::serve(
-                listener,
-                admin_state.clone(),
-                admin::Serves::Api,
-                stopping.clone(),
-            ))),
-        ),
-        None => (admin::Serves::Everything, None),
-    };
-    let admin_task = tokio::spawn(admin::serve(
-        listeners.admin,
-        admin_state,
-        admin_serves,
-        stopping,
-    ));
-    tracing::info!(s3 = %bound.s3, admin = %bound.admin, peers = ?bound.cluster, "portico is serving");
-    on_ready(bound);
+        read,
+        listings,
+        maintenance,
+        invalidator,
+    })
+}
 
-    shutdown.await;
-    tracing::info!(
-        ?grace,
-        "shutting down: no new connections, finishing open requests"
-    );
-    trigger.fire();
-    if let Err(error) = s3_task.await {
-        tracing::error!(%error, "S3 listener task failed");
+/// The tasks that serve: the S3 listener, the admin listeners, the peer listener and the
+/// SQS consumer. Each ends once shutdown fires.
+struct Serving {
+    s3: JoinHandle<()>,
+    admin: JoinHandle<()>,
+    api: Option<JoinHandle<()>>,
+    sqs: Option<JoinHandle<()>>,
+    peers: Option<JoinHandle<()>>,
+}
+
+impl Serving {
+    /// Starts serving `parts` on `listeners` until `stopping` fires.
+    fn start(
+        config: &Config,
+        mut listeners: Listeners,
+        parts: Parts,
+        server_tls: Option<api::ServerTls>,
+        stopping: Shutdown,
+    ) -> Result<Self, AppError> {
+        let Parts {
+            metrics,
+            cache,
+            origins,
+            shared,
+            cluster,
+            read,
+            listings,
+            maintenance,
+            invalidator,
+        } = parts;
+        let peers = listeners
+            .cluster
+            .take()
+            .zip(cluster.clone())
+            .map(|(listener, cluster)| {
+                let state = Arc::new(PeerState {
+                    read: read.clone(),
+                    cluster,
+                    maintenance: maintenance.clone(),
+                    metrics: metrics.clone(),
+                    secret: config.cluster.secret.clone(),
+                    block_size: config.cache.block_size.bytes(),
+                });
+                tokio::spawn(cluster::serve(listener, state, stopping.clone()))
+            });
+        let sqs = (!config.events.sqs_queue_url.is_empty()).then(|| {
+            let consumer = SqsConsumer::new(
+                &config.events,
+                &shared,
+                &config.upstream.region,
+                invalidator.clone(),
+            );
+            tokio::spawn(consumer.run(stopping.clone()))
+        });
+        let front = api::service(
+            config,
+            read,
+            origins.clone(),
+            listings,
+            cluster.clone(),
+            metrics.clone(),
+            stopping.clone(),
+        )?;
+        let s3 = tokio::spawn(api::serve(
+            listeners.s3,
+            front,
+            server_tls,
+            api::ConnectionLimits::of(&config.server),
+            stopping.clone(),
+            config.server.shutdown_grace.get(),
+        ));
+        let admin_state = Arc::new(AdminState::new(AdminParts {
+            metrics,
+            cache,
+            upstreams: origins,
+            token: config.admin.token.clone(),
+            maintenance,
+            cluster,
+            stopping: stopping.clone(),
+            events: (invalidator, config.events.token.clone()),
+        }));
+        let (admin_serves, api) = match listeners.admin_api {
+            Some(listener) => (
+                admin::Serves::Health,
+                Some(tokio::spawn(admin::serve(
+                    listener,
+                    admin_state.clone(),
+                    admin::Serves::Api,
+                    stopping.clone(),
+                ))),
+            ),
+            None => (admin::Serves::Everything, None),
+        };
+        let admin = tokio::spawn(admin::serve(
+            listeners.admin,
+            admin_state,
+            admin_serves,
+            stopping,
+        ));
+        Ok(Self {
+            s3,
+            admin,
+            api,
+            sqs,
+            peers,
+        })
     }
-    if let Some(api_task) = api_task
-        && let Err(error) = api_task.await
-    {
-        tracing::error!(%error, "admin API listener task failed");
+
+    /// Waits for every task to end (shutdown has fired), logging any that failed.
+    async fn finish(self) {
+        let tasks = [
+            ("S3 listener", Some(self.s3)),
+            ("admin API listener", self.api),
+            ("admin listener", Some(self.admin)),
+            ("SQS event consumer", self.sqs),
+            ("peer listener", self.peers),
+        ];
+        for (task, handle) in tasks {
+            if let Some(handle) = handle
+                && let Err(error) = handle.await
+            {
+                tracing::error!(%error, task, "task failed");
+            }
+        }
     }
-    if let Err(error) = admin_task.await {
-        tracing::error!(%error, "admin listener task failed");
-    }
-    if let Some(sqs_task) = sqs_task
-        && let Err(error) = sqs_task.await
-    {
-        tracing::error!(%error, "SQS event consumer task failed");
-    }
-    if let Some(peer_task) = peer_task
-        && let Err(error) = peer_task.await
-    {
-        tracing::error!(%error, "peer listener task failed");
-    }
-    cache.close().await?;
-    tracing::info!("cache closed; goodbye");
-    Ok(())
 }
 
 /// The upstreams by bucket (`[upstream]` as `default`, then `[[upstreams]]`) with their
