@@ -81,11 +81,11 @@ pub fn s3_error(error: &ReadError, request_id: &str) -> S3Error {
     }
     s3_error.set_headers(headers);
     let level_is_error = error.source_kind() != ErrorSource::Client;
-    let error_text = crate::telemetry::error_chain(error);
+    let chain = crate::telemetry::ErrorChain(error);
     if level_is_error {
-        tracing::warn!(request_id, upstream_request_id = upstream_request_id(error), error = %error_text, "request failed");
+        tracing::warn!(request_id, upstream_request_id = upstream_request_id(error), error = %chain, "request failed");
     } else {
-        tracing::debug!(request_id, upstream_request_id = upstream_request_id(error), error = %error_text, "request failed");
+        tracing::debug!(request_id, upstream_request_id = upstream_request_id(error), error = %chain, "request failed");
     }
     s3_error
 }

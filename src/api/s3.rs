@@ -238,15 +238,16 @@ impl S3 for PorticoS3 {
         context.set_tally(read.tally.clone());
         context.set_cache_status(&read.status);
         let (content_length, content_range) = content_extent(read.selection, read.meta.size);
-        let whole = read.selection == Selection::Whole;
-        let checksums = read.meta.checksums.clone().filter(|_| wanted && whole);
         let body = StreamingBlob::wrap(read.body);
         let mut output = object_output!(GetObjectOutput, &read.meta, {
             body: Some(body),
             content_length: i64::try_from(content_length).ok(),
             content_range: content_range,
         });
-        if let Some(stored) = &checksums {
+        if wanted
+            && read.selection == Selection::Whole
+            && let Some(stored) = &read.meta.checksums
+        {
             set_checksums!(output, stored);
         }
         Ok(S3Response::new(output))

@@ -193,25 +193,36 @@ impl BlockCache {
     /// Of the `pieces` kept for `block`, those the disk tier lacks, unless the block is
     /// queued for it again.
     fn missing_kept(&self, block: &BlockKey, pieces: Pieces) -> Option<Pieces> {
-        if !self.disk_in_use() || self.writes.holds(block) {
-            return None;
-        }
-        let pieces: Pieces = pieces
-            .into_iter()
-            .filter(|(key, _)| !self.hybrid.storage().may_contains(key))
-            .collect();
-        (!pieces.is_empty()).then_some(pieces)
+        self.takes_pieces_of(block)
+            .then(|| self.lacking(pieces))
+            .flatten()
     }
 
     /// The pieces of `block` the disk tier lacks and that are not queued for it yet.
     pub(super) fn missing_pieces(&self, block: &BlockKey, bytes: &Bytes) -> Option<Pieces> {
-        if !self.disk_in_use() || self.writes.holds(block) {
+        if !self.takes_pieces_of(block) {
             return None;
         }
-        let pieces: Vec<(CacheKey, Bytes)> = (0..bytes.len().div_ceil(self.piece_bytes))
-            .map(|index| (index, self.piece_key(block, index)))
-            .filter(|(_, key)| !self.hybrid.storage().may_contains(key))
-            .map(|(index, key)| (key, bytes.slice(self.piece_span(index, bytes.len()))))
+        let pieces = (0..bytes.len().div_ceil(self.piece_bytes))
+            .map(|index| {
+                let span = self.piece_span(index, bytes.len());
+                (self.piece_key(block, index), bytes.slice(span))
+            })
+            .collect();
+        self.lacking(pieces)
+    }
+
+    /// Whether the disk tier takes pieces of `block` now: it is in use, and the block is
+    /// not queued for it already.
+    fn takes_pieces_of(&self, block: &BlockKey) -> bool {
+        self.disk_in_use() && !self.writes.holds(block)
+    }
+
+    /// Those of `pieces` the disk tier does not hold; `None` when it holds them all.
+    fn lacking(&self, pieces: Pieces) -> Option<Pieces> {
+        let pieces: Pieces = pieces
+            .into_iter()
+            .filter(|(key, _)| !self.hybrid.storage().may_contains(key))
             .collect();
         (!pieces.is_empty()).then_some(pieces)
     }

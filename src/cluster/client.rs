@@ -244,18 +244,6 @@ impl PeerClient {
         self.client
             .request(request)
             .await
-            .map_err(|error| failed(connection_error(&error)))
+            .map_err(|error| failed(crate::telemetry::error_chain(&error)))
     }
-}
-
-/// A client error with its causes, which say what actually failed (refused, timed out).
-fn connection_error(error: &hyper_util::client::legacy::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = std::error::Error::source(error);
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }

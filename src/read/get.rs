@@ -55,7 +55,6 @@ pub struct ReadPath {
     /// `None` when prefetch is off.
     prefetcher: Option<Prefetcher>,
     source: Arc<dyn BlockSource>,
-    rules: Arc<Rules>,
     budget: MemoryBudget,
     metrics: Arc<Metrics>,
     block_size: u64,
@@ -79,7 +78,7 @@ impl ReadPath {
             cache: cache.clone(),
             source: source.clone(),
             metrics: metrics.clone(),
-            rules: settings.rules.clone(),
+            rules: settings.rules,
             block_size: settings.block_size,
             serve_stale_on_error: settings.serve_stale_on_error,
             clustered: peers.is_some(),
@@ -104,7 +103,6 @@ impl ReadPath {
             blocks,
             prefetcher,
             source,
-            rules: settings.rules,
             budget,
             metrics,
             block_size: settings.block_size,
@@ -114,12 +112,12 @@ impl ReadPath {
 
     /// What the cache does for `object`: its `[[rules]]` entry's policy, or the defaults.
     pub fn policy(&self, object: &ObjectRef) -> &Arc<Policy> {
-        self.rules.policy(object.bucket(), object.key())
+        self.metadata.policy(object)
     }
 
     /// The rules every object's policy comes from.
     pub fn rules(&self) -> &Arc<Rules> {
-        &self.rules
+        self.metadata.rules()
     }
 
     /// The memory budget this read path charges its blocks to.

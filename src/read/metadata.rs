@@ -74,6 +74,11 @@ impl Metadata {
         }
     }
 
+    /// The rules every object's policy comes from.
+    pub(super) fn rules(&self) -> &Arc<Rules> {
+        &self.inner.rules
+    }
+
     pub(super) fn block_size(&self) -> u64 {
         self.inner.block_size
     }

@@ -154,17 +154,26 @@ pub fn init(log: &LogConfig) -> Telemetry {
     Telemetry { traces: provider }
 }
 
-/// `error` and each of its causes, outermost first, joined by ": ", for a log line that
-/// keeps the whole chain.
-pub fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
+/// An error and each of its causes, outermost first, joined by ": " (what actually failed
+/// often hides levels down: "connection refused"). It formats only when displayed, so a
+/// log line that is filtered out costs nothing.
+pub struct ErrorChain<'a>(pub &'a dyn std::error::Error);
+
+impl std::fmt::Display for ErrorChain<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0)?;
+        let mut source = self.0.source();
+        while let Some(cause) = source {
+            write!(f, ": {cause}")?;
+            source = cause.source();
+        }
+        Ok(())
     }
-    text
+}
+
+/// [`ErrorChain`] as text, for a message.
+pub fn error_chain(error: &dyn std::error::Error) -> String {
+    ErrorChain(error).to_string()
 }
 
 #[cfg(test)]

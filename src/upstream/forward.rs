@@ -25,7 +25,7 @@ use super::UpstreamError;
 use super::signer::{BodySignature, Signer};
 use crate::BoxError;
 use crate::config::UpstreamConfig;
-use crate::telemetry::Metrics;
+use crate::telemetry::{Metrics, error_chain};
 
 pub type UpstreamBody = BoxBody<Bytes, BoxError>;
 
@@ -227,18 +227,6 @@ fn empty_body() -> UpstreamBody {
     http_body_util::Empty::new()
         .map_err(|never| match never {})
         .boxed()
-}
-
-/// An error with its sources, for messages ("connection refused" hides two levels down).
-fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut message = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        message.push_str(": ");
-        message.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    message
 }
 
 #[cfg(test)]
