@@ -194,6 +194,12 @@ impl Forwarder {
             .extend(faults.iter().copied());
     }
 
+    /// Drops the faults not applied yet.
+    pub fn clear_faults(&self) {
+        self.faults.lock().unwrap().clear();
+        self.head_faults.lock().unwrap().clear();
+    }
+
     /// Refuses new connections and cuts open ones, like an upstream that went down.
     pub async fn stop(&mut self) {
         if let Some(mut tasks) = self.tasks.take() {

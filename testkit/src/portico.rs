@@ -40,6 +40,8 @@ pub struct Settings {
     pub upstream_extra: String,
     /// Extra lines for the `[admin]` section.
     pub admin_extra: String,
+    /// Extra lines for the `[cache]` section.
+    pub cache_extra: String,
     /// Lines for the `[log]` section.
     pub log: String,
     /// Lines for the `[cluster]` section.
@@ -80,6 +82,7 @@ impl Settings {
             server_extra: String::new(),
             upstream_extra: String::new(),
             admin_extra: String::new(),
+            cache_extra: String::new(),
             log: String::new(),
             cluster: String::new(),
             listing: String::new(),
@@ -140,6 +143,7 @@ metadata_ttl = "{ttl}"
 negative_ttl = "{negative_ttl}"
 write_through = {write_through}
 serve_stale_on_error = {serve_stale_on_error}
+{cache_extra}
 
 [auth]
 {auth}
@@ -178,6 +182,7 @@ serve_stale_on_error = {serve_stale_on_error}
             server_extra = self.server_extra,
             upstream_extra = self.upstream_extra,
             admin_extra = self.admin_extra,
+            cache_extra = self.cache_extra,
             log = self.log,
             cluster = self.cluster,
             listing = self.listing,
@@ -376,16 +381,12 @@ async fn start_members(
     listens: &[String],
     advertised: &[String],
 ) -> Vec<Portico> {
-    let listed: Vec<String> = advertised.iter().map(|peer| format!("{peer:?}")).collect();
     let mut nodes = Vec::new();
     for ((listen, advertise), dir) in listens.iter().zip(advertised).zip(dirs) {
         let mut settings = Settings::new(upstream.to_owned(), dir.path());
         configure(&mut settings);
         if dirs.len() > 1 {
-            settings.cluster = format!(
-                "enabled = true\nlisten = \"{listen}\"\nadvertise = \"{advertise}\"\nmembers = [{}]\nsecret = \"a-secret-of-the-test-fleet\"\n",
-                listed.join(", ")
-            );
+            settings.cluster = cluster_section(listen, advertise, advertised);
         }
         nodes.push(Portico::start(binary, &settings).await);
     }
@@ -395,4 +396,14 @@ async fn start_members(
         }
     }
     nodes
+}
+
+/// The `[cluster]` section of a member listening for peers on `listen`, known to the
+/// others as `advertise`, in a fleet of `members` (their advertised addresses).
+pub fn cluster_section(listen: &str, advertise: &str, members: &[String]) -> String {
+    let listed: Vec<String> = members.iter().map(|peer| format!("{peer:?}")).collect();
+    format!(
+        "enabled = true\nlisten = \"{listen}\"\nadvertise = \"{advertise}\"\nmembers = [{}]\nsecret = \"a-secret-of-the-test-fleet\"\n",
+        listed.join(", ")
+    )
 }
