@@ -7,6 +7,7 @@ mod errors;
 mod memory;
 mod metadata;
 mod races;
+mod simulation;
 mod steps;
 mod versions;
 
@@ -64,9 +65,19 @@ async fn member_read_path(
     settings: ReadSettings,
     peers: Option<Arc<dyn crate::source::Peers>>,
 ) -> ReadPath {
+    sized_read_path(source, settings, peers, ByteSize::mib(16)).await
+}
+
+/// [`member_read_path`] with a memory tier of `memory`.
+async fn sized_read_path(
+    source: &Arc<MemorySource>,
+    settings: ReadSettings,
+    peers: Option<Arc<dyn crate::source::Peers>>,
+    memory: ByteSize,
+) -> ReadPath {
     let metrics = Arc::new(Metrics::new());
     let config = CacheConfig {
-        memory_capacity: ByteSize::mib(16),
+        memory_capacity: memory,
         disk_capacity: ByteSize(0),
         block_size: ByteSize(BLOCK),
         ..CacheConfig::default()

@@ -10,20 +10,22 @@ use bytes::Bytes;
 
 use super::memory::{Call, MemorySource};
 use super::{
-    BLOCK, block_range, body, collect, get, get_plain, member_read_path, object, range, settings,
+    BLOCK, block_range, body, collect, get, get_plain, object, range, settings, sized_read_path,
 };
+use crate::config::ByteSize;
 use crate::object::ObjectMeta;
+use crate::read::ReadSettings;
 use crate::read::{ReadError, ReadPath};
 use crate::source::{BlockAsk, PeerError, PeerId, Peers};
 use crate::source::{ResponseHead, UpstreamError};
 use crate::types::{BlockIndex, ObjectRef};
 
 /// The other member, as one member sees it.
-struct Other {
+pub(super) struct Other {
     /// Whether this member owns the odd blocks (the other owns the even ones).
     owns_odd: bool,
     read: OnceLock<ReadPath>,
-    down: AtomicBool,
+    pub(super) down: AtomicBool,
     /// Blocks asked of the other member.
     asked: AtomicUsize,
 }
@@ -101,9 +103,18 @@ impl Peers for Other {
 /// Two members over `source`: (first, second, the first's view of the second, the
 /// second's view of the first).
 async fn pair(source: &Arc<MemorySource>) -> (ReadPath, ReadPath, Arc<Other>, Arc<Other>) {
+    pair_with(source, settings(), ByteSize::mib(16)).await
+}
+
+/// [`pair`] with `settings` and a memory tier of `memory` each.
+pub(super) async fn pair_with(
+    source: &Arc<MemorySource>,
+    settings: ReadSettings,
+    memory: ByteSize,
+) -> (ReadPath, ReadPath, Arc<Other>, Arc<Other>) {
     let (second_seen, first_seen) = (Other::new(false), Other::new(true));
-    let first = member_read_path(source, settings(), Some(second_seen.clone())).await;
-    let second = member_read_path(source, settings(), Some(first_seen.clone())).await;
+    let first = sized_read_path(source, settings.clone(), Some(second_seen.clone()), memory).await;
+    let second = sized_read_path(source, settings, Some(first_seen.clone()), memory).await;
     let _ = second_seen.read.set(second.clone());
     let _ = first_seen.read.set(first.clone());
     (first, second, second_seen, first_seen)

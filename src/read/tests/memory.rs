@@ -37,6 +37,37 @@ pub(super) struct MemorySource {
     /// `(key, range)` GETs held on their way to the server: the next one arrives only
     /// when its sender sends or is dropped.
     holds: Mutex<HashMap<(String, String), tokio::sync::oneshot::Receiver<()>>>,
+    /// GETs of a named version (`If-Match`) under way by `(key, range, ETag)`.
+    inflight: Mutex<HashMap<(String, String, String), usize>>,
+    /// GETs of a named version that began while another of the same range of it was
+    /// under way.
+    overlaps: Mutex<Vec<Overlap>>,
+}
+
+/// A GET of a block of a version that another GET of it was already fetching.
+#[derive(Debug, Clone)]
+pub(super) struct Overlap {
+    pub(super) key: String,
+    pub(super) range: String,
+    pub(super) at: tokio::time::Instant,
+}
+
+/// Counts a GET as under way until it is dropped (answered, failed or abandoned).
+struct Underway<'a> {
+    source: &'a MemorySource,
+    id: (String, String, String),
+}
+
+impl Drop for Underway<'_> {
+    fn drop(&mut self) {
+        let mut inflight = self.source.inflight.lock();
+        if let Some(count) = inflight.get_mut(&self.id) {
+            *count -= 1;
+            if *count == 0 {
+                inflight.remove(&self.id);
+            }
+        }
+    }
 }
 
 impl MemorySource {
@@ -106,6 +137,28 @@ impl MemorySource {
             .lock()
             .insert((key.to_owned(), range.to_owned()), held);
         release
+    }
+
+    /// Every GET that began while another of the same block of the same version was under
+    /// way.
+    pub(super) fn overlaps(&self) -> Vec<Overlap> {
+        self.overlaps.lock().clone()
+    }
+
+    /// Counts a GET of `range` of the version `etag` of `key` as it arrives.
+    fn underway(&self, key: &str, range: &str, etag: &str) -> Underway<'_> {
+        let id = (key.to_owned(), range.to_owned(), etag.to_owned());
+        let mut inflight = self.inflight.lock();
+        let count = inflight.entry(id.clone()).or_default();
+        if *count > 0 {
+            self.overlaps.lock().push(Overlap {
+                key: key.to_owned(),
+                range: range.to_owned(),
+                at: tokio::time::Instant::now(),
+            });
+        }
+        *count += 1;
+        Underway { source: self, id }
     }
 
     pub(super) fn stall_next(&self, key: &str, range: &str) {
@@ -193,6 +246,7 @@ impl BlockSource for MemorySource {
         }
         // Like S3, the version is the one the object had when the request arrived.
         let arrived = self.object(object.key());
+        let _underway = if_match.map(|etag| self.underway(&key, &header, etag));
         self.answer(Call::Get { key, range: header }).await?;
         let (meta, body) = arrived?;
         if if_match.is_some_and(|etag| etag != meta.etag) {
