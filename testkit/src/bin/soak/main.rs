@@ -36,6 +36,7 @@ mod finish;
 mod load;
 mod model;
 mod report;
+mod writes;
 
 use std::path::Path;
 use std::sync::Arc;
