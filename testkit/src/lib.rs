@@ -75,6 +75,22 @@ pub fn write_random_file(path: &std::path::Path, bytes: u64, seed: u64) {
     file.flush().expect("flush file");
 }
 
+/// Turns versioning on in `bucket`.
+pub async fn enable_versioning(client: &Client, bucket: &str) {
+    use aws_sdk_s3::types::{BucketVersioningStatus, VersioningConfiguration};
+    client
+        .put_bucket_versioning()
+        .bucket(bucket)
+        .versioning_configuration(
+            VersioningConfiguration::builder()
+                .status(BucketVersioningStatus::Enabled)
+                .build(),
+        )
+        .send()
+        .await
+        .expect("enable versioning");
+}
+
 /// Truncates every file directly in `dir` to zero bytes, as a failed disk loses what it
 /// held; returns how many there were.
 pub fn truncate_files(dir: &std::path::Path) -> usize {

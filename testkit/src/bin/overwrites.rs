@@ -23,7 +23,6 @@ use std::time::{Duration, Instant};
 
 use aws_sdk_s3::Client;
 use aws_sdk_s3::primitives::ByteStream;
-use aws_sdk_s3::types::{BucketVersioningStatus, VersioningConfiguration};
 use md5::{Digest, Md5};
 use parking_lot::Mutex;
 use portico_testkit::forwarder::Forwarder;
@@ -386,17 +385,7 @@ async fn main() {
             .await;
         let bucket = create_bucket(&direct, "soak-portico").await;
         if versioned {
-            direct
-                .put_bucket_versioning()
-                .bucket(&bucket)
-                .versioning_configuration(
-                    VersioningConfiguration::builder()
-                        .status(BucketVersioningStatus::Enabled)
-                        .build(),
-                )
-                .send()
-                .await
-                .expect("enable versioning");
+            portico_testkit::enable_versioning(&direct, &bucket).await;
         }
         eprintln!("{name}, {seconds} s");
         let pids: Vec<u32> = nodes.iter().filter_map(Portico::pid).collect();

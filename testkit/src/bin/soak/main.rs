@@ -43,8 +43,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use aws_sdk_s3::types::{
-    BucketVersioningStatus, Event, FilterRule, FilterRuleName, NotificationConfiguration,
-    NotificationConfigurationFilter, QueueConfiguration, S3KeyFilter, VersioningConfiguration,
+    Event, FilterRule, FilterRuleName, NotificationConfiguration, NotificationConfigurationFilter,
+    QueueConfiguration, S3KeyFilter,
 };
 use portico_testkit::minio::{free_port, start_on};
 use portico_testkit::{s3_client, unique_bucket};
@@ -320,17 +320,7 @@ async fn prepare_bucket(direct: &aws_sdk_s3::Client, bucket: &str, target: &str)
         .send()
         .await
         .expect("create bucket");
-    direct
-        .put_bucket_versioning()
-        .bucket(bucket)
-        .versioning_configuration(
-            VersioningConfiguration::builder()
-                .status(BucketVersioningStatus::Enabled)
-                .build(),
-        )
-        .send()
-        .await
-        .expect("enable versioning");
+    portico_testkit::enable_versioning(direct, bucket).await;
     let prefix = FilterRule::builder()
         .name(FilterRuleName::Prefix)
         .value("events/")
