@@ -47,12 +47,10 @@ run: $(MINIO) build
 
 ## test: the whole test suite: unit and integration tests (against a real MinIO), then the
 ## Helm chart, alert rule and container image tests (helm lint/template, Kubernetes schemas,
-## promtool, check-config), with a 75 s soak (testkit/src/bin/soak) from a fixed seed. The
-## smoke leaves out the fill-disk fault: a disk tier whose file system fills up panics
-## foyer's flusher (docs/operations.md, "The soak"), which `make soak` still shows.
+## promtool, check-config), with a 75 s soak (testkit/src/bin/soak) from a fixed seed
 test: tools $(PROMTOOL) $(JAVA_CLIENT_CLASSPATH)
 	cargo test --workspace
-	SOAK_DURATION=75s SOAK_SEED=7 SOAK_WITHOUT=fill-disk cargo run -q -p portico-testkit --bin soak
+	SOAK_DURATION=75s SOAK_SEED=7 cargo run -q -p portico-testkit --bin soak
 	PORTICO_BIN=$(CURDIR)/target/debug/portico $(PYTHON_TOOLS)/bin/python -m unittest discover -s tests/deploy -t tests/deploy
 
 ## ci: exactly what CI runs: format check, clippy with warnings as errors, all tests

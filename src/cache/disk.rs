@@ -191,8 +191,13 @@ pub struct PreparedDisk {
 }
 
 /// Makes `dir` ready for a disk tier of `wanted`: removes files it cannot reuse, checks
-/// that the capacity fits the file system, and records the layout.
-pub fn prepare(dir: &Path, wanted: &DiskFormat) -> Result<PreparedDisk, DiskFilesError> {
+/// that the capacity fits the file system, reserves it there when `preallocate` (see
+/// [`reserve`]), and records the layout.
+pub fn prepare(
+    dir: &Path,
+    wanted: &DiskFormat,
+    preallocate: bool,
+) -> Result<PreparedDisk, DiskFilesError> {
     let dir_error = |source| DiskFilesError::dir(dir, source);
     std::fs::create_dir_all(dir).map_err(dir_error)?;
     let data_file = dir.join(DATA_FILE);
@@ -202,6 +207,9 @@ pub fn prepare(dir: &Path, wanted: &DiskFormat) -> Result<PreparedDisk, DiskFile
         Err(error) if error.kind() == ErrorKind::NotFound => None,
         Err(error) => return Err(dir_error(error)),
     };
+    // Rewritten only when it changes: a restart on a file system that is full (the data
+    // file holds its room) must not need a byte more of it.
+    let unchanged = matches!(&recorded, Some(Some(recorded)) if recorded == wanted);
     let format_1_files = format_1_files(dir).map_err(dir_error)?;
     let data_exists = data_file.exists();
     let reset = match recorded {
@@ -232,7 +240,12 @@ pub fn prepare(dir: &Path, wanted: &DiskFormat) -> Result<PreparedDisk, DiskFile
         }
     }
     check_fits(dir, &data_file, wanted.capacity)?;
-    write_format(&format_file, wanted).map_err(dir_error)?;
+    if preallocate {
+        reserve(&data_file, wanted.capacity).map_err(dir_error)?;
+    }
+    if reset.is_some() || !unchanged {
+        write_format(&format_file, wanted).map_err(dir_error)?;
+    }
     Ok(PreparedDisk { data_file, reset })
 }
 
@@ -256,6 +269,30 @@ fn write_format(path: &Path, format: &DiskFormat) -> std::io::Result<()> {
     let temporary = path.with_extension("tmp");
     std::fs::write(&temporary, format.render())?;
     std::fs::rename(&temporary, path)
+}
+
+/// Allocates the data file's `capacity` bytes on its file system. A sparse file takes its
+/// blocks as the tier first writes them, and a file system that something else filled in
+/// the meantime then fails those writes, which the disk engine does not survive (its
+/// flusher panics on a write error); a reserved file is never short of room. File
+/// systems that cannot allocate ahead keep the file sparse, with a warning.
+pub fn reserve(data_file: &Path, capacity: u64) -> std::io::Result<()> {
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(data_file)?;
+    match rustix::fs::fallocate(&file, rustix::fs::FallocateFlags::empty(), 0, capacity) {
+        Ok(()) => Ok(()),
+        Err(rustix::io::Errno::OPNOTSUPP) => {
+            tracing::warn!(
+                file = %data_file.display(),
+                "the file system cannot reserve the disk tier's capacity ahead: the data file stays sparse, and a full file system stops the tier"
+            );
+            Ok(())
+        }
+        Err(error) => Err(error.into()),
+    }
 }
 
 /// Refuses a capacity larger than the free space plus what the data file already holds.
@@ -417,6 +454,30 @@ mod tests {
     }
 
     #[test]
+    fn a_reserved_tier_holds_its_capacity_and_an_unchanged_format_is_not_written_again() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = tempfile::tempdir().unwrap();
+        let wanted = DiskFormat::new(64 * 1024, 8 << 20);
+        let prepared = prepare(dir.path(), &wanted, true).unwrap();
+        let data = std::fs::metadata(&prepared.data_file).unwrap();
+        assert!(
+            data.blocks() * 512 >= 8 << 20,
+            "{} bytes allocated",
+            data.blocks() * 512
+        );
+        // The same layout again: the format file is left as it was (a full file system
+        // has no room for a new one).
+        let format_file = dir.path().join(FORMAT_FILE);
+        let written = std::fs::metadata(&format_file).unwrap().modified().unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        prepare(dir.path(), &wanted, true).unwrap();
+        assert_eq!(
+            std::fs::metadata(&format_file).unwrap().modified().unwrap(),
+            written
+        );
+    }
+
+    #[test]
     fn files_of_another_layout_are_removed_and_the_same_layout_is_kept() {
         let dir = tempfile::tempdir().unwrap();
         let wanted = DiskFormat::new(64 * 1024, 8 << 20);
@@ -424,22 +485,22 @@ mod tests {
         for id in 0..3 {
             std::fs::write(dir.path().join(format!("{FORMAT_1_PREFIX}{id:08}")), b"old").unwrap();
         }
-        let prepared = prepare(dir.path(), &wanted).unwrap();
+        let prepared = prepare(dir.path(), &wanted, false).unwrap();
         assert!(prepared.reset.unwrap().contains("3 files of format 1"));
         assert_eq!(format_1_files(dir.path()).unwrap(), Vec::<PathBuf>::new());
         std::fs::write(&prepared.data_file, b"entries").unwrap();
         // The same layout again: the data file stays.
-        let again = prepare(dir.path(), &wanted).unwrap();
+        let again = prepare(dir.path(), &wanted, false).unwrap();
         assert_eq!(again.reset, None);
         assert_eq!(std::fs::read(&again.data_file).unwrap(), b"entries");
         // Another block size: the data file goes.
-        let other = prepare(dir.path(), &DiskFormat::new(128 * 1024, 8 << 20)).unwrap();
+        let other = prepare(dir.path(), &DiskFormat::new(128 * 1024, 8 << 20), false).unwrap();
         assert!(other.reset.unwrap().contains("cache.block_size"));
         assert!(!other.data_file.exists());
         // A data file without a format file is not trusted either.
         std::fs::write(&other.data_file, b"entries").unwrap();
         std::fs::remove_file(dir.path().join(FORMAT_FILE)).unwrap();
-        let orphan = prepare(dir.path(), &wanted).unwrap();
+        let orphan = prepare(dir.path(), &wanted, false).unwrap();
         assert_eq!(orphan.reset.unwrap(), format!("{FORMAT_FILE} is missing"));
         assert!(!orphan.data_file.exists());
     }
@@ -447,7 +508,7 @@ mod tests {
     #[test]
     fn a_capacity_the_file_system_cannot_hold_is_refused_with_the_largest_that_fits() {
         let dir = tempfile::tempdir().unwrap();
-        let error = prepare(dir.path(), &DiskFormat::new(4 << 20, u64::MAX / 2)).unwrap_err();
+        let error = prepare(dir.path(), &DiskFormat::new(4 << 20, u64::MAX / 2), true).unwrap_err();
         let message = error.to_string();
         assert!(
             message.starts_with("config key cache.disk_capacity: "),
@@ -464,7 +525,7 @@ mod tests {
         // The suggested value is one the configuration accepts and that fits.
         let parsed: crate::config::ByteSize = example.parse().unwrap();
         assert!(parsed.bytes() <= fits);
-        prepare(dir.path(), &DiskFormat::new(4 << 20, parsed.bytes())).unwrap();
+        prepare(dir.path(), &DiskFormat::new(4 << 20, parsed.bytes()), false).unwrap();
     }
 
     #[test]

@@ -162,7 +162,7 @@ impl BlockCache {
             };
             let layout = DiskLayout::new(config.block_size.bytes(), config.disk_capacity.bytes());
             let format = DiskFormat::new(config.block_size.bytes(), config.disk_capacity.bytes());
-            let prepared = disk::prepare(&config.dir, &format)?;
+            let prepared = disk::prepare(&config.dir, &format, config.disk_preallocate)?;
             if let Some(reason) = &prepared.reset {
                 tracing::info!(dir = %config.dir.display(), %reason, "the disk tier starts empty");
             }

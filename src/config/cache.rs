@@ -19,6 +19,10 @@ pub struct CacheConfig {
     /// would hold a second copy of what the memory tier caches); buffered I/O where the
     /// file system refuses it.
     pub direct_io: bool,
+    /// Reserve the disk tier's whole capacity on its file system at start
+    /// (`fallocate`), so that nothing else filling the file system can take the room the
+    /// tier will write into.
+    pub disk_preallocate: bool,
     /// Size of the cached range blocks, and of every upstream block fetch.
     pub block_size: ByteSize,
     /// How long object metadata is trusted; `0s` revalidates every request, `immutable` never.
@@ -42,6 +46,7 @@ impl Default for CacheConfig {
             memory_capacity: ByteSize::gib(1),
             disk_capacity: ByteSize::gib(10),
             direct_io: true,
+            disk_preallocate: true,
             block_size: ByteSize::mib(4),
             metadata_ttl: MetadataTtl::After(Duration::from_secs(60)),
             negative_ttl: HumanDuration::secs(5),

@@ -201,3 +201,97 @@ async fn a_failed_disk_turns_the_cache_memory_only_and_every_byte_stays_right() 
         "object.bin from memory; other.bin's two blocks once"
     );
 }
+
+/// A tmpfs mounted for one test, unmounted when dropped.
+struct Tmpfs(tempfile::TempDir);
+
+impl Tmpfs {
+    fn mount(bytes: u64) -> Self {
+        let dir = tempfile::tempdir().expect("mount point");
+        let status = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={bytes}"), "tmpfs"])
+            .arg(dir.path())
+            .status()
+            .expect("run mount");
+        assert!(
+            status.success(),
+            "mounting a tmpfs needs root, as `make test` runs in CI"
+        );
+        Self(dir)
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(self.0.path())
+            .status();
+    }
+}
+
+/// Writes to `path` until its file system is full.
+fn fill(path: &std::path::Path) -> u64 {
+    use std::io::Write;
+    let mut file = std::fs::File::create(path).expect("filler file");
+    let chunk = vec![7u8; 1 << 20];
+    let mut written = 0;
+    while let Ok(count) = file.write(&chunk) {
+        if count == 0 {
+            break;
+        }
+        written += count as u64;
+    }
+    written
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_disk_tier_keeps_its_room_when_something_else_fills_its_file_system() {
+    // 32 MiB of disk tier on a 40 MiB file system that something else then fills up:
+    // the tier reserved its capacity at start, so its writes still find room (a sparse
+    // tier's writes failed there, and foyer's flusher panicked on the failure).
+    let tmpfs = Tmpfs::mount(40 << 20);
+    let cache = tmpfs.0.path().join("cache");
+    let mut rig = Rig::start("full-fs", |settings| {
+        settings.cache_dir = cache.clone();
+        settings.memory_capacity = "4MiB";
+        settings.disk_capacity = "32MiB";
+    })
+    .await;
+    let taken = fill(&tmpfs.0.path().join("filler"));
+    assert!(
+        taken < 9 << 20,
+        "the tier's 32 MiB were reserved: {taken} bytes were left"
+    );
+    let objects: Vec<Vec<u8>> = (0..3)
+        .map(|seed| random_bytes(4 << 20, 90 + seed))
+        .collect();
+    for (index, data) in objects.iter().enumerate() {
+        rig.put(&format!("object-{index}.bin"), data).await;
+        assert!(rig.get(&format!("object-{index}.bin"), None).await == *data);
+    }
+    let writes = "foyer_storage_disk_io_bytes_total_total{name=\"portico\",op=\"write\"}";
+    eventually(
+        "the disk tier writes 8 MiB",
+        Duration::from_secs(20),
+        || async { (rig.portico().metric(writes).await >= (8 << 20) as f64).then_some(()) },
+    )
+    .await;
+    // After a restart (the memory tier empty, the reserved file kept) every block comes
+    // back from the disk tier.
+    let logs = rig.portico().logs();
+    rig.restart_portico().await;
+    rig.forwarder.take();
+    for (index, data) in objects.iter().enumerate() {
+        assert!(rig.get(&format!("object-{index}.bin"), None).await == *data);
+    }
+    let disk_hits = "portico_cache_block_lookups_total{result=\"disk_hit\"}";
+    let from_disk = rig.portico().metric(disk_hits).await;
+    assert!(
+        from_disk >= 12.0,
+        "{from_disk} blocks read back from the disk tier, {} from the upstream",
+        rig.upstream_gets()
+    );
+    let logs = logs + &rig.portico().logs();
+    assert!(!logs.contains("panicked"), "{logs}");
+}
