@@ -22,6 +22,17 @@ pub struct Policy {
 }
 
 impl Policy {
+    /// The longest a read may wait on an answer the upstream began before it: the shorter
+    /// of the metadata and negative TTLs, at least a second (so readers of a key under
+    /// `0s` still share one request within a second).
+    pub fn join_window(&self) -> Duration {
+        let ttl = match self.metadata_ttl {
+            MetadataTtl::After(ttl) => ttl.min(self.negative_ttl),
+            MetadataTtl::Immutable => self.negative_ttl,
+        };
+        ttl.max(Duration::from_secs(1))
+    }
+
     /// The TTL of metadata the upstream just confirmed; `None` when it never expires.
     pub fn full_ttl(&self) -> Option<Duration> {
         match self.metadata_ttl {

@@ -39,7 +39,9 @@ struct Inner {
     clustered: bool,
     clock: MetaClock,
     /// Keyed by object, write generation and whether checksums are asked for.
-    discoveries: Coalescer<(ObjectRef, u64, bool), Discovery>,
+    /// By object, write generation, checksums, and the stretch of time it began in (see
+    /// [`Policy::join_window`]): a read joins a discovery no older than its TTLs.
+    discoveries: Coalescer<(ObjectRef, u64, bool, u64), Discovery>,
     generations: Generations,
 }
 
@@ -201,7 +203,10 @@ impl Metadata {
         let known = cached.as_ref().and_then(MetaRecord::meta).cloned();
         let known = known.map(|meta| Known { meta, vouched });
         let this = self.clone();
-        let key = (object.clone(), generation, checksums);
+        // A discovery that began more than a TTL before this read may answer with what the
+        // upstream held then: this read starts its own instead of joining it.
+        let epoch = inner.clock.epoch(policy.join_window());
+        let key = (object.clone(), generation, checksums, epoch);
         let object = object.clone();
         let policy = policy.clone();
         let (result, led) = inner

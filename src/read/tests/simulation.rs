@@ -375,7 +375,9 @@ proptest! {
 
 /// Schedules generated runs once shrunk to, kept so they run every time: two stalls of
 /// one block in a row; a discovery started after a write while a fetch from before it is
-/// under way; two members fetching for themselves after the origin failed their owner.
+/// under way; two members fetching for themselves after the origin failed their owner;
+/// and a read that joined a discovery stalled for longer than the TTL, whose answer was
+/// older than the TTL allows (a read now joins only a discovery no older than its TTLs).
 fn regressions() -> Vec<(bool, Vec<Op>)> {
     let whole = |member, key| Op::Read {
         member,
@@ -423,6 +425,18 @@ fn regressions() -> Vec<(bool, Vec<Op>)> {
                     key: 0,
                     size: 2 * BLOCK,
                 },
+                whole(0, 0),
+            ],
+        ),
+        (
+            false,
+            vec![
+                Op::Stall { key: 0, block: 0 },
+                Op::Write { key: 0, size: 1 },
+                whole(0, 0),
+                Op::OutOfBand { key: 0, size: 1 },
+                Op::Elapse { ms: 21_578 },
+                Op::Elapse { ms: 38_424 },
                 whole(0, 0),
             ],
         ),

@@ -16,9 +16,6 @@ use crate::report::{self, Report};
 /// back-off, a restarted node warming up).
 pub const SLACK: Duration = Duration::from_secs(15);
 
-/// The kinds of request that carry a body.
-const WRITES: [&str; 3] = ["put", "multipart", "copy"];
-
 /// One deployment's load: its model of the bucket and its report.
 pub struct Load {
     pub deployment: Arc<Deployment>,
@@ -52,7 +49,9 @@ pub struct Read {
     pub cut: bool,
 }
 
-pub fn failure<E: ProvideErrorMetadata>(error: &SdkError<E, HttpResponse>) -> Failure {
+pub fn failure<E: ProvideErrorMetadata + std::error::Error + 'static>(
+    error: &SdkError<E, HttpResponse>,
+) -> Failure {
     match error.raw_response() {
         Some(response) => Failure::Status(
             response.status().as_u16(),
@@ -62,7 +61,7 @@ pub fn failure<E: ProvideErrorMetadata>(error: &SdkError<E, HttpResponse>) -> Fa
                 .unwrap_or("")
                 .to_owned(),
         ),
-        None => Failure::Connection(format!("{error}")),
+        None => Failure::Connection(format!("{}", aws_sdk_s3::error::DisplayErrorContext(error))),
     }
 }
 
@@ -300,9 +299,9 @@ impl Load {
                 (format!("{status} {code}"), Some(true))
             }
             Failure::Status(status, code) => (format!("{status} {code}"), None),
-            // A write's request body still streaming when Portico answers an origin
-            // failure shows to the SDK as a connection error.
-            Failure::Connection(_) => ("no answer".to_owned(), Some(WRITES.contains(&kind))),
+            // After its retries an SDK may end on a connection error rather than the 5xx
+            // before it (a write's body still streaming when Portico answers a failure).
+            Failure::Connection(_) => ("no answer".to_owned(), Some(true)),
         };
         self.report.count(kind, outcome.clone());
         let Some(origin) = from_origin else {
