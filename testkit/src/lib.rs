@@ -91,6 +91,25 @@ pub async fn enable_versioning(client: &Client, bucket: &str) {
         .expect("enable versioning");
 }
 
+/// Writes zeros to a new file at `path` until its file system is full, as another
+/// process filling a shared disk would; returns how many bytes it wrote.
+pub fn fill_file_system(path: &std::path::Path) -> u64 {
+    use std::io::Write;
+    let Ok(mut file) = std::fs::File::create(path) else {
+        return 0;
+    };
+    let chunk = vec![0u8; 1 << 20];
+    let mut written = 0;
+    while let Ok(count) = file.write(&chunk) {
+        if count == 0 {
+            break;
+        }
+        written += count as u64;
+    }
+    let _ = file.flush();
+    written
+}
+
 /// Truncates every file directly in `dir` to zero bytes, as a failed disk loses what it
 /// held; returns how many there were.
 pub fn truncate_files(dir: &std::path::Path) -> usize {

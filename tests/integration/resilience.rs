@@ -230,21 +230,6 @@ impl Drop for Tmpfs {
     }
 }
 
-/// Writes to `path` until its file system is full.
-fn fill(path: &std::path::Path) -> u64 {
-    use std::io::Write;
-    let mut file = std::fs::File::create(path).expect("filler file");
-    let chunk = vec![7u8; 1 << 20];
-    let mut written = 0;
-    while let Ok(count) = file.write(&chunk) {
-        if count == 0 {
-            break;
-        }
-        written += count as u64;
-    }
-    written
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn a_disk_tier_keeps_its_room_when_something_else_fills_its_file_system() {
     // 32 MiB of disk tier on a 40 MiB file system that something else then fills up:
@@ -258,7 +243,7 @@ async fn a_disk_tier_keeps_its_room_when_something_else_fills_its_file_system() 
         settings.disk_capacity = "32MiB";
     })
     .await;
-    let taken = fill(&tmpfs.0.path().join("filler"));
+    let taken = portico_testkit::fill_file_system(&tmpfs.0.path().join("filler"));
     assert!(
         taken < 9 << 20,
         "the tier's 32 MiB were reserved: {taken} bytes were left"

@@ -244,7 +244,7 @@ async fn apply(load: &Arc<Load>, fault: Fault, rng: &mut StdRng) {
             // Beside the cache directory, on the same small file system.
             let node = deployment.node(0);
             let filler = node.cache_dir.with_file_name("filler");
-            let written = fill(&filler);
+            let written = portico_testkit::fill_file_system(&filler);
             report.count("filled bytes MiB", (written >> 20).to_string());
             tokio::time::sleep(lasting).await;
             let _ = std::fs::remove_file(&filler);
@@ -278,24 +278,6 @@ async fn restart(load: &Load, node: &crate::deploy::Node) {
         load.report
             .violation(&load.report.violations.bad_restarts, error);
     }
-}
-
-/// Writes zeros to `path` until its file system is full; returns how many it wrote.
-fn fill(path: &std::path::Path) -> u64 {
-    use std::io::Write;
-    let Ok(mut file) = std::fs::File::create(path) else {
-        return 0;
-    };
-    let chunk = vec![0u8; 1 << 20];
-    let mut written = 0;
-    while let Ok(count) = file.write(&chunk) {
-        if count == 0 {
-            break;
-        }
-        written += count as u64;
-    }
-    let _ = file.flush();
-    written
 }
 
 /// Flips `count` bytes at random offsets of the files in `dir` (the disk tier's); returns
