@@ -75,10 +75,22 @@ async fn sized_read_path(
     peers: Option<Arc<dyn crate::source::Peers>>,
     memory: ByteSize,
 ) -> ReadPath {
+    tiered_read_path(source, settings, peers, memory, None).await
+}
+
+/// [`sized_read_path`] with a disk tier of `disk` bytes in `.0`, when given.
+async fn tiered_read_path(
+    source: &Arc<MemorySource>,
+    settings: ReadSettings,
+    peers: Option<Arc<dyn crate::source::Peers>>,
+    memory: ByteSize,
+    disk: Option<(&std::path::Path, ByteSize)>,
+) -> ReadPath {
     let metrics = Arc::new(Metrics::new());
     let config = CacheConfig {
+        dir: disk.map_or_else(Default::default, |(dir, _)| dir.to_owned()),
         memory_capacity: memory,
-        disk_capacity: ByteSize(0),
+        disk_capacity: disk.map_or(ByteSize(0), |(_, bytes)| bytes),
         block_size: ByteSize(BLOCK),
         ..CacheConfig::default()
     };

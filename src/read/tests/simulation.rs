@@ -2,7 +2,8 @@
 //! ranged), writes through Portico and changes at the origin, origin outages and stalled
 //! fetches, purges, time passing beyond the metadata TTL, and, for two members, a member
 //! that stops answering its peer. The memory tier holds a few blocks only, so evictions
-//! happen all the time. After every schedule:
+//! happen all the time; a third of the schedules run with a small disk tier under it, so
+//! blocks move to disk, are read back from it and are evicted from it too. After every schedule:
 //! - every read returned the exact bytes of one version, or failed before its first
 //!   byte, or was cut off after a correct prefix;
 //! - no read started after a write through Portico (or a purge) was answered returned
@@ -32,10 +33,11 @@ use super::cluster::{Other, pair_with};
 use super::memory::MemorySource;
 use super::{
     BLOCK, LATENCY, STALL, TTL, block_range, body, collect, get_plain, object, settings,
-    sized_read_path,
+    tiered_read_path,
 };
 use crate::config::ByteSize;
 use crate::read::{ReadPath, ReadSettings};
+use crate::telemetry::BlockLookup;
 use crate::types::RangeRequest;
 
 const KEYS: [&str; 2] = ["a", "b"];
@@ -98,9 +100,22 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
-/// A schedule: whether it runs on two members, and its steps.
-pub(super) fn schedule() -> impl Strategy<Value = (bool, Vec<Op>)> {
-    (any::<bool>(), proptest::collection::vec(op(), 1..40))
+/// What a schedule runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Shape {
+    /// One member with a memory tier of eight blocks.
+    Memory,
+    /// One member with a memory tier of eight blocks and a disk tier of 64: blocks are
+    /// evicted from memory to disk and from disk.
+    Disk,
+    /// Two members, each with a memory tier of eight blocks, owning every other block.
+    Pair,
+}
+
+/// A schedule: what it runs on, and its steps.
+pub(super) fn schedule() -> impl Strategy<Value = (Shape, Vec<Op>)> {
+    let shape = prop_oneof![Just(Shape::Memory), Just(Shape::Disk), Just(Shape::Pair)];
+    (shape, proptest::collection::vec(op(), 1..40))
 }
 
 /// What the origin holds and when each version arrived, and since when each key's
@@ -173,7 +188,13 @@ async fn read_once(read: ReadPath, key: &'static str, range: Option<RangeRequest
 }
 
 /// Runs one schedule; returns every invariant it broke.
-pub(super) async fn run(pair: bool, ops: Vec<Op>) -> Vec<String> {
+pub(super) async fn run(shape: Shape, ops: Vec<Op>) -> Vec<String> {
+    run_counting(shape, ops).await.0
+}
+
+/// [`run`], with how many blocks the members read from their disk tiers.
+async fn run_counting(shape: Shape, ops: Vec<Op>) -> (Vec<String>, u64) {
+    let pair = shape == Shape::Pair;
     let source = Arc::new(MemorySource::default());
     let settings = ReadSettings {
         prefetch_window_blocks: 4,
@@ -181,12 +202,14 @@ pub(super) async fn run(pair: bool, ops: Vec<Op>) -> Vec<String> {
     };
     // Eight blocks of memory: objects of up to six blocks evict each other.
     let memory = ByteSize(8 * BLOCK);
+    let dir = tempfile::tempdir().expect("a disk tier directory");
+    let disk = (shape == Shape::Disk).then(|| (dir.path(), ByteSize(64 * BLOCK)));
     let (members, other): (Vec<ReadPath>, Option<Arc<Other>>) = if pair {
         let (first, second, second_seen, _) = pair_with(&source, settings, memory).await;
         (vec![first, second], Some(second_seen))
     } else {
         (
-            vec![sized_read_path(&source, settings, None, memory).await],
+            vec![tiered_read_path(&source, settings, None, memory, disk).await],
             None,
         )
     };
@@ -340,7 +363,11 @@ pub(super) async fn run(pair: bool, ops: Vec<Op>) -> Vec<String> {
             broken.push(format!("member {index} still holds {held} bytes of budget"));
         }
     }
-    broken
+    let disk_hits = members
+        .iter()
+        .map(|member| member.metrics().block_lookups_of(BlockLookup::DiskHit))
+        .sum();
+    (broken, disk_hits)
 }
 
 /// The number of schedules: `SIMULATION_CASES`, else 500.
@@ -367,8 +394,8 @@ proptest! {
     })]
     /// Every generated schedule keeps every invariant.
     #[test]
-    fn generated_schedules_keep_every_invariant((pair, ops) in schedule()) {
-        let broken = runtime().block_on(run(pair, ops));
+    fn generated_schedules_keep_every_invariant((shape, ops) in schedule()) {
+        let broken = runtime().block_on(run(shape, ops));
         prop_assert!(broken.is_empty(), "{broken:#?}");
     }
 }
@@ -378,7 +405,7 @@ proptest! {
 /// under way; two members fetching for themselves after the origin failed their owner;
 /// and a read that joined a discovery stalled for longer than the TTL, whose answer was
 /// older than the TTL allows (a read now joins only a discovery no older than its TTLs).
-fn regressions() -> Vec<(bool, Vec<Op>)> {
+fn regressions() -> Vec<(Shape, Vec<Op>)> {
     let whole = |member, key| Op::Read {
         member,
         key,
@@ -386,7 +413,7 @@ fn regressions() -> Vec<(bool, Vec<Op>)> {
     };
     vec![
         (
-            false,
+            Shape::Memory,
             vec![
                 Op::Stall { key: 1, block: 0 },
                 Op::Stall { key: 1, block: 0 },
@@ -395,7 +422,7 @@ fn regressions() -> Vec<(bool, Vec<Op>)> {
             ],
         ),
         (
-            false,
+            Shape::Memory,
             vec![
                 whole(0, 0),
                 Op::Elapse { ms: 60_004 },
@@ -409,7 +436,7 @@ fn regressions() -> Vec<(bool, Vec<Op>)> {
             ],
         ),
         (
-            false,
+            Shape::Memory,
             vec![
                 Op::OutOfBand {
                     key: 0,
@@ -429,7 +456,7 @@ fn regressions() -> Vec<(bool, Vec<Op>)> {
             ],
         ),
         (
-            false,
+            Shape::Memory,
             vec![
                 Op::Stall { key: 0, block: 0 },
                 Op::Write { key: 0, size: 1 },
@@ -441,7 +468,7 @@ fn regressions() -> Vec<(bool, Vec<Op>)> {
             ],
         ),
         (
-            true,
+            Shape::Pair,
             vec![
                 whole(1, 1),
                 Op::OriginUp,
@@ -457,8 +484,40 @@ fn regressions() -> Vec<(bool, Vec<Op>)> {
 
 #[test]
 fn schedules_that_once_failed_keep_every_invariant() {
-    for (index, (pair, ops)) in regressions().into_iter().enumerate() {
-        let broken = runtime().block_on(run(pair, ops));
+    for (index, (shape, ops)) in regressions().into_iter().enumerate() {
+        let broken = runtime().block_on(run(shape, ops));
         assert!(broken.is_empty(), "regression {index}: {broken:#?}");
     }
+}
+
+#[test]
+fn the_disk_shape_moves_blocks_to_disk_and_reads_them_back() {
+    // Two objects of six blocks each, read twice: half as much again as memory holds.
+    let mut ops = Vec::new();
+    for _ in 0..2 {
+        for key in 0..2 {
+            ops.push(Op::Read {
+                member: 0,
+                key,
+                range: None,
+            });
+            ops.push(Op::Elapse { ms: 50 });
+        }
+    }
+    let setup = vec![
+        Op::Write {
+            key: 0,
+            size: 6 * BLOCK,
+        },
+        Op::Write {
+            key: 1,
+            size: 6 * BLOCK,
+        },
+    ];
+    let schedule: Vec<Op> = setup.into_iter().chain(ops).collect();
+    let (broken, disk_hits) = runtime().block_on(run_counting(Shape::Disk, schedule.clone()));
+    assert!(broken.is_empty(), "{broken:#?}");
+    assert!(disk_hits > 0, "no block came back from the disk tier");
+    let (_, memory_only) = runtime().block_on(run_counting(Shape::Memory, schedule));
+    assert_eq!(memory_only, 0);
 }
