@@ -61,45 +61,46 @@ pub async fn seed_keys(load: &Load) {
     }
 }
 
+/// One kind of client: a task over the load, with its random stream, until the deadline.
+type Actor = fn(Arc<Load>, StdRng, Instant) -> futures::future::BoxFuture<'static, ()>;
+
+/// Every kind of client, with the ids of its tasks (each id seeds one task's stream).
+const ACTORS: [(std::ops::Range<u64>, Actor); 8] = [
+    (0..3, |load, rng, deadline| {
+        Box::pin(range_reader(load, rng, deadline))
+    }),
+    (10..12, |load, rng, deadline| {
+        Box::pin(whole_reader(load, rng, deadline))
+    }),
+    (20..21, |load, rng, deadline| {
+        Box::pin(sequential_reader(load, rng, deadline))
+    }),
+    (30..31, |load, rng, deadline| {
+        Box::pin(checker(load, rng, deadline))
+    }),
+    (40..41, |load, rng, deadline| {
+        Box::pin(lister(load, rng, deadline))
+    }),
+    (50..52, |load, rng, deadline| {
+        Box::pin(writer(load, rng, deadline))
+    }),
+    (60..61, |load, rng, deadline| {
+        Box::pin(direct_writer(load, rng, deadline))
+    }),
+    (70..71, |load, rng, deadline| {
+        Box::pin(herds(load, rng, deadline))
+    }),
+];
+
 /// Starts every client; they stop at `deadline`.
 pub fn start(load: &Arc<Load>, seed: u64, deadline: Instant) -> Vec<tokio::task::JoinHandle<()>> {
     let mut tasks = Vec::new();
-    let mut spawn =
-        |id: u64,
-         actor: fn(Arc<Load>, StdRng, Instant) -> futures::future::BoxFuture<'static, ()>| {
+    for (ids, actor) in ACTORS {
+        for id in ids {
             let rng = StdRng::seed_from_u64(seed.wrapping_mul(1000).wrapping_add(id));
             tasks.push(tokio::spawn(actor(load.clone(), rng, deadline)));
-        };
-    for id in 0..3 {
-        spawn(id, |load, rng, deadline| {
-            Box::pin(range_reader(load, rng, deadline))
-        });
+        }
     }
-    for id in 10..12 {
-        spawn(id, |load, rng, deadline| {
-            Box::pin(whole_reader(load, rng, deadline))
-        });
-    }
-    spawn(20, |load, rng, deadline| {
-        Box::pin(sequential_reader(load, rng, deadline))
-    });
-    spawn(30, |load, rng, deadline| {
-        Box::pin(checker(load, rng, deadline))
-    });
-    spawn(40, |load, rng, deadline| {
-        Box::pin(lister(load, rng, deadline))
-    });
-    for id in 50..52 {
-        spawn(id, |load, rng, deadline| {
-            Box::pin(writer(load, rng, deadline))
-        });
-    }
-    spawn(60, |load, rng, deadline| {
-        Box::pin(direct_writer(load, rng, deadline))
-    });
-    spawn(70, |load, rng, deadline| {
-        Box::pin(herds(load, rng, deadline))
-    });
     tasks
 }
 

@@ -298,6 +298,12 @@ impl Deployment {
         }
     }
 
+    /// The most a node may hold resident: its memory tier, its in-flight budget and 256 MiB
+    /// for everything else.
+    pub fn rss_bound(&self) -> u64 {
+        self.memory_capacity + self.max_inflight + (256 << 20)
+    }
+
     /// A node picked by `pick` (an index drawn by the caller).
     pub fn node(&self, pick: usize) -> &Node {
         &self.nodes[pick % self.nodes.len()]

@@ -6,8 +6,9 @@ use std::time::Duration;
 
 use portico_testkit::process::status_field_kib;
 
-use crate::load::{Ask, Failure, Load, counter};
+use crate::load::{Ask, Failure, Load};
 use crate::report::Peak;
+use crate::report::count as counter;
 
 /// Samples every node's resident memory, open files and disk use each second.
 pub async fn sample(loads: Vec<Arc<Load>>) {
@@ -139,7 +140,7 @@ pub async fn settle(load: &Load) {
             report.violation(&violations.bad_restarts, error);
         }
     }
-    let rss_bound = deployment.memory_capacity + deployment.max_inflight + (256 << 20);
+    let rss_bound = deployment.rss_bound();
     let disk_bound = deployment.disk_capacity + (4 << 20);
     for (node, peak) in report.peaks.lock().clone() {
         if peak.rss_bytes > rss_bound {
@@ -219,7 +220,7 @@ pub async fn print(load: &Load, duration: Duration) -> String {
         load.windows.events.as_millis(),
         counter(&report.stale_on_origin_error)
     );
-    let rss_bound = deployment.memory_capacity + deployment.max_inflight + (256 << 20);
+    let rss_bound = deployment.rss_bound();
     for (node, peak) in report.peaks.lock().iter() {
         println!(
             "{node}: peak {} MiB resident (bound {} MiB), {} open files, {} MiB on disk (capacity {} MiB)",

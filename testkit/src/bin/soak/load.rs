@@ -10,7 +10,7 @@ use aws_smithy_runtime_api::client::orchestrator::HttpResponse;
 
 use crate::deploy::{Deployment, Node};
 use crate::model::{self, Body, Model, Verdict, Via, Windows};
-use crate::report::{self, Report};
+use crate::report::Report;
 
 /// How long after a fault an error it caused may still show (an SDK's retries and
 /// back-off, a restarted node warming up).
@@ -442,5 +442,3 @@ impl Load {
         }
     }
 }
-
-pub use report::get as counter;

@@ -159,6 +159,7 @@ pub fn started() -> Instant {
     *STARTED.get_or_init(Instant::now)
 }
 
-pub fn get(counter: &AtomicU64) -> u64 {
+/// The value of a counter of the report.
+pub fn count(counter: &AtomicU64) -> u64 {
     counter.load(Ordering::Relaxed)
 }
