@@ -13,6 +13,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("rules", 1),
     ("reload", 1),
     ("source", 1),
+    ("checksum", 1),
     ("budget", 2),
     ("cache", 2),
     ("auth", 2),

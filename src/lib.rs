@@ -13,6 +13,7 @@ pub mod app;
 pub mod auth;
 pub mod budget;
 pub mod cache;
+pub mod checksum;
 pub mod cluster;
 pub mod config;
 pub mod events;

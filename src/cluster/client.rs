@@ -11,8 +11,8 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 
 use super::protocol::{
-    BLOCK_PATH, BlockRequest, HEALTH_PATH, INVALIDATE_PATH, InvalidateRequest, LEASE_PATH,
-    LeaseRequest, MISSING_HEADER, PURGE_PATH, PurgeRequest, RESULT_HEADER,
+    BLOCK_PATH, BlockRequest, CRC_HEADER, HEALTH_PATH, INVALIDATE_PATH, InvalidateRequest,
+    LEASE_PATH, LeaseRequest, MISSING_HEADER, PURGE_PATH, PurgeRequest, RESULT_HEADER,
 };
 use crate::object::Missing;
 use crate::source::{PeerError, PeerId};
@@ -31,6 +31,8 @@ pub struct Fetched {
     pub body: Bytes,
     /// Whether the owner's cache held it.
     pub hit: bool,
+    /// The CRC64NVME the owner computed of the body before sending it.
+    pub crc: u64,
 }
 
 pub struct PeerClient {
@@ -113,10 +115,19 @@ impl PeerClient {
                     body.len()
                 )));
             }
+            let sent = headers
+                .get(CRC_HEADER)
+                .and_then(|crc| std::str::from_utf8(crc.as_bytes()).ok())
+                .and_then(|crc| u64::from_str_radix(crc, 16).ok())
+                .ok_or_else(|| failed(format!("no valid {CRC_HEADER} header")))?;
             let hit = headers
                 .get(RESULT_HEADER)
                 .is_some_and(|result| result == "hit");
-            Ok(Fetched { body, hit })
+            Ok(Fetched {
+                body,
+                hit,
+                crc: sent,
+            })
         };
         match tokio::time::timeout(self.timeout, exchange).await {
             Ok(result) => result,

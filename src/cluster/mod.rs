@@ -33,6 +33,7 @@ pub use protocol::{BlockRequest, InvalidateRequest, PurgeRequest, WrittenObject}
 pub use ring::{Ring, peer_id};
 pub use server::{PeerState, serve};
 
+use crate::checksum::{Algorithm, Crc};
 use crate::config::ClusterConfig;
 use crate::shutdown::Shutdown;
 use crate::source::{BlockAsk, Lease, PeerError, PeerId, Peers, ResponseHead};
@@ -325,6 +326,19 @@ impl Cluster {
 
 #[async_trait]
 impl Peers for Cluster {
+    async fn purge_others(&self, object: &ObjectRef) {
+        let request = PurgeRequest {
+            bucket: object.bucket().to_owned(),
+            key: Some(object.key().to_owned()),
+            prefix: None,
+        };
+        for (member, result) in self.purge_members(&request).await {
+            if let Err(error) = result {
+                tracing::error!(%object, %member, %error, "could not purge an object with wrong bytes on a member");
+            }
+        }
+    }
+
     fn owner(&self, object: &ObjectRef, block_size: u64, index: BlockIndex) -> Option<PeerId> {
         let ring = self.ring();
         let owner = ring
@@ -363,6 +377,19 @@ impl Peers for Cluster {
         let length = within.end.saturating_sub(within.start);
         let started = Instant::now();
         match self.client.block(peer, &request, length, head).await {
+            Ok(fetched) if Crc::of(Algorithm::Crc64Nvme, &fetched.body).value != fetched.crc => {
+                // Changed on the way: never used, and the block comes from elsewhere.
+                self.metrics.integrity.count_mismatch("peer");
+                self.metrics.count_peer_request(PeerResult::Error);
+                let error = PeerError::Failed {
+                    peer: peer.clone(),
+                    reason: "sent a block whose bytes fail the CRC64NVME it sent with them"
+                        .to_owned(),
+                };
+                tracing::error!(%object, index, %peer, "a block from another member failed its CRC; it is fetched again");
+                self.suspect(peer, &error);
+                Err(error)
+            }
             Ok(fetched) => {
                 self.metrics.count_peer_request(if fetched.hit {
                     PeerResult::Hit

@@ -4,7 +4,9 @@
 //! - `POST /peer/v1/block` with a JSON [`BlockRequest`]: the bytes asked for of one block
 //!   (200), as the owner's cache holds them or from the whole block it fetched from the
 //!   upstream with `If-Match` on the ETag asked for. `ETag` repeats that ETag; `x-portico-peer-result` says `hit`
-//!   or `miss`. A changed object answers 412, a missing one 404 with `x-portico-missing`.
+//!   or `miss`; `x-portico-crc64nvme` is the CRC64NVME of the body, in hex, which the asking
+//!   member checks before it uses a byte (an answer without it is refused). A changed
+//!   object answers 412, a missing one 404 with `x-portico-missing`.
 //! - `POST /peer/v1/purge` with the admin API's purge body: purges on this member only.
 //! - `POST /peer/v1/invalidate` with a JSON [`InvalidateRequest`]: forgets what this member
 //!   knows of objects a write through another member changed (204), before that member
@@ -22,6 +24,8 @@ pub const LEASE_PATH: &str = "/peer/v1/lease";
 pub const HEALTH_PATH: &str = "/peer/v1/health";
 /// `hit` or `miss`: whether the owner's cache held the block.
 pub const RESULT_HEADER: &str = "x-portico-peer-result";
+/// The CRC64NVME of a block answer's body, 16 hex digits.
+pub const CRC_HEADER: &str = "x-portico-crc64nvme";
 /// What is missing in a 404: `key`, `bucket` or `version`.
 pub const MISSING_HEADER: &str = "x-portico-missing";
 

@@ -17,10 +17,11 @@ use subtle::ConstantTimeEq;
 use tokio::net::TcpListener;
 
 use super::protocol::{
-    BLOCK_PATH, BlockRequest, HEALTH_PATH, INVALIDATE_PATH, InvalidateRequest, LEASE_PATH,
-    LeaseRequest, MISSING_HEADER, PURGE_PATH, PurgeRequest, RESULT_HEADER,
+    BLOCK_PATH, BlockRequest, CRC_HEADER, HEALTH_PATH, INVALIDATE_PATH, InvalidateRequest,
+    LEASE_PATH, LeaseRequest, MISSING_HEADER, PURGE_PATH, PurgeRequest, RESULT_HEADER,
 };
 use crate::cache::Tier;
+use crate::checksum::{Algorithm, Running};
 use crate::object::{Missing, ObjectMeta};
 use crate::read::{ReadError, ReadPath};
 use crate::shutdown::Shutdown;
@@ -142,12 +143,19 @@ async fn block(
         },
         length as u64,
     );
+    let mut crc = Running::new(Algorithm::Crc64Nvme);
+    for slice in &part.slices {
+        crc.update(slice);
+    }
     let slices = futures::stream::iter(part.slices.into_iter().map(Ok::<_, std::io::Error>));
     let mut response = Response::new(Body::from_stream(slices));
     let headers = response.headers_mut();
     headers.insert(header::CONTENT_LENGTH, HeaderValue::from(length));
     if let Ok(etag) = HeaderValue::from_str(&request.etag) {
         headers.insert(header::ETAG, etag);
+    }
+    if let Ok(crc) = HeaderValue::from_str(&format!("{:016x}", crc.crc().value)) {
+        headers.insert(CRC_HEADER, crc);
     }
     headers.insert(
         RESULT_HEADER,

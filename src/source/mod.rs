@@ -109,6 +109,10 @@ pub trait Peers: Send + Sync + 'static {
     /// Whether blocks fetched from their owner are kept in this node's memory tier.
     fn keep_in_memory(&self) -> bool;
 
+    /// Purges `object` on every other member (bytes of it were found wrong); failures
+    /// are logged.
+    async fn purge_others(&self, object: &ObjectRef);
+
     /// The fleet lease, which says whether this node may serve its cached metadata as it
     /// is (see [`Lease`]).
     fn lease(&self) -> std::sync::Arc<Lease>;

@@ -171,6 +171,8 @@ pub struct Metrics {
     invalidations: Family<ResultLabel, Counter>,
     /// Event notification messages rejected, by reason: malformed, unauthorized.
     event_rejections: Family<ReasonLabel, Counter>,
+    /// The integrity checks: objects compared with S3's CRC, mismatches, verify mode.
+    pub integrity: IntegrityMetrics,
 }
 
 impl Default for Metrics {
@@ -229,6 +231,7 @@ impl Metrics {
             event_records: Family::default(),
             invalidations: Family::default(),
             event_rejections: Family::default(),
+            integrity: IntegrityMetrics::default(),
         };
         register::register_all(&mut registry, &metrics);
         *metrics.registry.lock() = registry;
@@ -458,7 +461,10 @@ impl Metrics {
     }
 }
 
+mod integrity;
 mod register;
+
+pub use integrity::IntegrityMetrics;
 
 #[cfg(test)]
 mod tests;

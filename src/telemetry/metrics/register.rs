@@ -14,6 +14,7 @@ pub(super) fn register_all(registry: &mut Registry, metrics: &Metrics) {
     upstream(registry, metrics);
     cluster(registry, metrics);
     listings_and_events(registry, metrics);
+    metrics.integrity.register(registry);
 }
 
 /// Requests and responses: counts, durations, bytes served, aborts, connections.
@@ -345,4 +346,5 @@ pub(super) fn start_known_series_at_zero(metrics: &Metrics) {
     drop(metrics.connections_refused.get_or_create(&ReasonLabel {
         reason: "per_client",
     }));
+    metrics.integrity.start_at_zero();
 }
