@@ -15,6 +15,7 @@ use tracing::field::Empty;
 use super::discovered::Discovered;
 use super::fetch::BlockFetch;
 use super::hedge::Hedger;
+use super::integrity::Integrity;
 use super::{Internal, ReadError, Target};
 use crate::budget::Charge;
 use crate::cache::{BlockCache, BlockKey, Keep, LookupError, Part, Tier};
@@ -39,6 +40,7 @@ struct Inner {
     hedger: Hedger,
     /// The other cluster members, in cluster mode.
     peers: Option<Arc<dyn Peers>>,
+    integrity: Integrity,
     /// For each block being looked up, the latch its lookups share (see
     /// [`Blocks::answer_latch`]).
     answers: parking_lot::Mutex<HashMap<BlockKey, ResponseHead>>,
@@ -51,6 +53,7 @@ impl Blocks {
         metrics: Arc<Metrics>,
         hedger: Hedger,
         peers: Option<Arc<dyn Peers>>,
+        integrity: Integrity,
     ) -> Self {
         Self {
             inner: Arc::new(Inner {
@@ -59,6 +62,7 @@ impl Blocks {
                 metrics,
                 hedger,
                 peers,
+                integrity,
                 answers: parking_lot::Mutex::default(),
             }),
         }
@@ -300,6 +304,7 @@ impl Blocks {
                 index,
                 block_size: target.layout.block_size(),
                 metrics: self.inner.metrics.clone(),
+                integrity: self.inner.integrity.clone(),
                 answered: answered.clone(),
             };
             let blocks = self.clone();

@@ -6,7 +6,9 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
+use super::Target;
 use super::block::Owner;
+use super::integrity::{Integrity, Verdict};
 use crate::object::ObjectMeta;
 use crate::source::{BlockAsk, BlockSource, PeerError, ResponseHead, UpstreamError};
 use crate::telemetry::{Metrics, PeerResult};
@@ -25,6 +27,8 @@ pub(super) struct BlockFetch {
     pub(super) index: BlockIndex,
     pub(super) block_size: u64,
     pub(super) metrics: Arc<Metrics>,
+    /// Every block filled from the source is noted for the object's end-to-end check.
+    pub(super) integrity: Integrity,
     /// Arrives with the first answer `head` learns of, of any run.
     pub(super) answered: ResponseHead,
 }
@@ -60,6 +64,7 @@ impl BlockFetch {
             index,
             block_size,
             metrics,
+            integrity,
             answered: _,
         } = self;
         if let Some((peers, mut peer)) = owner {
@@ -104,6 +109,7 @@ impl BlockFetch {
             }
         }
         let if_match = (!meta.etag.is_empty()).then_some(meta.etag.as_str());
+        let target = Target::new(&object, meta.clone(), block_size);
         let object = pinned(object, &meta);
         let read = source
             .get(&object, range.into(), if_match, range.len_bytes(), &head)
@@ -117,6 +123,13 @@ impl BlockFetch {
                 range.header_value(),
                 read.body.len(),
                 read.first
+            )));
+        }
+        if let Verdict::Mismatch { expected, computed } =
+            integrity.filled(&target, index, &read.body)
+        {
+            return Err(UpstreamError::invalid_response(format!(
+                "block {index} completes a version whose CRC is {computed}, where S3 reports {expected}: the object is purged"
             )));
         }
         Ok(read.body)

@@ -13,8 +13,10 @@ use tokio_stream::wrappers::ReceiverStream;
 use tracing::Instrument;
 
 use super::block::Blocks;
+use super::body::{ResponseCheck, empty_body, send_part};
 use super::discovered::{Discovered, FirstRead};
 use super::hedge::Hedger;
+use super::integrity::{self, Integrity};
 use super::lookup::{self, Lookup, failed};
 use super::manage::{self, KnownVersion};
 use super::metadata::{Metadata, MetadataParts};
@@ -25,12 +27,12 @@ use super::{
     Tally, Target, abort, uncached,
 };
 use crate::budget::{Charge, MemoryBudget};
-use crate::cache::{BlockCache, Part, Tier};
+use crate::cache::{BlockCache, Part};
 use crate::object::ObjectMeta;
 use crate::rules::{Policy, Rules};
 use crate::shutdown::Shutdown;
 use crate::source::{BlockSource, Lease, Peers, ResponseHead};
-use crate::telemetry::{Metrics, ServedFrom};
+use crate::telemetry::Metrics;
 use crate::types::{BlockIndex, ByteRange, ObjectRef, RangeRequest, Selection};
 
 /// What a read path is built from, beside its settings.
@@ -57,6 +59,7 @@ pub struct ReadPath {
     source: Arc<dyn BlockSource>,
     budget: MemoryBudget,
     metrics: Arc<Metrics>,
+    integrity: Integrity,
     block_size: u64,
     readahead_blocks: usize,
 }
@@ -71,6 +74,7 @@ impl ReadPath {
             shutdown,
             peers,
         } = parts;
+        let (integrity, wrong) = Integrity::new(metrics.clone());
         let lease = peers
             .as_ref()
             .map_or_else(|| Arc::new(Lease::alone()), |peers| peers.lease());
@@ -83,21 +87,30 @@ impl ReadPath {
             serve_stale_on_error: settings.serve_stale_on_error,
             clustered: peers.is_some(),
             lease,
+            integrity: integrity.clone(),
         });
         let hedger = Hedger::new(
             settings.hedge_quantile,
             settings.hedge_min_delay,
             metrics.clone(),
         );
-        let blocks = Blocks::new(cache, source.clone(), metrics.clone(), hedger, peers);
+        let blocks = Blocks::new(
+            cache,
+            source.clone(),
+            metrics.clone(),
+            hedger,
+            peers.clone(),
+            integrity.clone(),
+        );
         let prefetcher = Prefetcher::new(
             settings.prefetch_window_blocks,
             settings.prefetch_slots,
             blocks.clone(),
             budget.clone(),
             metrics.clone(),
-            shutdown,
+            shutdown.clone(),
         );
+        integrity::purge_wrong(wrong, (&metadata, &blocks), peers, shutdown);
         Self {
             metadata,
             blocks,
@@ -105,6 +118,7 @@ impl ReadPath {
             source,
             budget,
             metrics,
+            integrity,
             block_size: settings.block_size,
             readahead_blocks: settings.readahead_blocks.max(1),
         }
@@ -294,6 +308,10 @@ impl ReadPath {
                 }));
             };
             charge.shrink_to(bytes.len_bytes().min(block_size));
+            let check = match range {
+                None if wanted => ResponseCheck::new(&self.integrity, object, &meta),
+                _ => None,
+            };
             let started = if meta.etag.is_empty() {
                 let status = CacheStatus::bypass(&discovered);
                 let source = self.source.as_ref();
@@ -301,7 +319,8 @@ impl ReadPath {
                     .await
                     .map(|(body, tally)| (body, tally, status))
             } else {
-                self.stream_cached(object, &meta, bytes, charge, discovered, policy)
+                let stream = (charge, discovered, check);
+                self.stream_cached(object, &meta, bytes, stream, policy)
                     .await
             };
             match started {
@@ -325,14 +344,14 @@ impl ReadPath {
     }
 
     /// Starts streaming `bytes` of the version `meta` names from its blocks (or from
-    /// `discovered`), reading the first one (charged to `charge`) before it returns.
+    /// `discovered`), reading the first one (charged to `charge`) before it returns, the
+    /// bytes sent checked by `check` when there is one.
     async fn stream_cached(
         &self,
         object: &ObjectRef,
         meta: &Arc<ObjectMeta>,
         bytes: ByteRange,
-        charge: Charge,
-        discovered: Discovered,
+        (charge, discovered, check): (Charge, Discovered, Option<ResponseCheck>),
         policy: &Policy,
     ) -> Result<(BodyStream, Arc<Tally>, CacheStatus), ReadError> {
         let target = Target::new(object, meta.clone(), self.block_size);
@@ -386,17 +405,19 @@ impl ReadPath {
         };
         let status = CacheStatus::new(&discovered, Some(first_block.tier));
         let tally = Arc::new(Tally::default());
-        let body = self.stream(target, bytes, first_block, ahead, discovered, tally.clone());
+        let first = (first_block, check);
+        let body = self.stream(target, bytes, first, ahead, discovered, tally.clone());
         Ok((body, tally, status))
     }
 
     /// Streams `bytes` of `target`, starting with its already read first block, counting
-    /// each block sent in `tally`. The stream's lookups belong to the request's trace.
+    /// each block sent in `tally` and checking the bytes with `check` when there is one.
+    /// The stream's lookups belong to the request's trace.
     fn stream(
         &self,
         target: Target,
         bytes: ByteRange,
-        first_block: Part,
+        (first_block, mut check): (Part, Option<ResponseCheck>),
         ahead: Vec<(BlockIndex, Lookup)>,
         discovered: Discovered,
         tally: Arc<Tally>,
@@ -408,7 +429,9 @@ impl ReadPath {
             let layout = target.layout;
             let mut blocks = layout.blocks_for(bytes);
             let metrics = &this.metrics;
-            if blocks.next().is_none() || !send_part(metrics, &sender, &tally, first_block).await {
+            if blocks.next().is_none()
+                || !send_part(metrics, &sender, &tally, first_block, &mut check).await
+            {
                 return;
             }
             let readahead = this.readahead_blocks;
@@ -445,7 +468,7 @@ impl ReadPath {
                 };
                 match result {
                     Ok(part) => {
-                        if !send_part(metrics, &sender, &tally, part).await {
+                        if !send_part(metrics, &sender, &tally, part, &mut check).await {
                             return;
                         }
                     }
@@ -463,35 +486,4 @@ impl ReadPath {
         tokio::spawn(task.instrument(request));
         ReceiverStream::new(receiver)
     }
-}
-
-/// Sends the requested part of one block, counted in `tally` and as served; false when
-/// the client has gone.
-async fn send_part(
-    metrics: &Metrics,
-    sender: &mpsc::Sender<Result<Bytes, ReadError>>,
-    tally: &Tally,
-    part: Part,
-) -> bool {
-    tally.count(part.tier);
-    let total = part.total_bytes() as u64;
-    if part.tier == Tier::Disk {
-        // A disk hit may include pieces memory held: the disk served the rest.
-        let memory = (part.memory_bytes as u64).min(total);
-        metrics.count_served(ServedFrom::Disk, total - memory);
-        metrics.count_served(ServedFrom::Memory, memory);
-    } else {
-        metrics.count_served(part.tier.served_from(), total);
-    }
-    for slice in part.slices {
-        if sender.send(Ok(slice)).await.is_err() {
-            return false;
-        }
-    }
-    true
-}
-
-fn empty_body() -> BodyStream {
-    let (_, receiver) = mpsc::channel(1);
-    ReceiverStream::new(receiver)
 }

@@ -10,6 +10,7 @@ use tracing::Instrument;
 
 use super::coalesce::Coalescer;
 use super::discovered::{Discovered, Discovery, FirstRead, whole_blocks};
+use super::integrity::{Integrity, Verdict};
 use super::writes::Generations;
 use super::{Internal, MetaSource, ReadError, Target};
 use crate::cache::{BlockCache, MetaClock, MetaRecord, MetaState, Tier};
@@ -43,6 +44,7 @@ struct Inner {
     /// [`Policy::join_window`]): a read joins a discovery no older than its TTLs.
     discoveries: Coalescer<(ObjectRef, u64, bool, u64), Discovery>,
     generations: Generations,
+    integrity: Integrity,
 }
 
 /// What the metadata step is built from.
@@ -56,6 +58,7 @@ pub(super) struct MetadataParts {
     pub(super) clustered: bool,
     /// The fleet lease (a node alone always holds its own).
     pub(super) lease: Arc<Lease>,
+    pub(super) integrity: Integrity,
 }
 
 impl Metadata {
@@ -72,6 +75,7 @@ impl Metadata {
                 clock: MetaClock::new(),
                 discoveries: Coalescer::default(),
                 generations: Generations::new(parts.lease),
+                integrity: parts.integrity,
             }),
         }
     }
@@ -350,6 +354,16 @@ impl Metadata {
                 // find them too, or it fetches them again.
                 if !discovered.blocks.is_empty() {
                     let target = Target::new(object, meta.clone(), self.inner.block_size);
+                    for (index, block) in discovered.blocks.iter() {
+                        let verdict = self.inner.integrity.filled(&target, *index, block);
+                        if let Verdict::Mismatch { expected, computed } = verdict {
+                            return Err(ReadError::Upstream(UpstreamError::invalid_response(
+                                format!(
+                                    "block {index} completes a version whose CRC is {computed}, where S3 reports {expected}: the object is purged"
+                                ),
+                            )));
+                        }
+                    }
                     for (index, block) in discovered.blocks.iter() {
                         let key = target.key(*index);
                         self.inner.cache.insert_block(key, block.clone());

@@ -46,11 +46,13 @@
 //!   for a GET it fetches the first needed block in the same upstream request.
 
 mod block;
+mod body;
 mod coalesce;
 mod discovered;
 mod fetch;
 mod get;
 mod hedge;
+mod integrity;
 mod lookup;
 mod manage;
 mod metadata;
@@ -141,6 +143,14 @@ pub enum Internal {
     Discovery(#[source] coalesce::TaskFailed),
     #[error("the purge could not be recorded")]
     Purge(#[source] Arc<crate::cache::CacheError>),
+    #[error(
+        "the bytes of {object} have the CRC {computed}, where S3 reports {expected}: the response is cut off and the object purged"
+    )]
+    Checksum {
+        object: ObjectRef,
+        expected: String,
+        computed: String,
+    },
 }
 
 impl PartialEq for Internal {

@@ -4,6 +4,7 @@
 
 mod cluster;
 mod errors;
+mod integrity;
 mod memory;
 mod metadata;
 mod races;

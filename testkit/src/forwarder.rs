@@ -6,7 +6,9 @@
 //! over-long. Requests the client gave up
 //! on (closed its connection before the response) are counted. For benchmarks, every
 //! request can be delayed (an object store's time to first byte) and response body bytes
-//! are counted. ETags can be removed from responses, like an origin that sends none. The
+//! are counted. ETags can be removed from responses, like an origin that sends none. A
+//! byte of a body can be flipped, once or in every answer from then on (a corrupt origin
+//! or network path that keeps lengths and headers right). The
 //! answer to a write can be lost: the write reaches the target, and the connection closes
 //! without a response.
 
@@ -65,6 +67,9 @@ pub enum Fault {
     /// Forward the body with this many bytes appended and a `Content-Length` that counts
     /// them, so the response is well-formed but longer than its `Content-Range` says.
     LongBody(usize),
+    /// Forward the body with the byte at this offset inverted (when the body is that
+    /// long): the response is well-formed, and only its bytes are wrong.
+    FlipByte(usize),
 }
 
 type Reply = Result<http::Response<BoxBody<Bytes, hyper::Error>>, ForwardError>;
@@ -229,6 +234,14 @@ impl Forwarder {
         self.counters.strip_etags.store(true, Ordering::Relaxed);
     }
 
+    /// From now on, every successful response body (of any request but a HEAD) that is
+    /// long enough has its byte at offset `at` inverted; `None` stops it. Headers, lengths
+    /// and ETags stay as the target sent them.
+    pub fn flip_bytes(&self, at: Option<usize>) {
+        let at = at.map_or(u64::MAX, |at| at as u64);
+        self.counters.flip_at.store(at, Ordering::SeqCst);
+    }
+
     /// Delays every request by `latency` before forwarding it (0 turns it off).
     pub fn set_latency(&self, latency: std::time::Duration) {
         let nanos = u64::try_from(latency.as_nanos()).unwrap_or(u64::MAX);
@@ -278,7 +291,7 @@ struct Shared {
     counters: Arc<Counters>,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Counters {
     /// Remove the `ETag` header from every response.
     strip_etags: AtomicBool,
@@ -287,6 +300,21 @@ struct Counters {
     bytes: AtomicU64,
     /// Object PUTs whose answer is lost after the target applied them.
     lost_write_answers: AtomicUsize,
+    /// The offset of the byte inverted in every successful body; `u64::MAX`: none.
+    flip_at: AtomicU64,
+}
+
+impl Default for Counters {
+    fn default() -> Self {
+        Self {
+            strip_etags: AtomicBool::default(),
+            latency_nanos: AtomicU64::default(),
+            requests: AtomicU64::default(),
+            bytes: AtomicU64::default(),
+            lost_write_answers: AtomicUsize::default(),
+            flip_at: AtomicU64::new(u64::MAX),
+        }
+    }
 }
 
 /// Counts a request as cancelled when its handler is dropped before it finished.
@@ -338,7 +366,10 @@ impl Shared {
                 unfinished.0 = None;
                 return Ok(error_response(status));
             }
-            Some(Fault::CutBody(_) | Fault::ShortBody(_) | Fault::LongBody(_)) | None => {}
+            Some(
+                Fault::CutBody(_) | Fault::ShortBody(_) | Fault::LongBody(_) | Fault::FlipByte(_),
+            )
+            | None => {}
         }
         let is_head = request.method() == http::Method::HEAD;
         let lose_answer = object_put
@@ -376,10 +407,18 @@ impl Shared {
             .unwrap_or(0);
         self.counters.requests.fetch_add(1, Ordering::Relaxed);
         self.counters.bytes.fetch_add(length, Ordering::Relaxed);
+        let flip_every = self.counters.flip_at.load(Ordering::Relaxed);
+        let fault = fault.or_else(|| {
+            let flipped = response.status().is_success() && !is_head && flip_every != u64::MAX;
+            flipped.then(|| Fault::FlipByte(usize::try_from(flip_every).unwrap_or(usize::MAX)))
+        });
         let mut response = match fault {
-            Some(fault @ (Fault::CutBody(_) | Fault::ShortBody(_) | Fault::LongBody(_))) => {
-                damage_body(response, fault).await?
-            }
+            Some(
+                fault @ (Fault::CutBody(_)
+                | Fault::ShortBody(_)
+                | Fault::LongBody(_)
+                | Fault::FlipByte(_)),
+            ) => damage_body(response, fault).await?,
             _ => response.map(BodyExt::boxed),
         };
         if self.counters.strip_etags.load(Ordering::Relaxed) {
@@ -409,7 +448,12 @@ async fn damage_body(
             longer.resize(body.len() + extra, b'x');
             Bytes::from(longer)
         }
-        Fault::Status(_) | Fault::Reset | Fault::Delay(_) => body,
+        Fault::FlipByte(at) if at < body.len() => {
+            let mut flipped = body.to_vec();
+            flipped[at] ^= 0xff;
+            Bytes::from(flipped)
+        }
+        Fault::FlipByte(_) | Fault::Status(_) | Fault::Reset | Fault::Delay(_) => body,
     };
     if !matches!(fault, Fault::CutBody(_)) {
         parts

@@ -18,6 +18,7 @@ mod events;
 mod forwarding;
 mod hardening;
 mod inprocess;
+mod integrity;
 mod lifecycle;
 mod listings;
 mod metrics;

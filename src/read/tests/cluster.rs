@@ -95,6 +95,13 @@ impl Peers for Other {
         true
     }
 
+    async fn purge_others(&self, object: &ObjectRef) {
+        let read = self.read.get().expect("the other member is set up");
+        read.purge(object, None)
+            .await
+            .expect("the other member purges");
+    }
+
     fn lease(&self) -> Arc<crate::source::Lease> {
         Arc::new(crate::source::Lease::alone())
     }

@@ -13,6 +13,7 @@ use crate::read::Target;
 use crate::read::block::Blocks;
 use crate::read::discovered::{Discovered, FirstRead};
 use crate::read::hedge::Hedger;
+use crate::read::integrity::Integrity;
 use crate::read::metadata::{Metadata, MetadataParts};
 use crate::read::prefetch::Prefetcher;
 use crate::shutdown::Shutdown;
@@ -32,6 +33,7 @@ async fn cache(metrics: &Arc<Metrics>) -> BlockCache {
 
 async fn metadata(source: &Arc<MemorySource>) -> Metadata {
     let metrics = Arc::new(Metrics::new());
+    let integrity = Integrity::new(metrics.clone()).0;
     Metadata::new(MetadataParts {
         cache: cache(&metrics).await,
         source: source.clone(),
@@ -41,6 +43,7 @@ async fn metadata(source: &Arc<MemorySource>) -> Metadata {
         serve_stale_on_error: false,
         clustered: false,
         lease: Arc::new(Lease::alone()),
+        integrity,
     })
 }
 
@@ -58,7 +61,15 @@ async fn target_of(source: &Arc<MemorySource>, key: &str) -> Target {
 
 fn blocks(source: &Arc<MemorySource>, cache: BlockCache, metrics: &Arc<Metrics>) -> Blocks {
     let hedger = Hedger::new(0.0, Duration::from_millis(50), metrics.clone());
-    Blocks::new(cache, source.clone(), metrics.clone(), hedger, None)
+    let integrity = Integrity::new(metrics.clone()).0;
+    Blocks::new(
+        cache,
+        source.clone(),
+        metrics.clone(),
+        hedger,
+        None,
+        integrity,
+    )
 }
 
 #[tokio::test(start_paused = true)]

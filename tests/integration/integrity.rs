@@ -1,0 +1,272 @@
+//! End-to-end integrity against MinIO: objects stored with a full-object CRC (CRC64NVME,
+//! CRC32C) are verified once this node has filled every block, whole or by ranges; a
+//! byte the origin flips (same length, same ETag) is caught: the object is purged, the
+//! mismatch counted, and a checksum-mode GET is cut off before its last byte; a byte
+//! flipped on the way from a block's owner is never served.
+
+use aws_sdk_s3::primitives::ByteStream;
+use aws_sdk_s3::types::{ChecksumAlgorithm, ChecksumMode};
+use portico_testkit::forwarder::Fault;
+use portico_testkit::portico::{Portico, start_proxied_fleet};
+
+use crate::support::{Rig, binary, eventually, multipart_upload, random_bytes, s3_client, try_get};
+
+const MIB: usize = 1024 * 1024;
+const VERIFIED: &str = "portico_integrity_objects_total{result=\"verified\"}";
+const MISMATCHED: &str = "portico_integrity_objects_total{result=\"mismatch\"}";
+const NO_CHECKSUM: &str = "portico_integrity_objects_total{result=\"no_checksum\"}";
+
+fn mismatches(check: &str) -> String {
+    format!("portico_integrity_mismatches_total{{check=\"{check}\"}}")
+}
+
+/// Uploads `data` as `key` straight to MinIO with a `algorithm` checksum.
+async fn put_with(rig: &Rig, key: &str, data: &[u8], algorithm: ChecksumAlgorithm) {
+    rig.direct
+        .put_object()
+        .bucket(&rig.bucket)
+        .key(key)
+        .checksum_algorithm(algorithm)
+        .body(ByteStream::from(data.to_vec()))
+        .send()
+        .await
+        .unwrap_or_else(|error| panic!("PUT {key}: {error:?}"));
+}
+
+/// A GET through Portico that asks for checksums, as current SDKs do by default.
+async fn checked_get(rig: &Rig, key: &str) -> Result<Vec<u8>, String> {
+    let output = rig
+        .client
+        .get_object()
+        .bucket(&rig.bucket)
+        .key(key)
+        .checksum_mode(ChecksumMode::Enabled)
+        .send()
+        .await
+        .map_err(|error| format!("{error:?}"))?;
+    let body = output
+        .body
+        .collect()
+        .await
+        .map_err(|error| format!("body: {error}"))?;
+    Ok(body.into_bytes().to_vec())
+}
+
+async fn verified_in_both_tiers(disk_capacity: &'static str) {
+    let rig = Rig::start("integrity", |settings| {
+        settings.disk_capacity = disk_capacity
+    })
+    .await;
+    let whole = random_bytes(3 * MIB + 777, 381);
+    let ranged = random_bytes(2 * MIB + 5, 382);
+    put_with(&rig, "crc64nvme.bin", &whole, ChecksumAlgorithm::Crc64Nvme).await;
+    put_with(&rig, "crc32c.bin", &ranged, ChecksumAlgorithm::Crc32C).await;
+    let portico = rig.portico();
+
+    assert!(checked_get(&rig, "crc64nvme.bin").await.expect("whole GET") == whole);
+    assert_eq!(portico.metric(VERIFIED).await, 1.0, "read whole");
+
+    // A HEAD that asks for checksums learns them; ranged reads then fill every block.
+    let head = rig
+        .client
+        .head_object()
+        .bucket(&rig.bucket)
+        .key("crc32c.bin")
+        .checksum_mode(ChecksumMode::Enabled)
+        .send()
+        .await
+        .expect("HEAD");
+    assert!(head.checksum_crc32_c().is_some(), "MinIO keeps the CRC32C");
+    for (first, last) in [(MIB, 2 * MIB - 1), (2 * MIB, 2 * MIB + 4), (0, MIB - 1)] {
+        let range = format!("bytes={first}-{last}");
+        assert!(rig.get("crc32c.bin", Some(&range)).await == ranged[first..=last]);
+        let expected = if first == 0 { 2.0 } else { 1.0 };
+        assert_eq!(portico.metric(VERIFIED).await, expected, "after {range}");
+    }
+
+    // A multipart object's checksum is composite: nothing whole to compare with.
+    let parts = vec![random_bytes(5 * MIB, 383), random_bytes(1000, 384)];
+    multipart_upload(&rig.direct, &rig.bucket, "parts.bin", &parts).await;
+    assert!(checked_get(&rig, "parts.bin").await.expect("multipart GET") == parts.concat());
+    assert_eq!(portico.metric(NO_CHECKSUM).await, 1.0);
+    assert_eq!(portico.metric(MISMATCHED).await, 0.0);
+    assert_eq!(portico.metric(VERIFIED).await, 2.0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn objects_with_full_object_crcs_are_verified_whole_or_by_ranges_in_memory() {
+    verified_in_both_tiers("0").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn objects_with_full_object_crcs_are_verified_whole_or_by_ranges_with_a_disk_tier() {
+    verified_in_both_tiers("64MiB").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_byte_the_origin_flips_is_caught_the_object_purged_and_never_served_whole() {
+    // No prefetch: each block is filled by the read that asks for it.
+    let rig = Rig::start("integrity-flip", |settings| {
+        let off = ("PORTICO_PREFETCH_ENABLED".to_owned(), "false".to_owned());
+        settings.env.push(off);
+    })
+    .await;
+    let data = random_bytes(3 * MIB + 4321, 385);
+    put_with(&rig, "flipped.bin", &data, ChecksumAlgorithm::Crc64Nvme).await;
+    let portico = rig.portico();
+
+    // The first block's GET comes back with one byte inverted, same length, same ETag.
+    rig.forwarder.inject(&[Fault::FlipByte(100)]);
+    let error = checked_get(&rig, "flipped.bin")
+        .await
+        .expect_err("a response with a wrong byte ends well");
+    assert!(!error.is_empty());
+    let caught =
+        portico.metric(&mismatches("object")).await + portico.metric(&mismatches("response")).await;
+    assert!(caught >= 1.0, "the mismatch is counted");
+    assert_eq!(portico.metric(MISMATCHED).await, 1.0);
+    let logs = portico.logs();
+    assert!(
+        logs.contains("disagree with the checksum S3 keeps") && logs.contains("flipped.bin"),
+        "{logs}"
+    );
+
+    // Purged: the next read fetches every block again and is exact.
+    rig.forwarder.take();
+    let body = eventually(
+        "a clean read after the purge",
+        std::time::Duration::from_secs(10),
+        || async { checked_get(&rig, "flipped.bin").await.ok() },
+    )
+    .await;
+    assert!(
+        body == data,
+        "the bytes read after the purge are the object's"
+    );
+    assert!(rig.upstream_gets() >= 4, "every block was fetched again");
+    assert_eq!(portico.metric(VERIFIED).await, 1.0);
+
+    // Ranged readers: a block flipped before its object is complete cannot be judged
+    // alone, but the fill that completes the object fails rather than be served, and the
+    // object is purged, so the flipped block is read again.
+    let ranged = random_bytes(3 * MIB + 99, 387);
+    put_with(&rig, "ranged.bin", &ranged, ChecksumAlgorithm::Crc64Nvme).await;
+    let head = rig
+        .client
+        .head_object()
+        .bucket(&rig.bucket)
+        .key("ranged.bin");
+    head.checksum_mode(ChecksumMode::Enabled)
+        .send()
+        .await
+        .expect("HEAD");
+    rig.forwarder.inject(&[Fault::FlipByte(7)]);
+    let first = rig.get("ranged.bin", Some("bytes=0-99")).await;
+    assert!(
+        first != ranged[..100],
+        "the one block read so far is the flipped one"
+    );
+    // The read that completes the object fails with a 5xx; the SDK's retry finds it purged.
+    for (first, last) in [
+        (MIB, 2 * MIB - 1),
+        (2 * MIB, 3 * MIB - 1),
+        (3 * MIB, ranged.len() - 1),
+    ] {
+        let range = format!("bytes={first}-{last}");
+        assert!(
+            rig.get("ranged.bin", Some(&range)).await == ranged[first..=last],
+            "{range}"
+        );
+    }
+    assert_eq!(portico.metric(MISMATCHED).await, 2.0);
+    let within = std::time::Duration::from_secs(10);
+    eventually(
+        "the first block read again after the purge",
+        within,
+        || async {
+            let body = rig.try_get("ranged.bin", Some("bytes=0-99")).await.ok()?;
+            (body == ranged[..100]).then_some(())
+        },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_checksum_mode_get_of_cached_wrong_bytes_is_cut_off_before_its_last_byte() {
+    let rig = Rig::start("integrity-response", |_| {}).await;
+    let data = random_bytes(2 * MIB + 10, 388);
+    put_with(&rig, "late.bin", &data, ChecksumAlgorithm::Crc64Nvme).await;
+    let portico = rig.portico();
+    // Every block filled by ranged reads while the metadata knew no checksums (it came
+    // from the first GET), one of them with a byte the origin flipped.
+    rig.forwarder.inject(&[Fault::FlipByte(5)]);
+    for (first, last) in [(0, MIB - 1), (MIB, 2 * MIB - 1), (2 * MIB, data.len() - 1)] {
+        rig.get("late.bin", Some(&format!("bytes={first}-{last}")))
+            .await;
+    }
+    assert_eq!(portico.metric(NO_CHECKSUM).await, 1.0);
+
+    // Served whole from the cache to a client that asks for checksums: the response is
+    // checked as it goes, and cut off before its last byte.
+    let error = checked_get(&rig, "late.bin").await.expect_err("cut off");
+    assert!(!error.is_empty());
+    assert_eq!(portico.metric(&mismatches("response")).await, 1.0);
+    assert_eq!(
+        portico
+            .metric("portico_read_aborts_total{cause=\"internal\"}")
+            .await,
+        1.0
+    );
+    let within = std::time::Duration::from_secs(10);
+    let body = eventually("a clean read after the purge", within, || async {
+        checked_get(&rig, "late.bin").await.ok()
+    })
+    .await;
+    assert!(body == data);
+    assert_eq!(
+        portico.metric(VERIFIED).await,
+        1.0,
+        "filled again, and verified"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_byte_flipped_between_members_is_never_served() {
+    let minio = portico_testkit::minio::minio();
+    let forwarder = portico_testkit::forwarder::Forwarder::start(&minio.address).await;
+    let direct = s3_client(&minio.endpoint(), true);
+    let bucket = portico_testkit::create_bucket(&direct, "integrity-peers").await;
+    let dirs: Vec<tempfile::TempDir> = (0..2).map(|_| tempfile::tempdir().expect("dir")).collect();
+    let (nodes, proxies): (Vec<Portico>, _) =
+        start_proxied_fleet(binary(), &forwarder.endpoint(), &dirs, |_| {}).await;
+    let data = random_bytes(8 * MIB, 386);
+    crate::support::put_object(&direct, &bucket, "peer.bin", &data).await;
+    // Every answer node 1 sends node 0 arrives with one byte inverted.
+    proxies[1].flip_bytes(Some(4096));
+    let client = s3_client(&nodes[0].s3, true);
+    for round in 0..2 {
+        let body = try_get(&client, &bucket, "peer.bin", None)
+            .await
+            .expect("GET through node 0");
+        assert!(
+            body == data,
+            "round {round}: node 0 served the object's bytes"
+        );
+    }
+    let caught = nodes[0].metric(&mismatches("peer")).await;
+    assert!(
+        caught >= 1.0,
+        "node 1's damaged answers were caught: {caught}"
+    );
+    assert!(
+        nodes[0]
+            .metric("portico_cluster_peer_requests_total{result=\"fallback\"}")
+            .await
+            >= 1.0,
+        "the damaged blocks came from the origin instead"
+    );
+    proxies[1].flip_bytes(None);
+    for node in nodes {
+        node.stop().await;
+    }
+}
