@@ -18,7 +18,7 @@ use crate::cluster::{self, Cluster, PeerState};
 use crate::config::{Config, DEFAULT_UPSTREAM, UpstreamConfig};
 use crate::events::{Invalidator, SqsConsumer};
 use crate::listing::ListingCache;
-use crate::read::{ReadParts, ReadPath, ReadSettings};
+use crate::read::{ReadParts, ReadPath, ReadSettings, Verify};
 use crate::rules::Rules;
 use crate::shutdown::{self, Shutdown};
 use crate::source::Peers;
@@ -422,6 +422,10 @@ fn read_settings(config: &Config) -> ReadSettings {
         hedge_quantile: config.upstream.hedge_quantile,
         hedge_min_delay: config.upstream.hedge_min_delay.get(),
         serve_stale_on_error: config.cache.serve_stale_on_error,
+        verify: Verify {
+            fraction: config.cache.verify_fraction,
+            per_second: config.cache.verify_max_per_second,
+        },
     }
 }
 

@@ -37,6 +37,11 @@ pub struct CacheConfig {
     /// When metadata is past its TTL and the upstream cannot be reached (or answers 5xx),
     /// keep serving the last known version from the cache instead of failing.
     pub serve_stale_on_error: bool,
+    /// The share of cache hits re-checked against the origin in the background (verify
+    /// mode); 0 turns it off.
+    pub verify_fraction: f64,
+    /// Verify-mode checks started per second at most; hits sampled beyond it are skipped.
+    pub verify_max_per_second: u32,
 }
 
 impl Default for CacheConfig {
@@ -53,6 +58,8 @@ impl Default for CacheConfig {
             readahead_blocks: 4,
             write_through: false,
             serve_stale_on_error: true,
+            verify_fraction: 0.0,
+            verify_max_per_second: 10,
         }
     }
 }
@@ -98,6 +105,18 @@ impl CacheConfig {
             return Err(ConfigError::new(
                 "config key cache.dir: must be set when cache.disk_capacity is not 0",
             ));
+        }
+        if !(0.0..=1.0).contains(&cache.verify_fraction) {
+            return Err(ConfigError::new(format_args!(
+                "config key cache.verify_fraction: {} is not accepted (expected 0 to 1, e.g. 0.001; 0 turns verify mode off)",
+                cache.verify_fraction
+            )));
+        }
+        if !(1..=10_000).contains(&cache.verify_max_per_second) {
+            return Err(ConfigError::new(format_args!(
+                "config key cache.verify_max_per_second: {} is not accepted (expected 1 to 10000)",
+                cache.verify_max_per_second
+            )));
         }
         if !(1..=64).contains(&cache.readahead_blocks) {
             return Err(ConfigError::new(format_args!(

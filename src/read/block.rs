@@ -16,6 +16,7 @@ use super::discovered::Discovered;
 use super::fetch::BlockFetch;
 use super::hedge::Hedger;
 use super::integrity::Integrity;
+use super::verify::Verifier;
 use super::{Internal, ReadError, Target};
 use crate::budget::Charge;
 use crate::cache::{BlockCache, BlockKey, Keep, LookupError, Part, Tier};
@@ -41,6 +42,8 @@ struct Inner {
     /// The other cluster members, in cluster mode.
     peers: Option<Arc<dyn Peers>>,
     integrity: Integrity,
+    /// Verify mode, when it is on.
+    verifier: Option<Verifier>,
     /// For each block being looked up, the latch its lookups share (see
     /// [`Blocks::answer_latch`]).
     answers: parking_lot::Mutex<HashMap<BlockKey, ResponseHead>>,
@@ -53,7 +56,7 @@ impl Blocks {
         metrics: Arc<Metrics>,
         hedger: Hedger,
         peers: Option<Arc<dyn Peers>>,
-        integrity: Integrity,
+        (integrity, verifier): (Integrity, Option<Verifier>),
     ) -> Self {
         Self {
             inner: Arc::new(Inner {
@@ -63,6 +66,7 @@ impl Blocks {
                 hedger,
                 peers,
                 integrity,
+                verifier,
                 answers: parking_lot::Mutex::default(),
             }),
         }
@@ -160,10 +164,15 @@ impl Blocks {
     ) -> Result<Part, ReadError> {
         let span = lookup_span(index);
         let part = self
-            .cache_block(target, index, within, owner, answered)
+            .cache_block(target, index, within.clone(), owner, answered)
             .instrument(span.clone())
             .await?;
         self.counted(&span, part.tier);
+        if let Some(verifier) = &self.inner.verifier
+            && matches!(part.tier, Tier::Memory | Tier::Disk)
+        {
+            verifier.hit(target, index, within, &part);
+        }
         Ok(Part {
             slices: charge.attach_all(part.slices),
             ..part

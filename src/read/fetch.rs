@@ -138,7 +138,7 @@ impl BlockFetch {
 
 /// `object` as a block fetch asks for it: pinned to the version id `meta` names, when
 /// the read did not name one itself.
-fn pinned(object: ObjectRef, meta: &ObjectMeta) -> ObjectRef {
+pub(super) fn pinned(object: ObjectRef, meta: &ObjectMeta) -> ObjectRef {
     match (object.version(), meta.pinned_version()) {
         (None, Some(version)) => object.clone().with_version(Some(version)).unwrap_or(object),
         _ => object,

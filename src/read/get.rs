@@ -21,6 +21,7 @@ use super::lookup::{self, Lookup, failed};
 use super::manage::{self, KnownVersion};
 use super::metadata::{Metadata, MetadataParts};
 use super::prefetch::Prefetcher;
+use super::verify::Verifier;
 use super::writes::{self, AdmitError};
 use super::{
     BodyStream, CacheStatus, GetAnswer, GetRequest, Judgement, ObjectRead, ReadError, ReadSettings,
@@ -94,13 +95,14 @@ impl ReadPath {
             settings.hedge_min_delay,
             metrics.clone(),
         );
+        let verifier = Verifier::new(settings.verify, source.clone(), integrity.clone());
         let blocks = Blocks::new(
             cache,
             source.clone(),
             metrics.clone(),
             hedger,
             peers.clone(),
-            integrity.clone(),
+            (integrity.clone(), verifier),
         );
         let prefetcher = Prefetcher::new(
             settings.prefetch_window_blocks,

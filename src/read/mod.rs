@@ -59,6 +59,7 @@ mod metadata;
 mod prefetch;
 mod status;
 mod uncached;
+mod verify;
 mod writes;
 
 #[cfg(test)]
@@ -99,6 +100,24 @@ pub struct ReadSettings {
     pub hedge_min_delay: std::time::Duration,
     /// Serve the last known version when the upstream fails a revalidation.
     pub serve_stale_on_error: bool,
+    /// Verify mode: the hits re-checked against the origin.
+    pub verify: Verify,
+}
+
+/// Verify mode (`cache.verify_fraction`): which hits are re-checked against the origin.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Verify {
+    /// The share of hits sampled; 0 turns verify mode off.
+    pub fraction: f64,
+    /// Checks started per second at most.
+    pub per_second: u32,
+}
+
+impl Verify {
+    pub const OFF: Self = Self {
+        fraction: 0.0,
+        per_second: 1,
+    };
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

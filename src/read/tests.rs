@@ -52,6 +52,7 @@ fn settings() -> ReadSettings {
         hedge_quantile: 0.0,
         hedge_min_delay: Duration::from_millis(50),
         serve_stale_on_error: false,
+        verify: crate::read::Verify::OFF,
     }
 }
 

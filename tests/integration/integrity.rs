@@ -270,3 +270,72 @@ async fn a_byte_flipped_between_members_is_never_served() {
         node.stop().await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn verify_mode_leaves_a_correct_cache_alone_and_catches_bytes_changed_under_one_etag() {
+    let rig = Rig::start("integrity-verify", |settings| {
+        settings.cache_extra = "verify_fraction = 1.0\nverify_max_per_second = 1000\n".to_owned();
+    })
+    .await;
+    let data = random_bytes(2 * MIB, 389);
+    rig.put("verified.bin", &data).await;
+    let portico = rig.portico();
+    assert!(rig.get("verified.bin", None).await == data, "filled");
+    assert_eq!(
+        portico
+            .metric("portico_verify_checks_total{result=\"ok\"}")
+            .await,
+        0.0,
+        "misses are not checked"
+    );
+
+    // Two hits, each checked: a conditional HEAD and a GET of the same range.
+    assert!(rig.get("verified.bin", None).await == data);
+    let within = std::time::Duration::from_secs(10);
+    eventually("both hits checked", within, || async {
+        let ok = portico
+            .metric("portico_verify_checks_total{result=\"ok\"}")
+            .await;
+        (ok == 2.0).then_some(())
+    })
+    .await;
+    assert_eq!(
+        portico.metric("portico_verify_origin_requests_total").await,
+        4.0
+    );
+    assert_eq!(
+        portico.metric("portico_verify_origin_bytes_total").await,
+        data.len() as f64
+    );
+    assert_eq!(portico.metric(&mismatches("verify")).await, 0.0);
+
+    // The origin now sends other bytes under the same ETag.
+    rig.forwarder.flip_bytes(Some(10));
+    assert!(
+        rig.get("verified.bin", Some("bytes=0-99")).await == data[..100],
+        "a hit"
+    );
+    eventually("the changed bytes caught", within, || async {
+        let caught = portico
+            .metric("portico_verify_checks_total{result=\"mismatch\"}")
+            .await;
+        (caught == 1.0).then_some(())
+    })
+    .await;
+    assert_eq!(portico.metric(&mismatches("verify")).await, 1.0);
+    let logs = portico.logs();
+    assert!(
+        logs.contains("verify mode: the cache holds other bytes"),
+        "{logs}"
+    );
+    // The object was purged: the next read misses and fetches from the origin again.
+    rig.forwarder.flip_bytes(None);
+    const MISSES: &str = "portico_cache_block_lookups_total{result=\"miss\"}";
+    let misses = portico.metric(MISSES).await;
+    eventually("the object purged", within, || async {
+        let body = rig.get("verified.bin", Some("bytes=0-99")).await;
+        assert!(body == data[..100]);
+        (portico.metric(MISSES).await > misses).then_some(())
+    })
+    .await;
+}

@@ -10,7 +10,9 @@ use super::{body, object};
 use crate::checksum::{Algorithm, Crc};
 use crate::object::{Checksums, ObjectMeta};
 use crate::read::Target;
+use crate::read::Verify;
 use crate::read::integrity::{Integrity, Verdict};
+use crate::read::verify::Verifier;
 use crate::telemetry::Metrics;
 
 const BLOCK: u64 = 1000;
@@ -133,4 +135,29 @@ async fn the_oldest_incomplete_versions_are_dropped_to_stay_within_the_bound() {
     assert_eq!(integrity.filled(&huge, 0, &one), Verdict::Pending);
     assert!(!integrity.tracks(&huge));
     assert!(integrity.tracks(&targets[1]), "and drops nothing");
+}
+
+#[tokio::test]
+async fn verify_mode_starts_at_most_its_rate_of_checks() {
+    let metrics = Arc::new(Metrics::new());
+    let (integrity, _purges) = Integrity::new(metrics);
+    let source = Arc::new(super::memory::MemorySource::default());
+    let off = Verify {
+        fraction: 0.0,
+        per_second: 5,
+    };
+    assert!(Verifier::new(off, source.clone(), integrity.clone()).is_none());
+    let on = Verify {
+        fraction: 0.5,
+        ..off
+    };
+    let verifier = Verifier::new(on, source, integrity).expect("verify mode is on");
+    let started = (0..20).filter(|_| verifier.take_token()).count();
+    assert_eq!(started, 5, "a second's worth at once");
+    tokio::time::sleep(std::time::Duration::from_millis(450)).await;
+    let started = (0..20).filter(|_| verifier.take_token()).count();
+    assert!(
+        (2..=3).contains(&started),
+        "refilled at 5 a second: {started}"
+    );
 }

@@ -68,7 +68,7 @@ fn blocks(source: &Arc<MemorySource>, cache: BlockCache, metrics: &Arc<Metrics>)
         metrics.clone(),
         hedger,
         None,
-        integrity,
+        (integrity, None),
     )
 }
 
