@@ -29,6 +29,9 @@
 //! cold-sequential also reads its object straight from the origin in 4 MiB ranges, 8 at a
 //! time (`direct-parallel`): the most a prefetcher can pull through the origin here.
 //!
+//! `cpu` measures what each byte served costs the server in CPU, for a cold fill and for
+//! memory hits, beside nginx and an earlier Portico build (see `cpu.rs`).
+//!
 //! `mixed` runs hot-random's load on Portico alone and while one client reads another
 //! cold object in order, in alternating rounds, and compares the hot clients' p99.
 //!
@@ -51,6 +54,8 @@ mod ceiling;
 mod cgroup;
 #[path = "suite/cluster.rs"]
 mod cluster;
+#[path = "suite/cpu.rs"]
+mod cpu;
 #[path = "suite/device.rs"]
 mod device;
 #[path = "suite/field.rs"]
@@ -252,6 +257,10 @@ async fn suite() {
             &ceiling_objects,
         );
         peak_rss.push(hot.await);
+    }
+
+    if wanted("cpu") {
+        cpu::cpu_scenario(&settings, work.path(), &targets[NGINX], &origin, &bucket).await;
     }
 
     if wanted("mixed") {

@@ -190,7 +190,12 @@ pub(super) async fn upload_scenario_objects(
         let herd = random_bytes(HERD_BYTES as usize, 12);
         upload(direct, bucket, "herd.bin", ByteStream::from(herd)).await;
     }
-    if wanted("hot-random") || wanted("mixed") {
+    if wanted("cpu") {
+        for (seed, object) in (200..).zip(cpu::fill_objects()) {
+            upload_large(direct, bucket, work, &object, SEQUENTIAL_BYTES, seed).await;
+        }
+    }
+    if wanted("hot-random") || wanted("mixed") || wanted("cpu") {
         for (seed, object) in hot_objects().iter().enumerate() {
             let data = random_bytes(HOT_OBJECT_BYTES as usize, 100 + seed as u64);
             std::fs::write(ceiling_objects.join(object), &data).expect("ceiling object");

@@ -24,6 +24,11 @@ impl Target {
         self.pids.iter().map(|pid| storage_read_bytes(*pid)).sum()
     }
 
+    /// CPU time (user + system) the target's processes spent so far.
+    pub(super) fn cpu_seconds(&self) -> f64 {
+        self.pids.iter().map(|pid| cpu_seconds(*pid)).sum()
+    }
+
     /// Peak RSS since the last reset, summed over the target's processes; `None` for
     /// the direct target (the origin's memory is not the proxy's).
     pub(super) fn peak_rss_mib(&self) -> Option<u64> {
@@ -77,6 +82,8 @@ pub(super) struct Run {
     pub(super) peak_rss_mib: Option<u64>,
     /// How busy the machine's CPUs were while the load ran, in per cent of all of them.
     pub(super) cpu_busy_percent: f64,
+    /// CPU time (user + system) the target's processes spent while the load ran.
+    pub(super) server_cpu_seconds: f64,
 }
 
 impl Run {
@@ -94,6 +101,7 @@ impl Run {
             origin_bytes: 0,
             peak_rss_mib: None,
             cpu_busy_percent: 0.0,
+            server_cpu_seconds: 0.0,
         }
     }
 
@@ -107,6 +115,12 @@ impl Run {
         self.first_bytes.sort();
         self.origin_requests += other.origin_requests;
         self.origin_bytes += other.origin_bytes;
+        self.server_cpu_seconds += other.server_cpu_seconds;
+    }
+
+    /// The target's core-seconds per GiB served.
+    pub(super) fn core_seconds_per_gib(&self) -> f64 {
+        self.server_cpu_seconds / (self.bytes as f64 / (1024 * MIB) as f64)
     }
 
     pub(super) fn mib_per_sec(&self) -> f64 {
@@ -149,8 +163,10 @@ where
 {
     origin.take_counts();
     let ticks = CpuTicks::now();
+    let server_cpu = target.cpu_seconds();
     let mut run = load(target.base.clone()).await;
     run.cpu_busy_percent = CpuTicks::now().busy_percent_since(ticks);
+    run.server_cpu_seconds = target.cpu_seconds() - server_cpu;
     (run.origin_requests, run.origin_bytes) = origin.take_counts();
     run
 }
