@@ -5,9 +5,15 @@
 //!   order, twice per target (a fresh object each time), the targets taken in turn;
 //! - memory hits: hot-random's load, 5 rounds of 2 s per target, round-robin.
 //!
+//! It starts with what one pass of each CRC Portico can check blocks with costs on one
+//! core here (the CRC of a 4 MiB block, 256 times).
+//!
 //! Portico runs fresh for this scenario beside nginx; when `BENCH_BASELINE_BIN` names
 //! another Portico binary (an earlier build), it runs beside them as `portico-base` on the
-//! same settings, so that what a change costs per byte is measured in one run.
+//! same settings, so that what a change costs per byte is measured in one run. The memory
+//! hits also run on two fresh Porticos that did no fill before: `portico-verify`, in
+//! verify mode (`cache.verify_fraction = 0.001`), and its twin without it, whose
+//! throughputs are compared with the rounds' spread.
 
 use super::*;
 
@@ -34,6 +40,36 @@ async fn fill(base: String, key: String) -> Run {
     Run::new(exchanges, started.elapsed())
 }
 
+/// One core's CRC throughput, per algorithm, over a 4 MiB block.
+fn crc_costs() {
+    use portico::checksum::{Algorithm, Crc};
+    let block = random_bytes(BLOCK_BYTES as usize, 21);
+    let mut costs = Vec::new();
+    for algorithm in [Algorithm::Crc64Nvme, Algorithm::Crc32c, Algorithm::Crc32] {
+        let mut best = f64::MAX;
+        for _ in 0..3 {
+            let started = Instant::now();
+            let mut sink = 0;
+            for _ in 0..256 {
+                sink ^= Crc::of(algorithm, &block).value;
+            }
+            std::hint::black_box(sink);
+            best = best.min(started.elapsed().as_secs_f64());
+        }
+        let gib = 256.0 * BLOCK_BYTES as f64 / (1024 * MIB) as f64;
+        costs.push(format!(
+            "{} {:.1} GiB/s ({:.3} core-s/GiB)",
+            algorithm.name(),
+            gib / best,
+            best / gib
+        ));
+    }
+    println!(
+        "one CRC pass over 4 MiB blocks, one core: {}",
+        costs.join(", ")
+    );
+}
+
 pub(super) async fn cpu_scenario(
     settings: &Settings,
     work: &Path,
@@ -41,6 +77,8 @@ pub(super) async fn cpu_scenario(
     origin: &Forwarder,
     bucket: &str,
 ) {
+    println!();
+    crc_costs();
     let mut settings = settings.clone();
     // Two fresh Porticos' disk tiers are reserved in full at start.
     settings.disk_capacity = "2GiB";
@@ -57,6 +95,12 @@ pub(super) async fn cpu_scenario(
     if let Some(baseline) = &baseline {
         targets.push(portico_target("portico-base", baseline, bucket));
     }
+    settings.disk_capacity = "512MiB";
+    settings.cache_dir = work.join("portico-cpu-twin");
+    let twin = Portico::start(Path::new(env!("CARGO_BIN_EXE_portico")), &settings).await;
+    settings.cache_dir = work.join("portico-cpu-verify");
+    settings.cache_extra = "verify_fraction = 0.001\n".to_owned();
+    let verifying = Portico::start(Path::new(env!("CARGO_BIN_EXE_portico")), &settings).await;
 
     print_header(
         "cpu: core-seconds per GiB served; a cold fill of 1 GiB in 1 MiB ranges, twice per target, in turns",
@@ -77,15 +121,10 @@ pub(super) async fn cpu_scenario(
             fills[at].push(run);
         }
     }
-    let hot = run_interleaved(
-        "cpu: hot-random's memory hits, 5 rounds of 2 s per target, round-robin",
-        &targets,
-        origin,
-        HOT_ROUNDS,
-        hot_warm_up,
-        hot_random,
-    )
-    .await;
+    let mut hot_targets = targets.clone();
+    hot_targets.push(portico_target("portico-twin", &twin, bucket));
+    hot_targets.push(portico_target("portico-verify", &verifying, bucket));
+    let (hot, spreads) = hot_rounds(&hot_targets, origin).await;
 
     println!();
     println!(
@@ -108,6 +147,28 @@ pub(super) async fn cpu_scenario(
     }
     let (portico_fill, nginx_fill) = (mean(&fill_cost[0]), mean(&fill_cost[1]));
     let (portico_hot, nginx_hot) = (hot[0].core_seconds_per_gib(), hot[1].core_seconds_per_gib());
+    let verify = hot.last().expect("portico-verify's run");
+    println!(
+        "portico-verify (verify_fraction 0.001): {:.1} MiB/s, {:.3} core-s/GiB; {} checks, {} origin requests, {:.1} MiB from the origin",
+        verify.mib_per_sec(),
+        verify.core_seconds_per_gib(),
+        verifying
+            .metric("portico_verify_checks_total{result=\"ok\"}")
+            .await,
+        verifying
+            .metric("portico_verify_origin_requests_total")
+            .await,
+        verifying.metric("portico_verify_origin_bytes_total").await / MIB as f64,
+    );
+    let twin_at = hot.len() - 2;
+    let change = verify.mib_per_sec() / hot[twin_at].mib_per_sec() - 1.0;
+    let spread = spreads[twin_at].max(spreads[twin_at + 1]);
+    println!(
+        "portico-verify / portico-twin throughput: {:+.1}% (target: within their larger spread, {:.1}%: {})",
+        change * 100.0,
+        spread * 100.0,
+        verdict(change.abs() <= spread)
+    );
     println!(
         "portico / nginx: cold fill {:.2}x, memory hits {:.2}x",
         portico_fill / nginx_fill,
@@ -123,7 +184,47 @@ pub(super) async fn cpu_scenario(
         );
     }
     portico.stop().await;
+    verifying.stop().await;
+    twin.stop().await;
     if let Some(baseline) = baseline {
         baseline.stop().await;
     }
+}
+
+/// hot-random's load on every target after its warm-up, `HOT_ROUNDS` rounds taken in
+/// turn; prints each round's throughput and the spread, and returns each target's rounds
+/// as one run, with its spread.
+async fn hot_rounds(targets: &[Target], origin: &Forwarder) -> (Vec<Run>, Vec<f64>) {
+    for target in targets {
+        hot_warm_up(target.base.clone()).await;
+    }
+    let mut rounds: Vec<Vec<Run>> = targets.iter().map(|_| Vec::new()).collect();
+    for _ in 0..HOT_ROUNDS {
+        for (target, runs) in targets.iter().zip(&mut rounds) {
+            runs.push(counted(target, origin, &hot_random).await);
+        }
+    }
+    println!();
+    println!(
+        "cpu: hot-random's memory hits, {HOT_ROUNDS} rounds of 2 s per target, in turns (MiB/s per round; spread = (max - min) / mean)"
+    );
+    let (mut totals, mut spreads) = (Vec::new(), Vec::new());
+    for (target, runs) in targets.iter().zip(rounds) {
+        let speeds: Vec<f64> = runs.iter().map(Run::mib_per_sec).collect();
+        let mean = speeds.iter().sum::<f64>() / speeds.len() as f64;
+        let spread = speeds.iter().copied().fold(f64::MIN, f64::max)
+            - speeds.iter().copied().fold(f64::MAX, f64::min);
+        let each: Vec<String> = speeds.iter().map(|speed| format!("{speed:.0}")).collect();
+        println!(
+            "{:<15} {}  mean {mean:.0}, spread {:.1}%",
+            target.name,
+            each.join(" "),
+            spread / mean * 100.0
+        );
+        let mut total = Run::new(Vec::new(), Duration::ZERO);
+        runs.into_iter().for_each(|run| total.absorb(run));
+        totals.push(total);
+        spreads.push(spread / mean);
+    }
+    (totals, spreads)
 }
