@@ -25,7 +25,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use bytes::Bytes;
 use parking_lot::{Mutex, RwLock};
 
 pub use client::PeerClient;
@@ -36,7 +35,7 @@ pub use server::{PeerState, serve};
 use crate::checksum::{Algorithm, Crc};
 use crate::config::ClusterConfig;
 use crate::shutdown::Shutdown;
-use crate::source::{BlockAsk, Lease, PeerError, PeerId, Peers, ResponseHead};
+use crate::source::{BlockAsk, Lease, PeerBlock, PeerError, PeerId, Peers, ResponseHead};
 use crate::telemetry::{InvalidationResult, Metrics, PeerResult};
 use crate::types::{BlockIndex, ObjectRef};
 
@@ -352,7 +351,7 @@ impl Peers for Cluster {
         peer: &PeerId,
         ask: BlockAsk<'_>,
         head: &ResponseHead,
-    ) -> Result<Bytes, PeerError> {
+    ) -> Result<PeerBlock, PeerError> {
         let BlockAsk {
             object,
             meta,
@@ -400,7 +399,10 @@ impl Peers for Cluster {
                     fetched.body.len() as u64,
                     started.elapsed().as_secs_f64(),
                 );
-                Ok(fetched.body)
+                Ok(PeerBlock {
+                    bytes: fetched.body,
+                    crc64nvme: fetched.crc,
+                })
             }
             Err(error @ PeerError::Answer(_)) => Err(error),
             Err(error) => {

@@ -283,11 +283,11 @@ impl Blocks {
                 )
                 .await
             {
-                Ok(bytes) if bytes.len() == within.len() => {
-                    return Ok(Part::whole(bytes, Tier::Upstream));
+                Ok(block) if block.bytes.len() == within.len() => {
+                    return Ok(Part::whole(block.bytes, Tier::Upstream));
                 }
-                Ok(bytes) => {
-                    tracing::warn!(%object, index, %peer, got = bytes.len(), wanted = within.len(), "block owner sent a part of the wrong length; reading the block the usual way");
+                Ok(block) => {
+                    tracing::warn!(%object, index, %peer, got = block.bytes.len(), wanted = within.len(), "block owner sent a part of the wrong length; reading the block the usual way");
                 }
                 Err(PeerError::Answer(error)) => return Err(ReadError::from_upstream(error)),
                 Err(PeerError::Failed { reason, .. }) => {

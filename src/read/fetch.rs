@@ -9,6 +9,7 @@ use bytes::Bytes;
 use super::Target;
 use super::block::Owner;
 use super::integrity::{Integrity, Verdict};
+use crate::checksum::{Algorithm, Crc};
 use crate::object::ObjectMeta;
 use crate::source::{BlockAsk, BlockSource, PeerError, ResponseHead, UpstreamError};
 use crate::telemetry::{Metrics, PeerResult};
@@ -86,10 +87,30 @@ impl BlockFetch {
                     )
                     .await
                 {
-                    Ok(body) if body.len() as u64 == range.len_bytes() => return Ok(body),
-                    Ok(body) => format!(
+                    Ok(block) if block.bytes.len() as u64 == range.len_bytes() => {
+                        // The owner filled it from the origin; this node may be the one
+                        // that sees every block of the object.
+                        let known = Crc {
+                            algorithm: Algorithm::Crc64Nvme,
+                            value: block.crc64nvme,
+                            len: range.len_bytes(),
+                        };
+                        let target = Target::new(&object, meta.clone(), block_size);
+                        return match integrity.filled_known(
+                            &target,
+                            index,
+                            &block.bytes,
+                            Some(known),
+                        ) {
+                            Verdict::Mismatch { expected, computed } => {
+                                Err(mismatch(index, &expected, &computed))
+                            }
+                            _ => Ok(block.bytes),
+                        };
+                    }
+                    Ok(block) => format!(
                         "{} bytes for block {index} of {}",
-                        body.len(),
+                        block.bytes.len(),
                         range.len_bytes()
                     ),
                     Err(PeerError::Answer(error)) => return Err(error),
@@ -128,12 +149,17 @@ impl BlockFetch {
         if let Verdict::Mismatch { expected, computed } =
             integrity.filled(&target, index, &read.body)
         {
-            return Err(UpstreamError::invalid_response(format!(
-                "block {index} completes a version whose CRC is {computed}, where S3 reports {expected}: the object is purged"
-            )));
+            return Err(mismatch(index, &expected, &computed));
         }
         Ok(read.body)
     }
+}
+
+/// The error of the fill that completed a version whose CRC is not S3's.
+pub(super) fn mismatch(index: BlockIndex, expected: &str, computed: &str) -> UpstreamError {
+    UpstreamError::invalid_response(format!(
+        "block {index} completes a version whose CRC is {computed}, where S3 reports {expected}: the object is purged"
+    ))
 }
 
 /// `object` as a block fetch asks for it: pinned to the version id `meta` names, when

@@ -88,6 +88,19 @@ impl Integrity {
     /// version, compares the version with the CRC S3 reported. A mismatch is logged,
     /// counted and queued for purging.
     pub(super) fn filled(&self, target: &Target, index: BlockIndex, bytes: &Bytes) -> Verdict {
+        self.filled_known(target, index, bytes, None)
+    }
+
+    /// [`Self::filled`] for a block whose CRC64NVME is known already (a block from
+    /// another member, checked on arrival): not hashed again when that is the CRC the
+    /// version is judged by.
+    pub(super) fn filled_known(
+        &self,
+        target: &Target,
+        index: BlockIndex,
+        bytes: &Bytes,
+        known: Option<Crc>,
+    ) -> Verdict {
         let Ok(count) = usize::try_from(target.layout.block_count()) else {
             return Verdict::Pending;
         };
@@ -107,7 +120,9 @@ impl Integrity {
         let algorithm = algorithm
             .or(reported.map(|(algorithm, _)| algorithm))
             .unwrap_or(Algorithm::Crc64Nvme);
-        let crc = Crc::of(algorithm, bytes);
+        let crc = known
+            .filter(|known| known.algorithm == algorithm && known.len == bytes.len() as u64)
+            .unwrap_or_else(|| Crc::of(algorithm, bytes));
         let complete = {
             let mut tracked = self.tracked.lock();
             let Some(pending) = tracked.entry(&key, algorithm, count) else {
@@ -243,8 +258,11 @@ pub(super) fn purge_wrong(
     let (metadata, blocks) = (metadata.clone(), blocks.clone());
     let purges = async move {
         while let Some(object) = wrong.recv().await {
-            if let Err(error) = manage::purge(&metadata, &blocks, &object, None).await {
-                tracing::error!(%object, %error, "could not purge an object with wrong bytes");
+            match manage::purge(&metadata, &blocks, &object, None).await {
+                Ok(blocks) => tracing::warn!(%object, blocks, "purged an object with wrong bytes"),
+                Err(error) => {
+                    tracing::error!(%object, %error, "could not purge an object with wrong bytes");
+                }
             }
             if let Some(peers) = &peers {
                 peers.purge_others(&object).await;

@@ -10,6 +10,7 @@ use tracing::Instrument;
 
 use super::coalesce::Coalescer;
 use super::discovered::{Discovered, Discovery, FirstRead, whole_blocks};
+use super::fetch::mismatch;
 use super::integrity::{Integrity, Verdict};
 use super::writes::Generations;
 use super::{Internal, MetaSource, ReadError, Target};
@@ -357,11 +358,8 @@ impl Metadata {
                     for (index, block) in discovered.blocks.iter() {
                         let verdict = self.inner.integrity.filled(&target, *index, block);
                         if let Verdict::Mismatch { expected, computed } = verdict {
-                            return Err(ReadError::Upstream(UpstreamError::invalid_response(
-                                format!(
-                                    "block {index} completes a version whose CRC is {computed}, where S3 reports {expected}: the object is purged"
-                                ),
-                            )));
+                            let error = mismatch(*index, &expected, &computed);
+                            return Err(ReadError::Upstream(error));
                         }
                     }
                     for (index, block) in discovered.blocks.iter() {

@@ -73,6 +73,13 @@ pub struct BlockAsk<'a> {
     pub within: Range<u64>,
 }
 
+/// Bytes a member sent, and their CRC64NVME, checked on arrival.
+#[derive(Debug, Clone)]
+pub struct PeerBlock {
+    pub bytes: Bytes,
+    pub crc64nvme: u64,
+}
+
 /// A cluster member, as this node addresses it (`host:port` of its peer listener).
 pub type PeerId = std::sync::Arc<str>;
 
@@ -97,14 +104,15 @@ pub trait Peers: Send + Sync + 'static {
     /// when this node does (or no other member can be asked).
     fn owner(&self, object: &ObjectRef, block_size: u64, index: BlockIndex) -> Option<PeerId>;
 
-    /// The bytes `ask` names, from `peer`; `head` learns when the answer started to
-    /// arrive. A failure passes `peer` over for a while.
+    /// The bytes `ask` names, from `peer`, checked against the CRC64NVME the owner sent
+    /// with them; `head` learns when the answer started to arrive. A failure passes
+    /// `peer` over for a while.
     async fn fetch(
         &self,
         peer: &PeerId,
         ask: BlockAsk<'_>,
         head: &ResponseHead,
-    ) -> Result<Bytes, PeerError>;
+    ) -> Result<PeerBlock, PeerError>;
 
     /// Whether blocks fetched from their owner are kept in this node's memory tier.
     fn keep_in_memory(&self) -> bool;

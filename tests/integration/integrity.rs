@@ -349,3 +349,89 @@ async fn verify_mode_leaves_a_correct_cache_alone_and_catches_bytes_changed_unde
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_fleet_verifies_objects_whose_blocks_several_members_filled_and_purges_a_wrong_one_everywhere()
+ {
+    let minio = portico_testkit::minio::minio();
+    let forwarder = portico_testkit::forwarder::Forwarder::start(&minio.address).await;
+    let direct = s3_client(&minio.endpoint(), true);
+    let bucket = portico_testkit::create_bucket(&direct, "integrity-fleet").await;
+    let dirs: Vec<tempfile::TempDir> = (0..2).map(|_| tempfile::tempdir().expect("dir")).collect();
+    let nodes =
+        portico_testkit::portico::start_fleet(binary(), &forwarder.endpoint(), &dirs, |settings| {
+            let off = ("PORTICO_PREFETCH_ENABLED".to_owned(), "false".to_owned());
+            settings.env.push(off);
+        })
+        .await;
+    let (good, bad) = (
+        random_bytes(6 * MIB + 3, 390),
+        random_bytes(6 * MIB + 5, 391),
+    );
+    for (key, data) in [("good.bin", &good), ("bad.bin", &bad)] {
+        direct
+            .put_object()
+            .bucket(&bucket)
+            .key(key)
+            .checksum_algorithm(ChecksumAlgorithm::Crc64Nvme)
+            .body(ByteStream::from(data.clone()))
+            .send()
+            .await
+            .expect("PUT");
+    }
+    let get = |client: aws_sdk_s3::Client, key: &'static str| {
+        let bucket = bucket.clone();
+        async move {
+            let output = client
+                .get_object()
+                .bucket(&bucket)
+                .key(key)
+                .checksum_mode(ChecksumMode::Enabled)
+                .send()
+                .await
+                .map_err(|error| format!("{error:?}"))?;
+            let body = output
+                .body
+                .collect()
+                .await
+                .map_err(|error| error.to_string())?;
+            Ok::<_, String>(body.into_bytes().to_vec())
+        }
+    };
+    // Node 0 reads the object whole: its own blocks from the origin, the others from
+    // node 1, each checked on arrival; together they are verified.
+    let client = s3_client(&nodes[0].s3, true);
+    assert!(get(client.clone(), "good.bin").await.expect("GET") == good);
+    assert_eq!(nodes[0].metric(VERIFIED).await, 1.0);
+    assert!(
+        nodes[0]
+            .metric("portico_cluster_peer_requests_total{result=\"miss\"}")
+            .await
+            >= 1.0
+    );
+
+    // A byte flipped at the origin, in whichever member's block comes first.
+    forwarder.inject(&[Fault::FlipByte(1000)]);
+    let once = s3_client(&nodes[0].s3, false);
+    assert!(
+        get(once, "bad.bin").await.is_err(),
+        "a response with a wrong byte ended well"
+    );
+    assert_eq!(nodes[0].metric(MISMATCHED).await, 1.0);
+    for (at, node) in nodes.iter().enumerate() {
+        let within = std::time::Duration::from_secs(10);
+        eventually(&format!("node {at} purged bad.bin"), within, || async {
+            let logs = node.logs();
+            logs.lines()
+                .any(|line| line.contains("purged") && line.contains("bad.bin"))
+                .then_some(())
+        })
+        .await;
+    }
+    // Purged on both: read again, every block is the origin's, and verified.
+    assert!(get(client, "bad.bin").await.expect("GET after the purge") == bad);
+    assert_eq!(nodes[0].metric(VERIFIED).await, 2.0);
+    for node in nodes {
+        node.stop().await;
+    }
+}

@@ -12,11 +12,12 @@ use super::memory::{Call, MemorySource};
 use super::{
     BLOCK, block_range, body, collect, get, get_plain, object, range, settings, sized_read_path,
 };
+use crate::checksum::{Algorithm, Crc};
 use crate::config::ByteSize;
 use crate::object::ObjectMeta;
 use crate::read::ReadSettings;
 use crate::read::{ReadError, ReadPath};
-use crate::source::{BlockAsk, PeerError, PeerId, Peers};
+use crate::source::{BlockAsk, PeerBlock, PeerError, PeerId, Peers};
 use crate::source::{ResponseHead, UpstreamError};
 use crate::types::{BlockIndex, ObjectRef};
 
@@ -53,7 +54,7 @@ impl Peers for Other {
         peer: &PeerId,
         ask: BlockAsk<'_>,
         head: &ResponseHead,
-    ) -> Result<Bytes, PeerError> {
+    ) -> Result<PeerBlock, PeerError> {
         let BlockAsk {
             object,
             meta,
@@ -80,7 +81,11 @@ impl Peers for Other {
             .serve_peer(object, Arc::new(named), index, within)
             .await
         {
-            Ok(part) => Ok(part.slices.concat().into()),
+            Ok(part) => {
+                let bytes = Bytes::from(part.slices.concat());
+                let crc64nvme = Crc::of(Algorithm::Crc64Nvme, &bytes).value;
+                Ok(PeerBlock { bytes, crc64nvme })
+            }
             Err(ReadError::Changed) => Err(PeerError::Answer(UpstreamError::PreconditionFailed {
                 request_id: None,
             })),
