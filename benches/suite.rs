@@ -260,7 +260,8 @@ async fn suite() {
     }
 
     if wanted("cpu") {
-        cpu::cpu_scenario(&settings, work.path(), &targets[NGINX], &origin, &bucket).await;
+        let at_origin = (&direct, bucket.as_str());
+        cpu::cpu_scenario(&settings, work.path(), &targets[NGINX], &origin, at_origin).await;
     }
 
     if wanted("mixed") {

@@ -75,7 +75,7 @@ pub(super) async fn cpu_scenario(
     work: &Path,
     nginx: &Target,
     origin: &Forwarder,
-    bucket: &str,
+    (direct, bucket): (&aws_sdk_s3::Client, &str),
 ) {
     println!();
     crc_costs();
@@ -188,6 +188,25 @@ pub(super) async fn cpu_scenario(
     twin.stop().await;
     if let Some(baseline) = baseline {
         baseline.stop().await;
+    }
+    // The later scenarios need the room: the disk tiers reserved theirs in full, and the
+    // fill objects take 6 GiB at the origin.
+    for dir in [
+        "portico-cpu",
+        "portico-cpu-base",
+        "portico-cpu-twin",
+        "portico-cpu-verify",
+    ] {
+        std::fs::remove_dir_all(work.join(dir)).ok();
+    }
+    for object in fill_objects() {
+        let deleted = direct
+            .delete_object()
+            .bucket(bucket)
+            .key(&object)
+            .send()
+            .await;
+        deleted.unwrap_or_else(|error| panic!("delete {object}: {error:?}"));
     }
 }
 
