@@ -195,7 +195,8 @@ pub(super) async fn upload_scenario_objects(
             upload_large(direct, bucket, work, &object, SEQUENTIAL_BYTES, seed).await;
         }
     }
-    if wanted("hot-random") || wanted("mixed") || wanted("cpu") {
+    let hot = ["hot-random", "mixed", "cpu", "cluster-hot-random"];
+    if hot.into_iter().any(&wanted) {
         for (seed, object) in hot_objects().iter().enumerate() {
             let data = random_bytes(HOT_OBJECT_BYTES as usize, 100 + seed as u64);
             std::fs::write(ceiling_objects.join(object), &data).expect("ceiling object");
