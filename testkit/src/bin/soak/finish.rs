@@ -42,6 +42,14 @@ fn allocated(dir: &std::path::Path) -> u64 {
         .sum()
 }
 
+/// What Portico logs when an integrity check catches wrong bytes (docs/architecture.md,
+/// "What checks what").
+const INTEGRITY_ALARMS: [&str; 3] = [
+    "disagree with the checksum S3 keeps",
+    "failed its CRC",
+    "verify mode: the cache holds other bytes",
+];
+
 /// After the run: once the TTL has passed, every node answers every key with the
 /// origin's current version, and every acknowledged version is readable by its id. Then
 /// the nodes stop, and their logs are searched for panics.
@@ -136,6 +144,15 @@ pub async fn settle(load: &Load) {
         for line in logs.lines().filter(|line| line.contains("panicked")) {
             report.violation(&violations.panics, format!("{}: {line}", node.name));
         }
+        for line in logs
+            .lines()
+            .filter(|line| INTEGRITY_ALARMS.iter().any(|alarm| line.contains(alarm)))
+        {
+            report.violation(
+                &violations.integrity_alarms,
+                format!("{}: {line}", node.name),
+            );
+        }
         if let Err(error) = node.stop().await {
             report.violation(&violations.bad_restarts, error);
         }
@@ -195,7 +212,7 @@ pub async fn print(load: &Load, duration: Duration) -> String {
         origin_bytes as f64 / served.max(1) as f64
     );
     println!(
-        "violations: wrong bytes {}, mixed versions {}, unknown versions {}, stale reads {}, lost writes {}, unexplained errors {}, over bounds {}, bad restarts {}, panics {}",
+        "violations: wrong bytes {}, mixed versions {}, unknown versions {}, stale reads {}, lost writes {}, unexplained errors {}, over bounds {}, bad restarts {}, panics {}, integrity alarms {}",
         counter(&v.wrong_bytes),
         counter(&v.mixed_versions),
         counter(&v.unknown_versions),
@@ -204,7 +221,8 @@ pub async fn print(load: &Load, duration: Duration) -> String {
         counter(&v.unexplained_errors),
         counter(&v.over_bounds),
         counter(&v.bad_restarts),
-        counter(&v.panics)
+        counter(&v.panics),
+        counter(&v.integrity_alarms)
     );
     println!(
         "failed requests (5xx or no answer): {} while the origin failed, {} while a node was down or cut off, {} without a fault",
@@ -243,6 +261,9 @@ pub async fn print(load: &Load, duration: Duration) -> String {
         counter(&v.lost_writes),
         counter(&v.panics),
         counter(&v.stale_reads),
-        counter(&v.unexplained_errors) + counter(&v.over_bounds) + counter(&v.bad_restarts)
+        counter(&v.unexplained_errors)
+            + counter(&v.over_bounds)
+            + counter(&v.bad_restarts)
+            + counter(&v.integrity_alarms)
     )
 }

@@ -18,6 +18,9 @@ pub struct Violations {
     pub over_bounds: AtomicU64,
     pub bad_restarts: AtomicU64,
     pub panics: AtomicU64,
+    /// An integrity check that caught wrong bytes where no fault puts any: the origin and
+    /// the peer hops of the soak never change a byte, so every alarm is a false one.
+    pub integrity_alarms: AtomicU64,
 }
 
 /// The highest resource use seen of one node.
@@ -146,6 +149,7 @@ impl Report {
             &v.over_bounds,
             &v.bad_restarts,
             &v.panics,
+            &v.integrity_alarms,
         ]
         .iter()
         .map(|counter| counter.load(Ordering::Relaxed))
