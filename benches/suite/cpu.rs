@@ -28,18 +28,6 @@ pub(super) fn fill_objects() -> Vec<String> {
         .collect()
 }
 
-/// One client reads `key` whole in 1 MiB ranges, in order.
-async fn fill(base: String, key: String) -> Run {
-    let client = http_client();
-    let url = format!("{base}/{key}");
-    let started = Instant::now();
-    let mut exchanges = Vec::new();
-    for first in (0..SEQUENTIAL_BYTES).step_by(MIB as usize) {
-        exchanges.push(fetch(&client, &url, Some((first, first + MIB - 1))).await);
-    }
-    Run::new(exchanges, started.elapsed())
-}
-
 /// One core's CRC throughput, per algorithm, over a 4 MiB block.
 fn crc_costs() {
     use portico::checksum::{Algorithm, Crc};
@@ -116,7 +104,7 @@ pub(super) async fn cpu_scenario(
         }
         for at in order {
             let key = objects[round * FILL_SLOTS + at].clone();
-            let run = counted(&targets[at], origin, &|base| fill(base, key.clone())).await;
+            let run = counted(&targets[at], origin, &|base| sequential(base, &key)).await;
             print_run(&format!("{} #{}", targets[at].name, round + 1), &run, false);
             fills[at].push(run);
         }

@@ -4,8 +4,13 @@
 use super::*;
 
 pub(super) async fn cold_sequential(base: String) -> Run {
+    sequential(base, "sequential.bin").await
+}
+
+/// One client reads `key` (of `SEQUENTIAL_BYTES`) whole in 1 MiB ranges, in order.
+pub(super) async fn sequential(base: String, key: &str) -> Run {
     let client = http_client();
-    let url = format!("{base}/sequential.bin");
+    let url = format!("{base}/{key}");
     let started = Instant::now();
     let mut exchanges = Vec::new();
     for first in (0..SEQUENTIAL_BYTES).step_by(MIB as usize) {

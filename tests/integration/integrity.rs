@@ -9,7 +9,9 @@ use aws_sdk_s3::types::{ChecksumAlgorithm, ChecksumMode};
 use portico_testkit::forwarder::Fault;
 use portico_testkit::portico::{Portico, start_proxied_fleet};
 
-use crate::support::{Rig, binary, eventually, multipart_upload, random_bytes, s3_client, try_get};
+use crate::support::{
+    Rig, binary, eventually, multipart_upload, random_bytes, read_object, s3_client, try_get,
+};
 
 const MIB: usize = 1024 * 1024;
 const VERIFIED: &str = "portico_integrity_objects_total{result=\"verified\"}";
@@ -35,29 +37,13 @@ async fn put_with(rig: &Rig, key: &str, data: &[u8], algorithm: ChecksumAlgorith
 
 /// A GET through Portico that asks for checksums, as current SDKs do by default.
 async fn checked_get(rig: &Rig, key: &str) -> Result<Vec<u8>, String> {
-    checked_get_with(&rig.client, rig, key).await
+    checked(&rig.client, &rig.bucket, key).await
 }
 
-/// [`checked_get`] through `client`.
-async fn checked_get_with(
-    client: &aws_sdk_s3::Client,
-    rig: &Rig,
-    key: &str,
-) -> Result<Vec<u8>, String> {
-    let output = client
-        .get_object()
-        .bucket(&rig.bucket)
-        .key(key)
-        .checksum_mode(ChecksumMode::Enabled)
-        .send()
-        .await
-        .map_err(|error| format!("{error:?}"))?;
-    let body = output
-        .body
-        .collect()
-        .await
-        .map_err(|error| format!("body: {error}"))?;
-    Ok(body.into_bytes().to_vec())
+/// A GET of `key` through `client` that asks for checksums.
+async fn checked(client: &aws_sdk_s3::Client, bucket: &str, key: &str) -> Result<Vec<u8>, String> {
+    let request = client.get_object().bucket(bucket).key(key);
+    read_object(request.checksum_mode(ChecksumMode::Enabled)).await
 }
 
 async fn verified_in_both_tiers(disk_capacity: &'static str) {
@@ -128,7 +114,7 @@ async fn a_byte_the_origin_flips_is_caught_the_object_purged_and_never_served_wh
     // purged, and read it right).
     rig.forwarder.inject(&[Fault::FlipByte(100)]);
     let once = s3_client(&portico.s3, false);
-    let read = checked_get_with(&once, &rig, "flipped.bin").await;
+    let read = checked(&once, &rig.bucket, "flipped.bin").await;
     assert!(read.is_err(), "a response with a wrong byte ended well");
     let caught =
         portico.metric(&mismatches("object")).await + portico.metric(&mismatches("response")).await;
@@ -218,7 +204,7 @@ async fn a_checksum_mode_get_of_cached_wrong_bytes_is_cut_off_before_its_last_by
     // Served whole from the cache to a client that asks for checksums: the response is
     // checked as it goes, and cut off before its last byte.
     let once = s3_client(&portico.s3, false);
-    let read = checked_get_with(&once, &rig, "late.bin").await;
+    let read = checked(&once, &rig.bucket, "late.bin").await;
     assert!(read.is_err(), "a response with a wrong byte ended well");
     assert_eq!(portico.metric(&mismatches("response")).await, 1.0);
     assert_eq!(
@@ -379,29 +365,10 @@ async fn a_fleet_verifies_objects_whose_blocks_several_members_filled_and_purges
             .await
             .expect("PUT");
     }
-    let get = |client: aws_sdk_s3::Client, key: &'static str| {
-        let bucket = bucket.clone();
-        async move {
-            let output = client
-                .get_object()
-                .bucket(&bucket)
-                .key(key)
-                .checksum_mode(ChecksumMode::Enabled)
-                .send()
-                .await
-                .map_err(|error| format!("{error:?}"))?;
-            let body = output
-                .body
-                .collect()
-                .await
-                .map_err(|error| error.to_string())?;
-            Ok::<_, String>(body.into_bytes().to_vec())
-        }
-    };
     // Node 0 reads the object whole: its own blocks from the origin, the others from
     // node 1, each checked on arrival; together they are verified.
     let client = s3_client(&nodes[0].s3, true);
-    assert!(get(client.clone(), "good.bin").await.expect("GET") == good);
+    assert!(checked(&client, &bucket, "good.bin").await.expect("GET") == good);
     assert_eq!(nodes[0].metric(VERIFIED).await, 1.0);
     assert!(
         nodes[0]
@@ -413,10 +380,8 @@ async fn a_fleet_verifies_objects_whose_blocks_several_members_filled_and_purges
     // A byte flipped at the origin, in whichever member's block comes first.
     forwarder.inject(&[Fault::FlipByte(1000)]);
     let once = s3_client(&nodes[0].s3, false);
-    assert!(
-        get(once, "bad.bin").await.is_err(),
-        "a response with a wrong byte ended well"
-    );
+    let read = checked(&once, &bucket, "bad.bin").await;
+    assert!(read.is_err(), "a response with a wrong byte ended well");
     assert_eq!(nodes[0].metric(MISMATCHED).await, 1.0);
     for (at, node) in nodes.iter().enumerate() {
         let within = std::time::Duration::from_secs(10);
@@ -429,7 +394,8 @@ async fn a_fleet_verifies_objects_whose_blocks_several_members_filled_and_purges
         .await;
     }
     // Purged on both: read again, every block is the origin's, and verified.
-    assert!(get(client, "bad.bin").await.expect("GET after the purge") == bad);
+    let read = checked(&client, &bucket, "bad.bin").await;
+    assert!(read.expect("GET after the purge") == bad);
     assert_eq!(nodes[0].metric(VERIFIED).await, 2.0);
     for node in nodes {
         node.stop().await;

@@ -187,14 +187,14 @@ pub async fn try_get(
     key: &str,
     range: Option<&str>,
 ) -> Result<Vec<u8>, String> {
-    let output = client
-        .get_object()
-        .bucket(bucket)
-        .key(key)
-        .set_range(range.map(str::to_owned))
-        .send()
-        .await
-        .map_err(|error| format!("{error:?}"))?;
+    let request = client.get_object().bucket(bucket).key(key);
+    read_object(request.set_range(range.map(str::to_owned))).await
+}
+
+/// The body `request` reads, or why the read failed (an error status or a body that ended
+/// early).
+pub async fn read_object(request: GetObjectFluentBuilder) -> Result<Vec<u8>, String> {
+    let output = request.send().await.map_err(|error| format!("{error:?}"))?;
     let body = output
         .body
         .collect()
