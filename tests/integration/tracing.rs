@@ -13,7 +13,7 @@ use parking_lot::Mutex;
 use serde_json::Value;
 use tokio::net::TcpListener;
 
-use crate::support::{Rig, random_bytes};
+use crate::support::{Rig, eventually, random_bytes};
 
 const MIB: usize = 1024 * 1024;
 
@@ -136,7 +136,19 @@ async fn a_get_is_traced_over_otlp_and_logged_once_in_the_access_log() {
     rig.put("traced.bin", &data).await;
     assert!(rig.get("traced.bin", None).await == data, "cold read");
     assert!(rig.get("traced.bin", None).await == data, "warm read");
-    let logs = rig.portico().logs();
+    // A response's access line is written once its body has ended on the server, which
+    // can be just after the client has read its last byte.
+    let portico = rig.portico();
+    let within = std::time::Duration::from_secs(10);
+    let logs = eventually("both GETs in the access log", within, || async {
+        let logs = portico.logs();
+        let logged = logs
+            .lines()
+            .filter(|line| line.contains("portico::access"))
+            .count();
+        (logged >= 2).then_some(logs)
+    })
+    .await;
     // Stopping flushes the exporter's last batch.
     rig.portico.take().expect("running").stop().await;
 
