@@ -12,7 +12,7 @@ use hyper_util::rt::TokioExecutor;
 
 use super::protocol::{
     BLOCK_PATH, BlockRequest, CRC_HEADER, HEALTH_PATH, INVALIDATE_PATH, InvalidateRequest,
-    LEASE_PATH, LeaseRequest, MISSING_HEADER, PURGE_PATH, PurgeRequest, RESULT_HEADER,
+    LEASE_PATH, LeaseRequest, MISSING_HEADER, PURGE_PATH, PurgeRequest, RESULT_HEADER, ZONE_HEADER,
 };
 use crate::object::Missing;
 use crate::source::{PeerError, PeerId};
@@ -175,6 +175,7 @@ impl PeerClient {
     ) -> Result<(), String> {
         self.confirmed(peer, INVALIDATE_PATH, request, INVALIDATE_TIMEOUT)
             .await
+            .map(drop)
     }
 
     /// Asks `peer` for a lease for this node, known to the members as `identity`; fails
@@ -184,22 +185,29 @@ impl PeerClient {
         peer: &PeerId,
         identity: &str,
         lease_for: Duration,
-    ) -> Result<(), String> {
+    ) -> Result<Option<String>, String> {
         let request = LeaseRequest {
             member: identity.to_owned(),
         };
-        self.confirmed(peer, LEASE_PATH, &request, lease_for / 4)
-            .await
+        let granted = self
+            .confirmed(peer, LEASE_PATH, &request, lease_for / 4)
+            .await?;
+        let zone = granted
+            .get(ZONE_HEADER)
+            .and_then(|zone| zone.to_str().ok())
+            .map(str::to_owned);
+        Ok(zone)
     }
 
     /// POSTs `request` to `path` on `peer`; fails unless it answers 204 within `within`.
+    /// The answer's headers.
     async fn confirmed(
         &self,
         peer: &PeerId,
         path: &str,
         request: &impl serde::Serialize,
         within: Duration,
-    ) -> Result<(), String> {
+    ) -> Result<http::HeaderMap, String> {
         let body = serde_json::to_vec(request).map_err(|error| error.to_string())?;
         let exchange = async {
             let response = self
@@ -207,7 +215,7 @@ impl PeerClient {
                 .await
                 .map_err(|error| error.to_string())?;
             match response.status() {
-                StatusCode::NO_CONTENT => Ok(()),
+                StatusCode::NO_CONTENT => Ok(response.headers().clone()),
                 other => Err(format!("answered {other}")),
             }
         };

@@ -58,6 +58,10 @@ pub struct Cluster {
     lease_for: Duration,
     /// What this node granted each member that asked it for a lease.
     grants: Mutex<HashMap<PeerId, Grant>>,
+    /// `cluster.zone`; empty: none.
+    zone: Arc<str>,
+    /// The other members' zones, as their last granted leases named them.
+    zones: RwLock<HashMap<PeerId, Arc<str>>>,
 }
 
 /// The leases this node granted one member.
@@ -88,6 +92,8 @@ impl Cluster {
             lease: Arc::new(Lease::lapsed()),
             lease_for: config.lease.get(),
             grants: Mutex::new(HashMap::new()),
+            zone: Arc::from(config.zone.as_str()),
+            zones: RwLock::new(HashMap::new()),
         });
         if config.members_dns.is_empty() {
             cluster.set_members(config.members.iter().map(|member| peer_id(member)));
@@ -105,6 +111,22 @@ impl Cluster {
         }
         tokio::spawn(heartbeat(cluster.clone(), shutdown));
         cluster
+    }
+
+    /// This node's `cluster.zone` (empty: none).
+    pub fn zone(&self) -> &str {
+        &self.zone
+    }
+
+    /// Whether `member` is in this node's zone (this node is; with no zone, none is).
+    fn in_my_zone(&self, member: &PeerId) -> bool {
+        !self.zone.is_empty()
+            && (*member == self.identity
+                || self
+                    .zones
+                    .read()
+                    .get(member)
+                    .is_some_and(|zone| *zone == self.zone))
     }
 
     /// This node's `host:port` among the members.
@@ -189,8 +211,13 @@ impl Cluster {
             .iter()
             .zip(health)
             .map(|((member, share), health)| {
+                let zone = match *member == self.identity {
+                    true => Some(self.zone.clone()),
+                    false => self.zones.read().get(member).cloned(),
+                };
                 let mut entry = serde_json::json!({
                     "member": member.as_ref(),
+                    "zone": zone.as_deref(),
                     "self": *member == self.identity,
                     "suspect": self.is_suspect(member),
                     "share": share,
@@ -287,7 +314,9 @@ impl Cluster {
         let mut until = asked + self.lease_for;
         for (member, answer) in answers {
             match answer {
-                Ok(()) => {
+                Ok(zone) => {
+                    let zone = Arc::from(zone.unwrap_or_default().as_str());
+                    self.zones.write().insert(member.clone(), zone);
                     granted.insert(member, asked);
                 }
                 Err(error) => {
@@ -338,11 +367,21 @@ impl Peers for Cluster {
         }
     }
 
+    /// The block's first live member in the ring's order, among the members of this
+    /// node's zone while one of them is live (this node always is), else among all.
     fn owner(&self, object: &ObjectRef, block_size: u64, index: BlockIndex) -> Option<PeerId> {
         let ring = self.ring();
-        let owner = ring
+        let live = |member: &&PeerId| **member == self.identity || !self.is_suspect(member);
+        let local = ring
             .ranked(object, block_size, index)
-            .find(|member| **member == self.identity || !self.is_suspect(member))?;
+            .filter(live)
+            .find(|member| self.in_my_zone(member));
+        // No zone, or this node is not among the members (see `set_members`) and its zone
+        // has no live member.
+        let owner = match local {
+            Some(owner) => owner,
+            None => ring.ranked(object, block_size, index).find(live)?,
+        };
         (*owner != self.identity).then(|| owner.clone())
     }
 
@@ -399,6 +438,8 @@ impl Peers for Cluster {
                     fetched.body.len() as u64,
                     started.elapsed().as_secs_f64(),
                 );
+                self.metrics
+                    .count_peer_zone_bytes(self.in_my_zone(peer), fetched.body.len() as u64);
                 Ok(PeerBlock {
                     bytes: fetched.body,
                     crc64nvme: fetched.crc,

@@ -12,7 +12,9 @@
 //!   knows of objects a write through another member changed (204), before that member
 //!   answers its client.
 //! - `POST /peer/v1/lease` with a JSON [`LeaseRequest`]: a lease for the asking member
-//!   (204), or 409 when this member does not grant it one.
+//!   (204), or 409 when this member does not grant it one. A 204 names the member's
+//!   `cluster.zone` in `x-portico-zone` (absent when it has none): the members learn each
+//!   other's zones from their leases.
 //! - `GET /peer/v1/health`: 200 `ok`.
 
 use serde::{Deserialize, Serialize};
@@ -24,6 +26,8 @@ pub const LEASE_PATH: &str = "/peer/v1/lease";
 pub const HEALTH_PATH: &str = "/peer/v1/health";
 /// `hit` or `miss`: whether the owner's cache held the block.
 pub const RESULT_HEADER: &str = "x-portico-peer-result";
+/// The answering member's `cluster.zone`, on a granted lease.
+pub const ZONE_HEADER: &str = "x-portico-zone";
 /// The CRC64NVME of a block answer's body, 16 hex digits.
 pub const CRC_HEADER: &str = "x-portico-crc64nvme";
 /// What is missing in a 404: `key`, `bucket` or `version`.

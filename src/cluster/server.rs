@@ -18,7 +18,7 @@ use tokio::net::TcpListener;
 
 use super::protocol::{
     BLOCK_PATH, BlockRequest, CRC_HEADER, HEALTH_PATH, INVALIDATE_PATH, InvalidateRequest,
-    LEASE_PATH, LeaseRequest, MISSING_HEADER, PURGE_PATH, PurgeRequest, RESULT_HEADER,
+    LEASE_PATH, LeaseRequest, MISSING_HEADER, PURGE_PATH, PurgeRequest, RESULT_HEADER, ZONE_HEADER,
 };
 use crate::cache::Tier;
 use crate::checksum::{Algorithm, Running};
@@ -254,7 +254,13 @@ async fn lease(
         Err(rejection) => return refusal(rejection.status(), rejection.body_text()),
     };
     if state.cluster.grant(&request.member) {
-        StatusCode::NO_CONTENT.into_response()
+        let mut granted = StatusCode::NO_CONTENT.into_response();
+        if let Ok(zone) = HeaderValue::from_str(state.cluster.zone())
+            && !zone.is_empty()
+        {
+            granted.headers_mut().insert(ZONE_HEADER, zone);
+        }
+        granted
     } else {
         refusal(
             StatusCode::CONFLICT,

@@ -38,6 +38,9 @@ pub struct ClusterConfig {
     /// How long a lease from every other member lets this node serve cached metadata
     /// (docs/cluster.md): a write that cannot tell a member waits at most this long.
     pub lease: HumanDuration,
+    /// This node's zone (a cloud availability zone, or any name): blocks are owned within
+    /// the zone of the member that reads them while it has a live member. Empty: none.
+    pub zone: String,
 }
 
 impl Default for ClusterConfig {
@@ -54,6 +57,7 @@ impl Default for ClusterConfig {
             peer_timeout: HumanDuration::secs(10),
             keep_peer_blocks_in_memory: true,
             lease: HumanDuration::secs(3),
+            zone: String::new(),
         }
     }
 }
@@ -122,6 +126,13 @@ impl ClusterConfig {
                     "config key cluster.{key}: must be longer than 0s"
                 )));
             }
+        }
+        let name = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.');
+        if self.zone.len() > 63 || !self.zone.chars().all(name) {
+            return Err(ConfigError::new(format_args!(
+                "config key cluster.zone: {:?} is not accepted (expected at most 63 letters, digits, '-', '_' or '.', like \"eu-west-1a\"; empty for none)",
+                self.zone
+            )));
         }
         let lease = self.lease.get();
         if !(MIN_LEASE..=MAX_LEASE).contains(&lease) {

@@ -54,6 +54,11 @@ pub struct DirectionLabel {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct ZoneLabel {
+    pub zone: &'static str,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 pub struct CauseLabel {
     pub cause: &'static str,
 }
@@ -158,6 +163,8 @@ pub struct Metrics {
     pub peer_served: Family<ResultLabel, Counter>,
     /// Block bytes received from and sent to members.
     pub peer_bytes: Family<DirectionLabel, Counter>,
+    /// Block bytes received from members of this node's zone (`same`) and of others.
+    pub peer_zone_bytes: Family<ZoneLabel, Counter>,
     /// Time a block request to its owner took, to the end of its body.
     pub peer_request_duration: Histogram,
     /// Cacheable listings by result: hit, miss.
@@ -224,6 +231,7 @@ impl Metrics {
             peer_requests: Family::default(),
             peer_served: Family::default(),
             peer_bytes: Family::default(),
+            peer_zone_bytes: Family::default(),
             peer_request_duration: LatencyBuckets.new_metric(),
             listing_lookups: Family::default(),
             listing_invalidations: Counter::default(),
@@ -384,6 +392,14 @@ impl Metrics {
             })
             .inc_by(bytes);
         self.peer_request_duration.observe(seconds);
+    }
+
+    /// Block bytes received from a member of this node's zone (`same`) or another.
+    pub fn count_peer_zone_bytes(&self, same: bool, bytes: u64) {
+        let zone = if same { "same" } else { "cross" };
+        self.peer_zone_bytes
+            .get_or_create(&ZoneLabel { zone })
+            .inc_by(bytes);
     }
 
     pub fn count_listing(&self, result: ListingLookup) {

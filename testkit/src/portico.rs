@@ -340,6 +340,16 @@ pub async fn start_fleet(
     dirs: &[tempfile::TempDir],
     configure: impl Fn(&mut Settings),
 ) -> Vec<Portico> {
+    start_fleet_each(binary, upstream, dirs, |_, settings| configure(settings)).await
+}
+
+/// [`start_fleet`], `configure` given each member's position in `dirs` (a zone each, say).
+pub async fn start_fleet_each(
+    binary: &Path,
+    upstream: &str,
+    dirs: &[tempfile::TempDir],
+    configure: impl Fn(usize, &mut Settings),
+) -> Vec<Portico> {
     let listens: Vec<String> = dirs
         .iter()
         .map(|_| format!("127.0.0.1:{}", crate::minio::free_port()))
@@ -368,6 +378,7 @@ pub async fn start_proxied_fleet(
         .iter()
         .map(|proxy| proxy.endpoint().trim_start_matches("http://").to_owned())
         .collect();
+    let configure = |_: usize, settings: &mut Settings| configure(settings);
     let nodes = start_members(binary, upstream, dirs, configure, &listens, &advertised).await;
     (nodes, proxies)
 }
@@ -377,14 +388,14 @@ async fn start_members(
     binary: &Path,
     upstream: &str,
     dirs: &[tempfile::TempDir],
-    configure: impl Fn(&mut Settings),
+    configure: impl Fn(usize, &mut Settings),
     listens: &[String],
     advertised: &[String],
 ) -> Vec<Portico> {
     let mut nodes = Vec::new();
-    for ((listen, advertise), dir) in listens.iter().zip(advertised).zip(dirs) {
+    for (at, ((listen, advertise), dir)) in listens.iter().zip(advertised).zip(dirs).enumerate() {
         let mut settings = Settings::new(upstream.to_owned(), dir.path());
-        configure(&mut settings);
+        configure(at, &mut settings);
         if dirs.len() > 1 {
             settings.cluster = cluster_section(listen, advertise, advertised);
         }

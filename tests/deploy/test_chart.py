@@ -218,6 +218,17 @@ class ChartTest(unittest.TestCase):
         env = {item["name"]: item for item in container["env"]}
         self.assertEqual(env["POD_IP"]["valueFrom"]["fieldRef"]["fieldPath"], "status.podIP")
         self.assertEqual(env["PORTICO_CLUSTER_ADVERTISE"]["value"], "$(POD_IP):9100")
+        # Each pod's zone from its topology label, unless the release names one.
+        self.assertEqual(
+            env["PORTICO_CLUSTER_ZONE"]["valueFrom"]["fieldRef"]["fieldPath"],
+            "metadata.labels['topology.kubernetes.io/zone']",
+        )
+        values = HERE / "values" / "standalone-minio.yaml"
+        rendered = helm("template", "demo", str(CHART), "-f", str(values), "--set", "cluster.zoneFromPodLabel=false")
+        fixed = [document for document in yaml.safe_load_all(rendered.stdout) if document]
+        (fixed_statefulset,) = by_kind(fixed, "StatefulSet")
+        fixed_env = [item["name"] for item in portico_container(pod_spec(fixed_statefulset))["env"]]
+        self.assertNotIn("PORTICO_CLUSTER_ZONE", fixed_env)
         self.assertEqual(
             env["PORTICO_CLUSTER_SECRET"]["valueFrom"]["secretKeyRef"],
             {"name": "demo-portico-secrets", "key": "cluster_secret"},

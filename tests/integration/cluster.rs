@@ -8,6 +8,7 @@
 
 mod members;
 mod writes;
+mod zones;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

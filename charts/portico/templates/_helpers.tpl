@@ -207,6 +207,12 @@ limits:
       fieldPath: status.podIP
 - name: PORTICO_CLUSTER_ADVERTISE
   value: "$(POD_IP):{{ int .Values.cluster.port }}"
+{{- if .Values.cluster.zoneFromPodLabel }}
+- name: PORTICO_CLUSTER_ZONE
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.labels['topology.kubernetes.io/zone']
+{{- end }}
 {{ include "portico.secretEnv" (list "PORTICO_CLUSTER_SECRET" (default $secret .Values.cluster.existingSecret) (ternary "secret" "cluster_secret" (ne .Values.cluster.existingSecret ""))) }}
 {{- end }}
 {{- with .Values.otel }}

@@ -5,6 +5,7 @@ use prometheus_client::registry::Registry;
 
 use super::{
     CauseLabel, DirectionLabel, Metrics, OperationLabel, ReasonLabel, ResultLabel, SourceLabel,
+    ZoneLabel,
 };
 
 /// Registers every metric of `metrics` in `registry`.
@@ -227,6 +228,11 @@ fn cluster(registry: &mut Registry, metrics: &Metrics) {
         metrics.peer_bytes.clone(),
     );
     registry.register(
+        "portico_cluster_peer_zone_bytes",
+        "Block bytes received from members, by zone: same (a member of this node's cluster.zone) or cross (another zone, or none configured)",
+        metrics.peer_zone_bytes.clone(),
+    );
+    registry.register(
         "portico_cluster_peer_request_duration_seconds",
         "Time a block request to its owner took, to the end of its body",
         metrics.peer_request_duration.clone(),
@@ -311,6 +317,9 @@ pub(super) fn start_known_series_at_zero(metrics: &Metrics) {
                 .peer_bytes
                 .get_or_create(&DirectionLabel { direction }),
         );
+    }
+    for zone in ["same", "cross"] {
+        drop(metrics.peer_zone_bytes.get_or_create(&ZoneLabel { zone }));
     }
     for cause in ["changed", "upstream", "busy", "internal"] {
         drop(metrics.read_aborts.get_or_create(&CauseLabel { cause }));
