@@ -66,3 +66,66 @@ async fn a_suspect_member_hands_its_blocks_to_the_next_and_this_node_owns_its_ow
     let expected = (*next != *"127.0.0.1:9100").then_some(next);
     assert_eq!(cluster.owner(&object, 1 << 22, theirs), expected);
 }
+
+#[tokio::test]
+async fn with_a_zone_blocks_are_owned_within_it_and_unknown_zones_own_nothing() {
+    let members = [
+        "127.0.0.1:9100",
+        "127.0.0.1:9101",
+        "127.0.0.1:9102",
+        "127.0.0.1:9103",
+    ];
+    let zoned = ClusterConfig {
+        zone: "a".to_owned(),
+        ..config(&members, "")
+    };
+    let cluster = Cluster::start(&zoned, Arc::new(Metrics::new()), Shutdown::never()).await;
+    let object = ObjectRef::new("bucket", "key").unwrap();
+    let owners = |cluster: &Cluster| -> Vec<Option<PeerId>> {
+        (0..64)
+            .map(|index| cluster.owner(&object, 1 << 22, index))
+            .collect()
+    };
+    // No other member's zone is known yet: this node, alone in zone a, owns everything.
+    assert!(owners(&cluster).iter().all(Option::is_none));
+    let learn = |member: &str, zone: &str| {
+        cluster
+            .zones
+            .write()
+            .insert(peer_id(member), Arc::from(zone));
+    };
+    learn("127.0.0.1:9101", "a");
+    learn("127.0.0.1:9102", "b");
+    learn("127.0.0.1:9103", "b");
+    let within: Vec<Option<PeerId>> = owners(&cluster);
+    let theirs: Vec<&PeerId> = within.iter().flatten().collect();
+    assert!(
+        !theirs.is_empty(),
+        "the other member of zone a owns a share"
+    );
+    assert!(
+        theirs.iter().all(|owner| ***owner == *"127.0.0.1:9101"),
+        "{theirs:?}"
+    );
+    // The zone-mate fails: its blocks come back to this node, never to zone b.
+    let error = PeerError::Failed {
+        peer: peer_id("127.0.0.1:9101"),
+        reason: "down".to_owned(),
+    };
+    cluster.suspect(&peer_id("127.0.0.1:9101"), &error);
+    assert!(owners(&cluster).iter().all(Option::is_none));
+    // Without a zone, the whole ring owns.
+    let plain = Cluster::start(
+        &config(&members, ""),
+        Arc::new(Metrics::new()),
+        Shutdown::never(),
+    )
+    .await;
+    let spread: Vec<Option<PeerId>> = owners(&plain);
+    assert!(
+        spread
+            .iter()
+            .flatten()
+            .any(|owner| **owner == *"127.0.0.1:9102")
+    );
+}
