@@ -372,10 +372,13 @@ impl Peers for Cluster {
     fn owner(&self, object: &ObjectRef, block_size: u64, index: BlockIndex) -> Option<PeerId> {
         let ring = self.ring();
         let live = |member: &&PeerId| **member == self.identity || !self.is_suspect(member);
-        let local = ring
-            .ranked(object, block_size, index)
-            .filter(live)
-            .find(|member| self.in_my_zone(member));
+        let local = match self.zone.is_empty() {
+            true => None,
+            false => ring
+                .ranked(object, block_size, index)
+                .filter(live)
+                .find(|member| self.in_my_zone(member)),
+        };
         // No zone, or this node is not among the members (see `set_members`) and its zone
         // has no live member.
         let owner = match local {

@@ -20,15 +20,19 @@
 //!    latches) reads each block: the cache (memory, then disk), else one coalesced,
 //!    hedged (`hedge.rs`) fetch from the source or the block's owner, pinned to the
 //!    version with `If-Match`. `lookup.rs` runs the lookups started ahead of the first.
-//! 5. `get.rs` streams the blocks in order, `readahead_blocks` ahead within the budget;
-//!    `prefetch.rs` (`Prefetcher`: its detector and slots over the blocks)
-//!    records the read and fetches the blocks a sequential reader needs next.
+//! 5. `get.rs` streams the blocks in order, `readahead_blocks` ahead within the budget,
+//!    each part sent by `body.rs` (which checks a checksum-mode whole-object response
+//!    against S3's CRC before its last byte); `prefetch.rs` (`Prefetcher`: its detector
+//!    and slots over the blocks) records the read and fetches the blocks a sequential
+//!    reader needs next.
 //! 6. `status.rs` says what happened in the `Cache-Status` header; [`Tally`] counts the
 //!    blocks by tier for the access log.
 //!
 //! Writes through Portico (`writes.rs`: the write generations, and admitting written
 //! bytes) and operator actions (`manage.rs`: purge, warm) change what steps 2 and 4 find;
-//! [`ReadPath`] is their door too.
+//! [`ReadPath`] is their door too. `integrity.rs` judges each object whose blocks were
+//! all filled against the full-object CRC S3 keeps, and purges one that disagrees;
+//! `verify.rs` re-checks a sample of hits against the origin (`cache.verify_fraction`).
 //!
 //! Invariants:
 //! - Every block is fetched for the object version (ETag) the response headers announce,
