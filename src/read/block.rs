@@ -307,11 +307,9 @@ impl Blocks {
         let fetch = {
             let fetch = BlockFetch {
                 source: self.inner.source.clone(),
-                object: object.clone(),
-                meta: target.meta.clone(),
+                target: target.clone(),
                 range,
                 index,
-                block_size: target.layout.block_size(),
                 metrics: self.inner.metrics.clone(),
                 integrity: self.inner.integrity.clone(),
                 answered: answered.clone(),

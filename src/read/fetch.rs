@@ -8,7 +8,7 @@ use bytes::Bytes;
 
 use super::Target;
 use super::block::Owner;
-use super::integrity::{Integrity, Verdict};
+use super::integrity::Integrity;
 use crate::checksum::{Algorithm, Crc};
 use crate::object::ObjectMeta;
 use crate::source::{BlockAsk, BlockSource, PeerError, ResponseHead, UpstreamError};
@@ -18,15 +18,13 @@ use crate::types::{BlockIndex, ByteRange, ObjectRef};
 /// Members asked for one block at most before it is fetched from the source.
 const MEMBERS_ASKED: usize = 3;
 
-/// One block of the version `meta` describes, to be fetched.
+/// Block `index` of the version `target` names, to be fetched.
 #[derive(Clone)]
 pub(super) struct BlockFetch {
     pub(super) source: Arc<dyn BlockSource>,
-    pub(super) object: ObjectRef,
-    pub(super) meta: Arc<ObjectMeta>,
+    pub(super) target: Target,
     pub(super) range: ByteRange,
     pub(super) index: BlockIndex,
-    pub(super) block_size: u64,
     pub(super) metrics: Arc<Metrics>,
     /// Every block filled from the source is noted for the object's end-to-end check.
     pub(super) integrity: Integrity,
@@ -59,15 +57,15 @@ impl BlockFetch {
     async fn fetch(self, owner: Owner, head: ResponseHead) -> Result<Bytes, UpstreamError> {
         let Self {
             source,
-            object,
-            meta,
+            target,
             range,
             index,
-            block_size,
             metrics,
             integrity,
             answered: _,
         } = self;
+        let (object, meta) = (&target.object, &target.meta);
+        let block_size = target.layout.block_size();
         if let Some((peers, mut peer)) = owner {
             // A member that fails is passed over from then on: the block goes to the next
             // member in its order (where every node that found the owner down goes too),
@@ -77,8 +75,8 @@ impl BlockFetch {
                     .fetch(
                         &peer,
                         BlockAsk {
-                            object: &object,
-                            meta: &meta,
+                            object,
+                            meta,
                             block_size,
                             index,
                             within: 0..range.len_bytes(),
@@ -95,18 +93,8 @@ impl BlockFetch {
                             value: block.crc64nvme,
                             len: range.len_bytes(),
                         };
-                        let target = Target::new(&object, meta.clone(), block_size);
-                        return match integrity.filled_known(
-                            &target,
-                            index,
-                            &block.bytes,
-                            Some(known),
-                        ) {
-                            Verdict::Mismatch { expected, computed } => {
-                                Err(mismatch(index, &expected, &computed))
-                            }
-                            _ => Ok(block.bytes),
-                        };
+                        integrity.admit(&target, index, &block.bytes, Some(known))?;
+                        return Ok(block.bytes);
                     }
                     Ok(block) => format!(
                         "{} bytes for block {index} of {}",
@@ -116,7 +104,7 @@ impl BlockFetch {
                     Err(PeerError::Answer(error)) => return Err(error),
                     Err(PeerError::Failed { reason, .. }) => reason,
                 };
-                match peers.owner(&object, block_size, index) {
+                match peers.owner(object, block_size, index) {
                     Some(next) if next != peer && asked < MEMBERS_ASKED => {
                         tracing::warn!(%object, index, %peer, %next, reason = %failure, "block owner failed; asking the next member");
                         peer = next;
@@ -130,8 +118,7 @@ impl BlockFetch {
             }
         }
         let if_match = (!meta.etag.is_empty()).then_some(meta.etag.as_str());
-        let target = Target::new(&object, meta.clone(), block_size);
-        let object = pinned(object, &meta);
+        let object = pinned(object.clone(), meta);
         let read = source
             .get(&object, range.into(), if_match, range.len_bytes(), &head)
             .await?;
@@ -146,20 +133,9 @@ impl BlockFetch {
                 read.first
             )));
         }
-        if let Verdict::Mismatch { expected, computed } =
-            integrity.filled(&target, index, &read.body)
-        {
-            return Err(mismatch(index, &expected, &computed));
-        }
+        integrity.admit(&target, index, &read.body, None)?;
         Ok(read.body)
     }
-}
-
-/// The error of the fill that completed a version whose CRC is not S3's.
-pub(super) fn mismatch(index: BlockIndex, expected: &str, computed: &str) -> UpstreamError {
-    UpstreamError::invalid_response(format!(
-        "block {index} completes a version whose CRC is {computed}, where S3 reports {expected}: the object is purged"
-    ))
 }
 
 /// `object` as a block fetch asks for it: pinned to the version id `meta` names, when

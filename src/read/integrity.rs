@@ -22,7 +22,7 @@ use super::metadata::Metadata;
 use crate::checksum::{Algorithm, Crc, full_object};
 use crate::object::ObjectMeta;
 use crate::shutdown::Shutdown;
-use crate::source::Peers;
+use crate::source::{Peers, UpstreamError};
 use crate::telemetry::Metrics;
 use crate::types::{BlockIndex, ObjectRef};
 
@@ -87,8 +87,28 @@ impl Integrity {
     /// Notes block `index` of `target`, as the origin sent it; when it completes the
     /// version, compares the version with the CRC S3 reported. A mismatch is logged,
     /// counted and queued for purging.
+    #[cfg(test)]
     pub(super) fn filled(&self, target: &Target, index: BlockIndex, bytes: &Bytes) -> Verdict {
         self.filled_known(target, index, bytes, None)
+    }
+
+    /// [`Self::filled_known`] for a fill about to be cached: an error when the block
+    /// completes a version whose CRC is not S3's (the fill must fail, see the invariants).
+    pub(super) fn admit(
+        &self,
+        target: &Target,
+        index: BlockIndex,
+        bytes: &Bytes,
+        known: Option<Crc>,
+    ) -> Result<(), UpstreamError> {
+        match self.filled_known(target, index, bytes, known) {
+            Verdict::Mismatch { expected, computed } => {
+                Err(UpstreamError::invalid_response(format!(
+                    "block {index} completes a version whose CRC is {computed}, where S3 reports {expected}: the object is purged"
+                )))
+            }
+            Verdict::Pending | Verdict::Verified => Ok(()),
+        }
     }
 
     /// [`Self::filled`] for a block whose CRC64NVME is known already (a block from

@@ -10,8 +10,7 @@ use tracing::Instrument;
 
 use super::coalesce::Coalescer;
 use super::discovered::{Discovered, Discovery, FirstRead, whole_blocks};
-use super::fetch::mismatch;
-use super::integrity::{Integrity, Verdict};
+use super::integrity::Integrity;
 use super::writes::Generations;
 use super::{Internal, MetaSource, ReadError, Target};
 use crate::cache::{BlockCache, MetaClock, MetaRecord, MetaState, Tier};
@@ -356,11 +355,8 @@ impl Metadata {
                 if !discovered.blocks.is_empty() {
                     let target = Target::new(object, meta.clone(), self.inner.block_size);
                     for (index, block) in discovered.blocks.iter() {
-                        let verdict = self.inner.integrity.filled(&target, *index, block);
-                        if let Verdict::Mismatch { expected, computed } = verdict {
-                            let error = mismatch(*index, &expected, &computed);
-                            return Err(ReadError::Upstream(error));
-                        }
+                        let admitted = self.inner.integrity.admit(&target, *index, block, None);
+                        admitted.map_err(ReadError::Upstream)?;
                     }
                     for (index, block) in discovered.blocks.iter() {
                         let key = target.key(*index);

@@ -24,9 +24,20 @@ fn mismatches(check: &str) -> String {
 
 /// Uploads `data` as `key` straight to MinIO with a `algorithm` checksum.
 async fn put_with(rig: &Rig, key: &str, data: &[u8], algorithm: ChecksumAlgorithm) {
-    rig.direct
+    put_direct(&rig.direct, &rig.bucket, key, data, algorithm).await;
+}
+
+/// Uploads `data` as `key` in `bucket` through `direct` with a `algorithm` checksum.
+async fn put_direct(
+    direct: &aws_sdk_s3::Client,
+    bucket: &str,
+    key: &str,
+    data: &[u8],
+    algorithm: ChecksumAlgorithm,
+) {
+    direct
         .put_object()
-        .bucket(&rig.bucket)
+        .bucket(bucket)
         .key(key)
         .checksum_algorithm(algorithm)
         .body(ByteStream::from(data.to_vec()))
@@ -287,14 +298,7 @@ async fn verify_mode_leaves_a_correct_cache_alone_and_catches_bytes_changed_unde
 
     // Two hits, each checked: a conditional HEAD and a GET of the same range.
     assert!(rig.get("verified.bin", None).await == data);
-    let within = std::time::Duration::from_secs(10);
-    eventually("both hits checked", within, || async {
-        let ok = portico
-            .metric("portico_verify_checks_total{result=\"ok\"}")
-            .await;
-        (ok == 2.0).then_some(())
-    })
-    .await;
+    verify_checks(portico, "ok", 2.0).await;
     assert_eq!(
         portico.metric("portico_verify_origin_requests_total").await,
         4.0
@@ -311,13 +315,7 @@ async fn verify_mode_leaves_a_correct_cache_alone_and_catches_bytes_changed_unde
         rig.get("verified.bin", Some("bytes=0-99")).await == data[..100],
         "a hit"
     );
-    eventually("the changed bytes caught", within, || async {
-        let caught = portico
-            .metric("portico_verify_checks_total{result=\"mismatch\"}")
-            .await;
-        (caught == 1.0).then_some(())
-    })
-    .await;
+    verify_checks(portico, "mismatch", 1.0).await;
     assert_eq!(portico.metric(&mismatches("verify")).await, 1.0);
     let logs = portico.logs();
     assert!(
@@ -328,6 +326,7 @@ async fn verify_mode_leaves_a_correct_cache_alone_and_catches_bytes_changed_unde
     rig.forwarder.flip_bytes(None);
     const MISSES: &str = "portico_cache_block_lookups_total{result=\"miss\"}";
     let misses = portico.metric(MISSES).await;
+    let within = std::time::Duration::from_secs(10);
     eventually("the object purged", within, || async {
         let body = rig.get("verified.bin", Some("bytes=0-99")).await;
         assert!(body == data[..100]);
@@ -355,15 +354,7 @@ async fn a_fleet_verifies_objects_whose_blocks_several_members_filled_and_purges
         random_bytes(6 * MIB + 5, 391),
     );
     for (key, data) in [("good.bin", &good), ("bad.bin", &bad)] {
-        direct
-            .put_object()
-            .bucket(&bucket)
-            .key(key)
-            .checksum_algorithm(ChecksumAlgorithm::Crc64Nvme)
-            .body(ByteStream::from(data.clone()))
-            .send()
-            .await
-            .expect("PUT");
+        put_direct(&direct, &bucket, key, data, ChecksumAlgorithm::Crc64Nvme).await;
     }
     // Node 0 reads the object whole: its own blocks from the origin, the others from
     // node 1, each checked on arrival; together they are verified.
@@ -400,4 +391,14 @@ async fn a_fleet_verifies_objects_whose_blocks_several_members_filled_and_purges
     for node in nodes {
         node.stop().await;
     }
+}
+
+/// Waits until `portico` counted `count` verify-mode checks with `result`.
+async fn verify_checks(portico: &portico_testkit::portico::Portico, result: &str, count: f64) {
+    let sample = format!("portico_verify_checks_total{{result=\"{result}\"}}");
+    let within = std::time::Duration::from_secs(10);
+    eventually(&format!("{count} {result} checks"), within, || async {
+        (portico.metric(&sample).await == count).then_some(())
+    })
+    .await;
 }
