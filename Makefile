@@ -50,6 +50,7 @@ run: $(MINIO) build
 ## promtool, check-config), with a 75 s soak (testkit/src/bin/soak) from a fixed seed
 test: tools $(PROMTOOL) $(JAVA_CLIENT_CLASSPATH)
 	cargo test --workspace
+	PORTICO_TEST_PEER_TLS=1 cargo test --test integration -- cluster
 	SOAK_DURATION=75s SOAK_SEED=7 cargo run -q -p portico-testkit --bin soak
 	PORTICO_BIN=$(CURDIR)/target/debug/portico $(PYTHON_TOOLS)/bin/python -m unittest discover -s tests/deploy -t tests/deploy
 

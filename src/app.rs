@@ -23,6 +23,7 @@ use crate::rules::Rules;
 use crate::shutdown::{self, Shutdown};
 use crate::source::Peers;
 use crate::telemetry::Metrics;
+use crate::tls::MutualTls;
 use crate::upstream::{self, Origin, Origins, Upstream};
 use crate::warm::Maintenance;
 
@@ -46,6 +47,8 @@ pub enum AppError {
     UpstreamTls(#[from] upstream::TlsError),
     #[error("S3 listener TLS: {0}")]
     ServerTls(upstream::TlsError),
+    #[error("cluster TLS: {0}")]
+    PeerTls(upstream::TlsError),
     #[error("cannot install the signal handler: {0}")]
     Signal(std::io::Error),
 }
@@ -61,6 +64,8 @@ pub struct Bound {
     pub admin_api: Option<SocketAddr>,
     /// The peer listener, in cluster mode.
     pub cluster: Option<SocketAddr>,
+    /// Whether the peer listener speaks mutual TLS.
+    pub cluster_tls: bool,
 }
 
 /// Binds the listener configured under `key`.
@@ -117,6 +122,7 @@ impl Listeners {
                 .cluster
                 .as_ref()
                 .and_then(|peer| peer.local_addr().ok()),
+            cluster_tls: config.cluster.tls(),
         }
     }
 }
@@ -175,6 +181,8 @@ struct Parts {
     /// The AWS SDK configuration of the default upstream (the SQS consumer's too).
     shared: aws_config::SdkConfig,
     cluster: Option<Arc<Cluster>>,
+    /// Mutual TLS on the peer port, in cluster mode with `cluster.tls_*`.
+    peer_tls: Option<MutualTls>,
     read: ReadPath,
     listings: Option<Arc<ListingCache>>,
     maintenance: Maintenance,
@@ -193,8 +201,17 @@ async fn assemble(config: &Config, stopping: &Shutdown) -> Result<Parts, AppErro
         config.server.inflight_wait.get(),
         metrics.clone(),
     );
+    let peer_tls = peer_tls(config, stopping)?;
     let cluster = match config.cluster.enabled {
-        true => Some(Cluster::start(&config.cluster, metrics.clone(), stopping.clone()).await),
+        true => Some(
+            Cluster::start(
+                &config.cluster,
+                peer_tls.as_ref(),
+                metrics.clone(),
+                stopping.clone(),
+            )
+            .await,
+        ),
         false => None,
     };
     let read = ReadPath::new(
@@ -229,6 +246,7 @@ async fn assemble(config: &Config, stopping: &Shutdown) -> Result<Parts, AppErro
         origins,
         shared,
         cluster,
+        peer_tls,
         read,
         listings,
         maintenance,
@@ -261,6 +279,7 @@ impl Serving {
             origins,
             shared,
             cluster,
+            peer_tls,
             read,
             listings,
             maintenance,
@@ -278,6 +297,7 @@ impl Serving {
                     metrics: metrics.clone(),
                     secret: config.cluster.secret.clone(),
                     block_size: config.cache.block_size.bytes(),
+                    tls: peer_tls.clone(),
                 });
                 tokio::spawn(cluster::serve(listener, state, stopping.clone()))
             });
@@ -439,6 +459,25 @@ fn server_tls(config: &Config, shutdown: &Shutdown) -> Result<Option<api::Server
         api::ServerTls::load(&server.tls_cert, &server.tls_key).map_err(AppError::ServerTls)?;
     tls.watch(shutdown.clone());
     tracing::info!(cert = %server.tls_cert.display(), "S3 listener serves TLS");
+    Ok(Some(tls))
+}
+
+/// Mutual TLS between members, when configured, watched for changes of its files.
+fn peer_tls(config: &Config, shutdown: &Shutdown) -> Result<Option<MutualTls>, AppError> {
+    let cluster = &config.cluster;
+    if !cluster.enabled || !cluster.tls() {
+        return Ok(None);
+    }
+    let server_name = Some(cluster.tls_server_name.as_str()).filter(|name| !name.is_empty());
+    let tls = MutualTls::load(
+        &cluster.tls_cert,
+        &cluster.tls_key,
+        &cluster.tls_ca,
+        server_name,
+    )
+    .map_err(AppError::PeerTls)?;
+    tls.watch(shutdown.clone());
+    tracing::info!(cert = %cluster.tls_cert.display(), ca = %cluster.tls_ca.display(), "peer listener and client use mutual TLS");
     Ok(Some(tls))
 }
 

@@ -102,9 +102,10 @@ fn main() -> ExitCode {
             .admin_api
             .map(|address| format!(" admin_api=http://{address}"))
             .unwrap_or_default();
+        let peer_scheme = if bound.cluster_tls { "https" } else { "http" };
         let peers = bound
             .cluster
-            .map(|address| format!(" peers=http://{address}"))
+            .map(|address| format!(" peers={peer_scheme}://{address}"))
             .unwrap_or_default();
         println!(
             "portico listening s3={scheme}://{} admin=http://{}{api}{peers}",

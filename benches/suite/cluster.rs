@@ -9,10 +9,13 @@
 //!   256 KiB ranges of the owner's blocks; target: the hop adds at most 1 ms at p50.
 //! - `cluster-hot-random`: hot-random's 16 clients spread over the three nodes against all
 //!   on one node; target: at least 0.8 × one node's throughput.
+//!
+//! With `BENCH_PEER_TLS=1`, the members speak mutual TLS to each other (`cluster.tls_*`).
 
 use super::*;
 use portico::cluster::{Ring, peer_id};
 use portico::types::ObjectRef;
+use portico_testkit::tls::FleetCa;
 
 const NODES: usize = 3;
 const COLD_BYTES: u64 = 1024 * MIB;
@@ -28,6 +31,8 @@ struct Nodes {
     nodes: Vec<Portico>,
     /// The members' peer addresses (empty for independent nodes).
     members: Vec<String>,
+    /// The CA of mutual TLS between the members, with `BENCH_PEER_TLS=1`.
+    _tls: Option<FleetCa>,
 }
 
 impl Nodes {
@@ -47,20 +52,30 @@ impl Nodes {
             None => Vec::new(),
         };
         let listed: Vec<String> = members.iter().map(|member| format!("{member:?}")).collect();
+        let tls = (cluster.is_some() && std::env::var("BENCH_PEER_TLS").is_ok_and(|on| on == "1"))
+            .then(FleetCa::new);
         let mut nodes = Vec::new();
         for at in 0..count {
             let mut settings = settings.clone();
             settings.cache_dir = work.join(format!("{name}-{at}"));
             settings.disk_capacity = NODE_DISK_CAPACITY;
             if let (Some(extra), Some(member)) = (cluster, members.get(at)) {
+                let tls = tls
+                    .as_ref()
+                    .map(|ca| ca.issue(&["127.0.0.1"]).cluster_lines())
+                    .unwrap_or_default();
                 settings.cluster = format!(
-                    "enabled = true\nlisten = \"{member}\"\nmembers = [{}]\nsecret = \"{SECRET}\"\n{extra}",
+                    "enabled = true\nlisten = \"{member}\"\nmembers = [{}]\nsecret = \"{SECRET}\"\n{tls}{extra}",
                     listed.join(", ")
                 );
             }
             nodes.push(Portico::start(Path::new(env!("CARGO_BIN_EXE_portico")), &settings).await);
         }
-        Self { nodes, members }
+        Self {
+            nodes,
+            members,
+            _tls: tls,
+        }
     }
 
     /// One target for all the nodes: clients spread over them (see [`bases`]).
@@ -218,7 +233,8 @@ pub async fn cluster_scenarios(
         ];
         let runs = run_interleaved(
             &format!(
-                "cluster-hop: {HOP_CLIENTS} clients, random 256 KiB ranges of the {} memory-hot 4 MiB blocks one node owns, through it and through the other member (which keeps no copy), 5 rounds of 2 s, round-robin",
+                "cluster-hop{}: {HOP_CLIENTS} clients, random 256 KiB ranges of the {} memory-hot 4 MiB blocks one node owns, through it and through the other member (which keeps no copy), 5 rounds of 2 s, round-robin",
+                if pair._tls.is_some() { " (mutual TLS between the members)" } else { "" },
                 blocks.len()
             ),
             &targets,

@@ -7,8 +7,8 @@ use bytes::Bytes;
 use http::{Method, Request, StatusCode, header};
 use http_body_util::{BodyExt, Full, Limited};
 use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
+use portico_http_client::Connector;
 
 use super::protocol::{
     BLOCK_PATH, BlockRequest, CRC_HEADER, HEALTH_PATH, INVALIDATE_PATH, InvalidateRequest,
@@ -17,6 +17,7 @@ use super::protocol::{
 use crate::object::Missing;
 use crate::source::{PeerError, PeerId};
 use crate::source::{ResponseHead, UpstreamError};
+use crate::tls::MutualTls;
 
 /// Longest wait for a connection to a member: a member that does not answer a SYN this
 /// fast is down, and its block comes from the upstream instead.
@@ -25,6 +26,15 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 const HEALTH_TIMEOUT: Duration = Duration::from_secs(2);
 /// Longest a write waits for a member to confirm an invalidation (docs/cluster.md).
 pub const INVALIDATE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The TLS configuration of a plain-HTTP client, which never uses it: it trusts no one.
+fn plain() -> rustls::ClientConfig {
+    rustls::ClientConfig::builder_with_provider(crate::tls::provider())
+        .with_safe_default_protocol_versions()
+        .expect("aws-lc-rs supports the default protocol versions")
+        .with_root_certificates(rustls::RootCertStore::empty())
+        .with_no_client_auth()
+}
 
 /// A block as its owner answered it.
 pub struct Fetched {
@@ -36,20 +46,27 @@ pub struct Fetched {
 }
 
 pub struct PeerClient {
-    client: Client<HttpConnector, Full<Bytes>>,
+    client: Client<Connector, Full<Bytes>>,
+    /// `https` with mutual TLS, else `http`.
+    scheme: &'static str,
     authorization: String,
     timeout: Duration,
 }
 
 impl PeerClient {
-    pub fn new(secret: &str, timeout: Duration) -> Self {
-        let mut connector = HttpConnector::new();
-        connector.set_nodelay(true);
-        connector.set_connect_timeout(Some(CONNECT_TIMEOUT));
+    /// A client that sends `secret` with every request, over mutual TLS when `tls` is
+    /// given.
+    pub fn new(secret: &str, timeout: Duration, tls: Option<&MutualTls>) -> Self {
+        let (scheme, config) = match tls {
+            Some(tls) => ("https", tls.client_config()),
+            None => ("http", plain()),
+        };
+        let connector = portico_http_client::https_connector(config, Some(CONNECT_TIMEOUT));
         Self {
             client: Client::builder(TokioExecutor::new())
                 .pool_idle_timeout(Duration::from_secs(60))
                 .build(connector),
+            scheme,
             authorization: format!("Bearer {secret}"),
             timeout,
         }
@@ -255,7 +272,7 @@ impl PeerClient {
         };
         let request = Request::builder()
             .method(method)
-            .uri(format!("http://{peer}{path}"))
+            .uri(format!("{}://{peer}{path}", self.scheme))
             .header(header::AUTHORIZATION, &self.authorization)
             .header(header::CONTENT_TYPE, "application/json")
             .body(Full::new(Bytes::from(body)))

@@ -16,6 +16,7 @@
 //! could not tell of a write until that member's lease has surely run out.
 
 mod client;
+mod listener;
 mod protocol;
 mod ring;
 mod server;
@@ -78,6 +79,7 @@ impl Cluster {
     /// from `cluster.members_dns` now and every `refresh_interval` until `shutdown`.
     pub async fn start(
         config: &ClusterConfig,
+        tls: Option<&crate::tls::MutualTls>,
         metrics: Arc<Metrics>,
         shutdown: Shutdown,
     ) -> Arc<Self> {
@@ -85,7 +87,7 @@ impl Cluster {
             identity: peer_id(&config.identity()),
             ring: RwLock::new(Arc::new(Ring::new([]))),
             suspects: Mutex::new(HashMap::new()),
-            client: PeerClient::new(&config.secret, config.peer_timeout.get()),
+            client: PeerClient::new(&config.secret, config.peer_timeout.get(), tls),
             suspect_for: config.suspect_for.get(),
             keep_in_memory: config.keep_peer_blocks_in_memory,
             metrics,

@@ -16,6 +16,7 @@ use serde_json::json;
 use subtle::ConstantTimeEq;
 use tokio::net::TcpListener;
 
+use super::listener::TlsListener;
 use super::protocol::{
     BLOCK_PATH, BlockRequest, CRC_HEADER, HEALTH_PATH, INVALIDATE_PATH, InvalidateRequest,
     LEASE_PATH, LeaseRequest, MISSING_HEADER, PURGE_PATH, PurgeRequest, RESULT_HEADER, ZONE_HEADER,
@@ -40,6 +41,8 @@ pub struct PeerState {
     pub secret: String,
     /// This node's `cache.block_size`: members must agree on it.
     pub block_size: u64,
+    /// Mutual TLS on the peer port (`cluster.tls_*`); plain HTTP when absent.
+    pub tls: Option<crate::tls::MutualTls>,
 }
 
 pub fn router(state: Arc<PeerState>) -> Router {
@@ -53,13 +56,26 @@ pub fn router(state: Arc<PeerState>) -> Router {
         .with_state(state)
 }
 
-/// Serves the peer protocol on `listener` until `shutdown` fires.
+/// Serves the peer protocol on `listener` until `shutdown` fires: over mutual TLS when
+/// `state.tls` is set, else plain HTTP.
 pub async fn serve(listener: TcpListener, state: Arc<PeerState>, shutdown: Shutdown) {
     let stopped = async move { shutdown.fired().await };
-    if let Err(error) = axum::serve(listener, router(state))
-        .with_graceful_shutdown(stopped)
-        .await
-    {
+    let served = match state.tls.as_ref().map(crate::tls::MutualTls::server_config) {
+        None => {
+            axum::serve(listener, router(state))
+                .with_graceful_shutdown(stopped)
+                .await
+        }
+        Some(config) => match TlsListener::new(listener, config) {
+            Ok(listener) => {
+                axum::serve(listener, router(state))
+                    .with_graceful_shutdown(stopped)
+                    .await
+            }
+            Err(error) => Err(error),
+        },
+    };
+    if let Err(error) = served {
         tracing::error!(%error, "peer listener failed");
     }
 }

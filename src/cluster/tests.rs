@@ -17,6 +17,7 @@ fn config(members: &[&str], dns: &str) -> ClusterConfig {
 async fn members_come_from_a_dns_name_with_its_port() {
     let cluster = Cluster::start(
         &config(&[], "localhost:9100"),
+        None,
         Arc::new(Metrics::new()),
         Shutdown::never(),
     )
@@ -35,7 +36,13 @@ async fn members_come_from_a_dns_name_with_its_port() {
 async fn a_suspect_member_hands_its_blocks_to_the_next_and_this_node_owns_its_own() {
     let members = ["127.0.0.1:9100", "127.0.0.1:9101", "127.0.0.1:9102"];
     let metrics = Arc::new(Metrics::new());
-    let cluster = Cluster::start(&config(&members, ""), metrics.clone(), Shutdown::never()).await;
+    let cluster = Cluster::start(
+        &config(&members, ""),
+        None,
+        metrics.clone(),
+        Shutdown::never(),
+    )
+    .await;
     assert_eq!(metrics.cluster_members.get(), 3);
     let object = ObjectRef::new("bucket", "key").unwrap();
     let ranked = |index| -> Vec<PeerId> {
@@ -79,7 +86,7 @@ async fn with_a_zone_blocks_are_owned_within_it_and_unknown_zones_own_nothing() 
         zone: "a".to_owned(),
         ..config(&members, "")
     };
-    let cluster = Cluster::start(&zoned, Arc::new(Metrics::new()), Shutdown::never()).await;
+    let cluster = Cluster::start(&zoned, None, Arc::new(Metrics::new()), Shutdown::never()).await;
     let object = ObjectRef::new("bucket", "key").unwrap();
     let owners = |cluster: &Cluster| -> Vec<Option<PeerId>> {
         (0..64)
@@ -117,6 +124,7 @@ async fn with_a_zone_blocks_are_owned_within_it_and_unknown_zones_own_nothing() 
     // Without a zone, the whole ring owns.
     let plain = Cluster::start(
         &config(&members, ""),
+        None,
         Arc::new(Metrics::new()),
         Shutdown::never(),
     )

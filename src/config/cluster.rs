@@ -2,6 +2,7 @@
 //! docs/cluster.md).
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
@@ -41,6 +42,16 @@ pub struct ClusterConfig {
     /// This node's zone (a cloud availability zone, or any name): blocks are owned within
     /// the zone of the member that reads them while it has a live member. Empty: none.
     pub zone: String,
+    /// PEM certificate chain this member presents on the peer port, as server and as
+    /// client; with `tls_key` and `tls_ca`, peer traffic is mutual TLS. Empty: plain HTTP.
+    pub tls_cert: PathBuf,
+    /// PEM private key of `tls_cert`.
+    pub tls_key: PathBuf,
+    /// PEM CA certificates the members' certificates must chain to.
+    pub tls_ca: PathBuf,
+    /// The name every member's certificate carries (a DNS name, like
+    /// "portico-peer.cache.svc"). Empty: the host each member is reached at.
+    pub tls_server_name: String,
 }
 
 impl Default for ClusterConfig {
@@ -58,6 +69,10 @@ impl Default for ClusterConfig {
             keep_peer_blocks_in_memory: true,
             lease: HumanDuration::secs(3),
             zone: String::new(),
+            tls_cert: PathBuf::new(),
+            tls_key: PathBuf::new(),
+            tls_ca: PathBuf::new(),
+            tls_server_name: String::new(),
         }
     }
 }
@@ -134,11 +149,44 @@ impl ClusterConfig {
                 self.zone
             )));
         }
+        self.validate_tls()?;
         let lease = self.lease.get();
         if !(MIN_LEASE..=MAX_LEASE).contains(&lease) {
             return Err(ConfigError::new(format_args!(
                 "config key cluster.lease: {lease:?} is not accepted (expected {MIN_LEASE:?} to {MAX_LEASE:?})"
             )));
+        }
+        Ok(())
+    }
+}
+
+impl ClusterConfig {
+    /// Whether peer traffic is mutual TLS.
+    pub fn tls(&self) -> bool {
+        !self.tls_cert.as_os_str().is_empty()
+    }
+
+    fn validate_tls(&self) -> Result<(), ConfigError> {
+        let set =
+            [&self.tls_cert, &self.tls_key, &self.tls_ca].map(|path| !path.as_os_str().is_empty());
+        if set.contains(&true) && set.contains(&false) {
+            return Err(ConfigError::new(
+                "config keys cluster.tls_cert, cluster.tls_key and cluster.tls_ca: set all three for mutual TLS between members, or none for plain HTTP",
+            ));
+        }
+        if !self.tls_server_name.is_empty() {
+            if !self.tls() {
+                return Err(ConfigError::new(
+                    "config key cluster.tls_server_name: only applies with cluster.tls_cert, cluster.tls_key and cluster.tls_ca",
+                ));
+            }
+            let name = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '.');
+            if self.tls_server_name.len() > 253 || !self.tls_server_name.chars().all(name) {
+                return Err(ConfigError::new(format_args!(
+                    "config key cluster.tls_server_name: {:?} is not accepted (expected a DNS name, like \"portico-peer.cache.svc\")",
+                    self.tls_server_name
+                )));
+            }
         }
         Ok(())
     }

@@ -255,8 +255,14 @@ fn cluster_mode_needs_members_an_identity_among_them_and_a_secret() {
     assert_eq!(config.cluster.identity(), "127.0.0.1:9100");
     assert!(!config.to_redacted_toml().contains("sixteen-bytes-or-more"));
 
-    let cases: [(&str, &str); 7] = [
+    let cases: [(&str, &str); 10] = [
         ("members = []\n", "exactly one"),
+        ("tls_cert = \"/tls/tls.crt\"\n", "set all three"),
+        (
+            "tls_server_name = \"peer.cache.svc\"\n",
+            "only applies with cluster.tls_cert",
+        ),
+        ("zone = \"eu west\"\n", "cluster.zone"),
         (
             "members_dns = \"portico-peers:9100\"\n",
             "cluster.members and cluster.members_dns",
@@ -284,6 +290,18 @@ fn cluster_mode_needs_members_an_identity_among_them_and_a_secret() {
     let dns = "[cluster]\nenabled = true\nadvertise = \"10.0.0.5:9100\"\nlisten = \"0.0.0.0:9100\"\nmembers_dns = \"portico-peers.default.svc:9100\"\nsecret = \"sixteen-bytes-or-more\"\n";
     let config = load_text(dns, &[]).unwrap();
     assert_eq!(config.cluster.identity(), "10.0.0.5:9100");
+    assert!(!config.cluster.tls());
+
+    let tls = format!(
+        "{dns}tls_cert = \"/tls/tls.crt\"\ntls_key = \"/tls/tls.key\"\ntls_ca = \"/tls/ca.crt\"\n"
+    );
+    assert!(load_text(&tls, &[]).unwrap().cluster.tls());
+    let named = format!("{tls}tls_server_name = \"peer.cache.svc\"\n");
+    assert!(load_text(&named, &[]).is_ok());
+    let error = load_text(&format!("{tls}tls_server_name = \"10.0.0.5:9100\"\n"), &[])
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("expected a DNS name"), "{error}");
 }
 
 #[test]

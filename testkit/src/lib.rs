@@ -11,6 +11,7 @@ pub mod process;
 pub mod raw;
 pub mod sign;
 pub mod sqs;
+pub mod tls;
 
 use aws_sdk_s3::Client;
 use aws_sdk_s3::config::retry::RetryConfig;

@@ -250,6 +250,45 @@ class ChartTest(unittest.TestCase):
             },
         )
 
+    def test_mutual_tls_between_pods_mounts_the_secret_and_names_the_members(self):
+        values = HERE / "values" / "standalone-minio.yaml"
+        rendered = helm(
+            "template", "demo", str(CHART), "-f", str(values),
+            "--set", "cluster.tls.secretName=portico-peer-tls",
+        )
+        manifests = [document for document in yaml.safe_load_all(rendered.stdout) if document]
+        (config_map,) = [
+            config for config in by_kind(manifests, "ConfigMap") if "portico.toml" in config["data"]
+        ]
+        cluster = tomllib.loads(config_map["data"]["portico.toml"])["cluster"]
+        self.assertEqual(cluster["tls_cert"], "/etc/portico/cluster-tls/tls.crt")
+        self.assertEqual(cluster["tls_key"], "/etc/portico/cluster-tls/tls.key")
+        self.assertEqual(cluster["tls_ca"], "/etc/portico/cluster-tls/ca.crt")
+        self.assertEqual(cluster["tls_server_name"], "demo-portico-peers.default.svc")
+        (statefulset,) = by_kind(manifests, "StatefulSet")
+        spec = pod_spec(statefulset)
+        volume = next(v for v in spec["volumes"] if v["name"] == "portico-cluster-tls")
+        self.assertEqual(volume["secret"]["secretName"], "portico-peer-tls")
+        mounts = {m["name"]: m for m in portico_container(spec)["volumeMounts"]}
+        self.assertEqual(mounts["portico-cluster-tls"]["mountPath"], "/etc/portico/cluster-tls")
+        self.assertTrue(mounts["portico-cluster-tls"]["readOnly"])
+
+        named = helm(
+            "template", "demo", str(CHART), "-f", str(values),
+            "--set", "cluster.tls.secretName=portico-peer-tls",
+            "--set", "cluster.tls.serverName=peers.cache.example",
+        )
+        toml = next(
+            document["data"]["portico.toml"]
+            for document in yaml.safe_load_all(named.stdout)
+            if document and document["kind"] == "ConfigMap" and "portico.toml" in document["data"]
+        )
+        self.assertEqual(tomllib.loads(toml)["cluster"]["tls_server_name"], "peers.cache.example")
+        # Without a Secret, plain HTTP: nothing is mounted.
+        manifests = render(CHART, values)
+        (statefulset,) = by_kind(manifests, "StatefulSet")
+        self.assertNotIn("portico-cluster-tls", [v["name"] for v in pod_spec(statefulset)["volumes"]])
+
     def test_one_replica_runs_alone_and_sidecars_join_their_workloads_ring(self):
         manifests = render(CHART, HERE / "values" / "standalone-defaults.yaml")
         (config_map,) = by_kind(manifests, "ConfigMap")

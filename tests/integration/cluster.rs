@@ -7,6 +7,7 @@
 //! versions; `cluster/writes.rs` a write through any member seen through every member.
 
 mod members;
+mod tls;
 mod writes;
 mod zones;
 
@@ -22,6 +23,7 @@ use portico_testkit::forwarder::Forwarder;
 use portico_testkit::http_send;
 use portico_testkit::minio::{free_port, minio};
 use portico_testkit::portico::{Portico, Settings};
+use portico_testkit::tls::{FleetCa, peer_tls_from_env};
 use serde_json::{Value, json};
 
 use crate::support::{binary, eventually, random_bytes, s3_client, try_get};
@@ -47,6 +49,9 @@ struct Fleet {
     direct: Client,
     bucket: String,
     dirs: Vec<tempfile::TempDir>,
+    /// The CA of mutual TLS between the members, when the tests run with it
+    /// (`PORTICO_TEST_PEER_TLS=1`).
+    tls: Option<FleetCa>,
 }
 
 impl Fleet {
@@ -56,16 +61,22 @@ impl Fleet {
 
     /// A fleet whose `[cluster]` sections have `extra` lines too.
     async fn start_with(prefix: &str, count: usize, extra: &str) -> Self {
-        Self::launch(prefix, count, extra, None).await
+        Self::launch(prefix, count, extra, None, peer_tls_from_env()).await
     }
 
     /// A fleet whose member `outsider` has another `cluster.secret`: it reaches the origin
     /// but none of the others, and they do not reach it.
     async fn start_with_outsider(prefix: &str, count: usize, outsider: usize) -> Self {
-        Self::launch(prefix, count, "", Some(outsider)).await
+        Self::launch(prefix, count, "", Some(outsider), peer_tls_from_env()).await
     }
 
-    async fn launch(prefix: &str, count: usize, extra: &str, outsider: Option<usize>) -> Self {
+    async fn launch(
+        prefix: &str,
+        count: usize,
+        extra: &str,
+        outsider: Option<usize>,
+        tls: bool,
+    ) -> Self {
         let minio = minio();
         let direct = s3_client(&minio.endpoint(), true);
         let bucket = create_bucket(&direct, prefix).await;
@@ -79,6 +90,7 @@ impl Fleet {
             direct,
             bucket,
             dirs: Vec::new(),
+            tls: tls.then(FleetCa::new),
         };
         fleet.add_members(count);
         fleet.start_nodes().await;
@@ -130,15 +142,21 @@ impl Fleet {
                     Some(outsider) if outsider == at => OTHER_SECRET,
                     _ => SECRET,
                 };
+                let tls = self
+                    .tls
+                    .as_ref()
+                    .map(|ca| ca.issue(&["127.0.0.1"]).cluster_lines())
+                    .unwrap_or_default();
                 settings.cluster = format!(
-                    "enabled = true\nlisten = \"{member}\"\nmembers = [{}]\nsecret = \"{secret}\"\nsuspect_for = \"60s\"\n{}",
+                    "enabled = true\nlisten = \"{member}\"\nmembers = [{}]\nsecret = \"{secret}\"\nsuspect_for = \"60s\"\n{tls}{}",
                     listed.join(", "),
                     self.extra
                 );
                 let node = Portico::start(binary(), &settings).await;
+                let scheme = if self.tls.is_some() { "https" } else { "http" };
                 assert_eq!(
                     node.peers.as_deref(),
-                    Some(format!("http://{member}").as_str())
+                    Some(format!("{scheme}://{member}").as_str())
                 );
                 self.nodes[at] = Some(node);
             }

@@ -51,6 +51,17 @@ Service. */}}
 {{- printf "%s-peers" (include "portico.fullname" .) | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
 
+{{/* cluster.tls_server_name: cluster.tls.serverName, else the headless Service's name. */}}
+{{- define "portico.peerServerName" -}}
+{{- if .Values.cluster.tls.serverName -}}
+{{- .Values.cluster.tls.serverName -}}
+{{- else if eq .Values.mode "standalone" -}}
+{{- printf "%s.%s.svc" (include "portico.peersName" .) .Release.Namespace -}}
+{{- else -}}
+{{- printf "%s.%s.svc" .Values.cluster.sidecarPeers .Release.Namespace -}}
+{{- end -}}
+{{- end -}}
+
 {{/* cluster.members_dns: the chart's headless Service, or the sidecars' workload's. */}}
 {{- define "portico.membersDns" -}}
 {{- if eq .Values.mode "standalone" -}}
@@ -96,6 +107,12 @@ the credentials file is mounted by the chart when configured. */}}
 {{- $_ := set $cluster "listen" (printf "0.0.0.0:%d" (int .Values.cluster.port)) -}}
 {{- if not (or $cluster.members $cluster.members_dns) -}}
 {{- $_ := set $cluster "members_dns" (include "portico.membersDns" .) -}}
+{{- end -}}
+{{- if .Values.cluster.tls.secretName -}}
+{{- $_ := set $cluster "tls_cert" "/etc/portico/cluster-tls/tls.crt" -}}
+{{- $_ := set $cluster "tls_key" "/etc/portico/cluster-tls/tls.key" -}}
+{{- $_ := set $cluster "tls_ca" "/etc/portico/cluster-tls/ca.crt" -}}
+{{- $_ := set $cluster "tls_server_name" (include "portico.peerServerName" .) -}}
 {{- end -}}
 {{- $_ := set $config "cluster" $cluster -}}
 {{- end -}}
@@ -284,6 +301,11 @@ volumeMounts:
     mountPath: /etc/portico/credentials
     readOnly: true
 {{- end }}
+{{- if and (include "portico.clusterOn" .) .Values.cluster.tls.secretName }}
+  - name: portico-cluster-tls
+    mountPath: /etc/portico/cluster-tls
+    readOnly: true
+{{- end }}
 {{- end -}}
 
 {{/* Volumes for the config and credentials (the cache volume is added by the workload). */}}
@@ -295,6 +317,11 @@ volumeMounts:
 - name: portico-credentials
   secret:
     secretName: {{ .Values.clientCredentials.credentialsFileSecret }}
+{{- end }}
+{{- if and (include "portico.clusterOn" .) .Values.cluster.tls.secretName }}
+- name: portico-cluster-tls
+  secret:
+    secretName: {{ .Values.cluster.tls.secretName }}
 {{- end }}
 {{- end -}}
 

@@ -33,6 +33,10 @@ async fn read_everywhere(nodes: &[Option<Portico>], bucket: &str, key: &str, dat
     }
 }
 
+fn path(path: &std::path::Path) -> String {
+    path.display().to_string()
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn each_zone_fetches_a_block_once_and_no_block_crosses_a_zone() {
     let minio = minio();
@@ -41,7 +45,16 @@ async fn each_zone_fetches_a_block_once_and_no_block_crosses_a_zone() {
     let bucket = create_bucket(&direct, "cluster-zones").await;
     let dirs: Vec<tempfile::TempDir> = (0..4).map(|_| tempfile::tempdir().expect("dir")).collect();
     let zone = |at: usize| if at < 2 { "zone-a" } else { "zone-b" };
+    let tls = peer_tls_from_env().then(FleetCa::new);
     let nodes = start_fleet_each(binary(), &forwarder.endpoint(), &dirs, |at, settings| {
+        if let Some(ca) = &tls {
+            let files = ca.issue(&["127.0.0.1"]);
+            settings.env.extend([
+                ("PORTICO_CLUSTER_TLS_CERT".to_owned(), path(&files.cert)),
+                ("PORTICO_CLUSTER_TLS_KEY".to_owned(), path(&files.key)),
+                ("PORTICO_CLUSTER_TLS_CA".to_owned(), path(&files.ca)),
+            ]);
+        }
         let env = [
             ("PORTICO_CLUSTER_ZONE", zone(at)),
             // Only owners keep blocks: a dead owner's blocks must be fetched again.
@@ -53,6 +66,11 @@ async fn each_zone_fetches_a_block_once_and_no_block_crosses_a_zone() {
         settings.admin_extra = format!("token = \"{TOKEN}\"\n");
     })
     .await;
+    let scheme = if tls.is_some() { "https://" } else { "http://" };
+    for node in &nodes {
+        let peers = node.peers.as_deref().unwrap_or_default();
+        assert!(peers.starts_with(scheme), "{peers}");
+    }
     let mut nodes: Vec<Option<Portico>> = nodes.into_iter().map(Some).collect();
     let data = Arc::new(random_bytes(24 * MIB, 160));
     direct
