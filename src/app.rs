@@ -446,6 +446,7 @@ fn read_settings(config: &Config) -> ReadSettings {
             fraction: config.cache.verify_fraction,
             per_second: config.cache.verify_max_per_second,
         },
+        max_concurrent_fills: config.upstream.max_concurrent_fills,
     }
 }
 

@@ -14,6 +14,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("reload", 1),
     ("source", 1),
     ("checksum", 1),
+    ("tenant", 1),
     ("budget", 2),
     ("tls", 2),
     ("cache", 2),

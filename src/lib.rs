@@ -28,6 +28,7 @@ pub mod rules;
 pub mod shutdown;
 pub mod source;
 pub mod telemetry;
+pub mod tenant;
 pub mod tls;
 pub mod types;
 pub mod upstream;

@@ -17,6 +17,7 @@ use super::listener::OpenRequest;
 use crate::read::{CacheStatus, Tally};
 use crate::rules::Policy;
 use crate::telemetry::{ACCESS_TARGET, Metrics};
+use crate::tenant::Tenant;
 use crate::types::{ObjectRef, RangeRequest};
 
 /// A GET or HEAD the cache answers, as the front decoded, authorized and routed it: the
@@ -34,6 +35,8 @@ pub struct CachedRequest {
     pub range: Option<RangeRequest>,
     /// The object's policy (its `[[rules]]` entry, or the defaults), looked up once.
     pub policy: Arc<Policy>,
+    /// The tenant the request is charged to.
+    pub tenant: Arc<Tenant>,
 }
 
 /// Per-request facts shared between the front and the S3 handlers.
@@ -56,6 +59,8 @@ struct ContextInner {
     cache_status: OnceLock<String>,
     /// The `[[rules]]` entry that applied to the object, if one did.
     rule: OnceLock<String>,
+    /// The tenant the request is charged to, once known.
+    tenant: OnceLock<Arc<Tenant>>,
 }
 
 /// Who asked for what, once the request is authenticated and routed.
@@ -79,7 +84,18 @@ impl RequestContext {
             tally: OnceLock::new(),
             cache_status: OnceLock::new(),
             rule: OnceLock::new(),
+            tenant: OnceLock::new(),
         }))
+    }
+
+    /// Charges the request to `tenant` (the first call wins).
+    pub(super) fn set_tenant(&self, tenant: Arc<Tenant>) {
+        let _ = self.0.tenant.set(tenant);
+    }
+
+    /// The tenant the request is charged to, once known.
+    pub fn tenant(&self) -> Option<&Arc<Tenant>> {
+        self.0.tenant.get()
     }
 
     /// Names who asked for what, once the request is authenticated and routed (kept only
@@ -254,7 +270,11 @@ where
         match &polled {
             Poll::Ready(Some(Ok(frame))) => {
                 if let Some(data) = frame.data_ref() {
-                    self.record.sent_bytes += data.len() as u64;
+                    let sent = data.len() as u64;
+                    self.record.sent_bytes += sent;
+                    if let Some(tenant) = self.record.context.tenant() {
+                        tenant.charge_bytes(sent);
+                    }
                 }
             }
             Poll::Ready(Some(Err(_))) => self.record.aborted = true,

@@ -27,9 +27,10 @@ use super::passthrough::{Forwarded, Passthrough};
 use super::route::{Address, Effect, Route, parse_query};
 use super::unsigned::strip_signature;
 use crate::auth::{AuthError, Authenticator, RequestHead, Verified, authorize};
-use crate::read::CacheStatus;
+use crate::read::{CacheStatus, FillSlots};
 use crate::rules::Policy;
 use crate::telemetry::{ACCESS_TARGET, LogLimit, Metrics, TRACE_TARGET};
+use crate::tenant::{DEFAULT_TENANT, Limit, Tenant};
 use crate::types::{ObjectRef, RangeRequest};
 
 #[derive(Clone)]
@@ -50,6 +51,11 @@ pub struct Front {
     cache_status_header: Option<HeaderName>,
     /// Denied client requests are logged at `info` at most once a second.
     denials: Arc<LogLimit>,
+    /// The tenant of requests without a credential (`auth.mode = "none"`).
+    default_tenant: Arc<Tenant>,
+    /// The upstream fill slots: a tenant with as many fills waiting as it may have in
+    /// flight is refused more requests.
+    fills: FillSlots,
 }
 
 impl Front {
@@ -60,7 +66,7 @@ impl Front {
         metrics: Arc<Metrics>,
         auth: Option<Arc<Authenticator>>,
         limits: RequestLimits,
-        cache_status_header: Option<HeaderName>,
+        (cache_status_header, fills): (Option<HeaderName>, FillSlots),
     ) -> Self {
         Self {
             s3,
@@ -74,6 +80,28 @@ impl Front {
             requests: None,
             cache_status_header,
             denials: Arc::new(LogLimit::per(Duration::from_secs(1))),
+            default_tenant: Arc::new(Tenant::unlimited(DEFAULT_TENANT)),
+            fills,
+        }
+    }
+
+    /// The tenant of `verified`'s credential (the default one without), or the limit it
+    /// is over.
+    fn tenant_admits(
+        &self,
+        verified: Option<&Verified>,
+    ) -> Result<Arc<Tenant>, (Arc<Tenant>, Limit)> {
+        let tenant = match (&self.auth, verified) {
+            (Some(auth), Some(verified)) => auth.tenant(&verified.credential),
+            _ => self.default_tenant.clone(),
+        };
+        let backlog = |tenant: &Tenant| match tenant.max_concurrent_fills() {
+            Some(cap) if self.fills.waiting(tenant.name()) >= cap => Err(Limit::Fills),
+            _ => Ok(()),
+        };
+        match tenant.admit().and_then(|()| backlog(&tenant)) {
+            Ok(()) => Ok(tenant),
+            Err(limit) => Err((tenant, limit)),
         }
     }
 
@@ -228,11 +256,28 @@ impl Front {
             }
             return refuse(auth_error(&error), context);
         }
+        let tenant = match self.tenant_admits(request.extensions().get::<Verified>()) {
+            Ok(tenant) => tenant,
+            Err((tenant, limit)) => {
+                self.metrics
+                    .tenants
+                    .count_refusal(tenant.name(), limit.as_str());
+                tracing::debug!(
+                    request_id = context.id(),
+                    tenant = tenant.name(),
+                    limit = limit.as_str(),
+                    "request refused over its tenant's limit"
+                );
+                return refuse(RequestError::SlowDown.into(), context);
+            }
+        };
+        context.set_tenant(tenant.clone());
         match route {
             Route::Cached => {
                 let overrides = response_overrides(&address);
                 let mut request = request;
-                let cached = match cached_request(&mut request, &address, policy, context) {
+                let cached = match cached_request(&mut request, &address, (policy, tenant), context)
+                {
                     Ok(cached) => cached,
                     Err(error) => return refuse(error, context),
                 };
@@ -266,7 +311,7 @@ type Dispatched = Pin<Box<dyn Future<Output = Result<Response<s3s::Body>, s3s::H
 fn cached_request(
     request: &mut Request<Incoming>,
     address: &Address,
-    policy: Option<Arc<Policy>>,
+    (policy, tenant): (Option<Arc<Policy>>, Arc<Tenant>),
     context: &RequestContext,
 ) -> Result<CachedRequest, S3Error> {
     let (Some(bucket), Some(key), Some(policy)) = (&address.bucket, &address.key, policy) else {
@@ -294,6 +339,7 @@ fn cached_request(
         conditions,
         range,
         policy,
+        tenant,
     })
 }
 

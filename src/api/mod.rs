@@ -81,6 +81,7 @@ pub fn service(
         // Held in memory until the upload completes: at most a quarter of the memory tier.
         max_object_bytes: config.cache.memory_capacity.bytes() / 4,
     });
+    let fills = read.fill_slots().clone();
     let passthrough = Arc::new(Passthrough::new(
         upstreams,
         read,
@@ -95,7 +96,10 @@ pub fn service(
         metrics,
         auth,
         RequestLimits::of(&config.server),
-        // Validated with the configuration; an empty name sends no header.
-        http::HeaderName::from_bytes(config.server.cache_status_header.as_bytes()).ok(),
+        (
+            // Validated with the configuration; an empty name sends no header.
+            http::HeaderName::from_bytes(config.server.cache_status_header.as_bytes()).ok(),
+            fills,
+        ),
     ))
 }

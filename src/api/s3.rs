@@ -223,6 +223,7 @@ impl S3 for PorticoS3 {
                 checksums: wanted,
                 policy: &cached.policy,
                 judge: &judge,
+                tenant: &cached.tenant,
             })
             .await
             .map_err(|error| s3_error(&error, request_id))?;

@@ -13,6 +13,7 @@ use parking_lot::RwLock;
 use serde::Deserialize;
 
 use crate::shutdown::Shutdown;
+use crate::tenant::{Tenant, TenantSpec, Tenants};
 
 /// What a credential may do: the older, coarse form of [`Scope`]s.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
@@ -52,6 +53,10 @@ pub struct Credential {
     /// one limited to buckets, everything for one that is not.
     #[serde(default)]
     scopes: Option<Vec<Scope>>,
+    /// The `[[tenants]]` entry it belongs to; absent: a tenant of its own, named by its
+    /// access key id.
+    #[serde(default)]
+    tenant: Option<String>,
 }
 
 impl std::fmt::Debug for Credential {
@@ -61,6 +66,7 @@ impl std::fmt::Debug for Credential {
             .field("access", &self.access)
             .field("buckets", &self.buckets)
             .field("scopes", &self.scopes)
+            .field("tenant", &self.tenant)
             .finish_non_exhaustive()
     }
 }
@@ -73,7 +79,13 @@ impl Credential {
             access: Access::ReadWrite,
             buckets: None,
             scopes: None,
+            tenant: None,
         }
+    }
+
+    /// The name of the tenant its requests are charged to.
+    pub fn tenant(&self) -> &str {
+        self.tenant.as_deref().unwrap_or(&self.access_key_id)
     }
 
     /// Whether the credential may send operations of `scope`.
@@ -105,6 +117,15 @@ impl Credential {
 struct CredentialsFile {
     #[serde(default)]
     credentials: Vec<Credential>,
+    #[serde(default)]
+    tenants: Vec<TenantSpec>,
+}
+
+/// What a credentials file defines.
+#[derive(Debug, Default)]
+struct Loaded {
+    credentials: HashMap<String, Arc<Credential>>,
+    tenants: Vec<TenantSpec>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -120,7 +141,7 @@ pub enum CredentialsError {
 }
 
 /// Parses a credentials file's text.
-fn parse(path: &Path, text: &str) -> Result<HashMap<String, Arc<Credential>>, CredentialsError> {
+fn parse(path: &Path, text: &str) -> Result<Loaded, CredentialsError> {
     let invalid = |message: String| CredentialsError::Invalid {
         path: path.to_owned(),
         message,
@@ -152,10 +173,32 @@ fn parse(path: &Path, text: &str) -> Result<HashMap<String, Arc<Credential>>, Cr
             return Err(invalid(format!("access key id {id} appears twice")));
         }
     }
-    Ok(credentials)
+    let mut names = std::collections::HashSet::new();
+    for tenant in &file.tenants {
+        if let Some(problem) = tenant.problem() {
+            return Err(invalid(problem));
+        }
+        if !names.insert(tenant.name.as_str()) {
+            return Err(invalid(format!("tenant {} appears twice", tenant.name)));
+        }
+    }
+    for credential in credentials.values() {
+        if let Some(tenant) = &credential.tenant
+            && !names.contains(tenant.as_str())
+        {
+            return Err(invalid(format!(
+                "credential {}: tenant {tenant:?} has no [[tenants]] entry",
+                credential.access_key_id
+            )));
+        }
+    }
+    Ok(Loaded {
+        credentials,
+        tenants: file.tenants,
+    })
 }
 
-fn load(path: &Path) -> Result<HashMap<String, Arc<Credential>>, CredentialsError> {
+fn load(path: &Path) -> Result<Loaded, CredentialsError> {
     let text = std::fs::read_to_string(path).map_err(|cause| CredentialsError::Read {
         path: path.to_owned(),
         cause,
@@ -175,6 +218,7 @@ struct StoreInner {
     configured: Option<Arc<Credential>>,
     file: Option<PathBuf>,
     from_file: RwLock<Arc<HashMap<String, Arc<Credential>>>>,
+    tenants: RwLock<Arc<Tenants>>,
 }
 
 impl CredentialStore {
@@ -184,17 +228,34 @@ impl CredentialStore {
         configured: Option<Credential>,
         file: Option<PathBuf>,
     ) -> Result<Self, CredentialsError> {
-        let from_file = match &file {
+        let loaded = match &file {
             Some(path) => load(path)?,
-            None => HashMap::new(),
+            None => Loaded::default(),
         };
+        let configured = configured.map(Arc::new);
+        let tenants = tenants_of(&loaded, configured.as_deref(), None);
         Ok(Self {
             inner: Arc::new(StoreInner {
-                configured: configured.map(Arc::new),
+                configured,
                 file,
-                from_file: RwLock::new(Arc::new(from_file)),
+                from_file: RwLock::new(Arc::new(loaded.credentials)),
+                tenants: RwLock::new(Arc::new(tenants)),
             }),
         })
+    }
+
+    /// The tenant `credential`'s requests are charged to; without one, the default.
+    pub fn tenant(&self, credential: Option<&Credential>) -> Arc<Tenant> {
+        let tenants = self.inner.tenants.read();
+        match credential {
+            Some(credential) => tenants.get(credential.tenant()),
+            None => tenants.default_tenant(),
+        }
+    }
+
+    /// The tenants in force.
+    pub fn tenants(&self) -> Arc<Tenants> {
+        self.inner.tenants.read().clone()
     }
 
     pub fn get(&self, access_key_id: &str) -> Option<Arc<Credential>> {
@@ -213,9 +274,14 @@ impl CredentialStore {
             return;
         };
         match load(path) {
-            Ok(credentials) => {
-                let count = credentials.len();
-                *self.inner.from_file.write() = Arc::new(credentials);
+            Ok(loaded) => {
+                let count = loaded.credentials.len();
+                let tenants = {
+                    let previous = self.inner.tenants.read().clone();
+                    tenants_of(&loaded, self.inner.configured.as_deref(), Some(&previous))
+                };
+                *self.inner.from_file.write() = Arc::new(loaded.credentials);
+                *self.inner.tenants.write() = Arc::new(tenants);
                 tracing::info!(path = %path.display(), count, "credentials file loaded");
             }
             Err(error) => {
@@ -236,6 +302,20 @@ impl CredentialStore {
     }
 }
 
+/// The tenants of `loaded` and of every credential in force.
+fn tenants_of(
+    loaded: &Loaded,
+    configured: Option<&Credential>,
+    previous: Option<&Tenants>,
+) -> Tenants {
+    let members = loaded
+        .credentials
+        .values()
+        .map(|credential| credential.tenant())
+        .chain(configured.map(Credential::tenant));
+    Tenants::new(&loaded.tenants, members, previous)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -253,7 +333,7 @@ buckets = ["datasets"]
 access_key_id = "writer"
 secret_access_key = "s2"
 "#;
-        let credentials = parse(Path::new("c.toml"), text).unwrap();
+        let credentials = parse(Path::new("c.toml"), text).unwrap().credentials;
         let reader = &credentials["reader"];
         assert_eq!(reader.access, Access::ReadOnly);
         assert!(reader.may_address("datasets"));
@@ -266,6 +346,81 @@ secret_access_key = "s2"
             !format!("{writer:?}").contains("s2"),
             "secrets stay out of logs"
         );
+    }
+
+    #[test]
+    fn credentials_join_tenants_and_each_other_one_is_a_tenant_of_its_own() {
+        let text = r#"
+[[tenants]]
+name = "training"
+max_bytes_per_second = "100MiB"
+max_concurrent_fills = 8
+weight = 2
+
+[[tenants]]
+name = "notebook"
+max_requests_per_second = 50
+
+[[credentials]]
+access_key_id = "trainer-1"
+secret_access_key = "s"
+tenant = "training"
+
+[[credentials]]
+access_key_id = "trainer-2"
+secret_access_key = "s"
+tenant = "training"
+
+[[credentials]]
+access_key_id = "notebook"
+secret_access_key = "s"
+
+[[credentials]]
+access_key_id = "loner"
+secret_access_key = "s"
+"#;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("credentials.toml");
+        std::fs::write(&path, text).unwrap();
+        let store = CredentialStore::open(Some(Credential::new("root", "r")), Some(path)).unwrap();
+        let tenant_of = |id: &str| store.tenant(store.get(id).as_deref());
+        let training = tenant_of("trainer-1");
+        assert_eq!(training.name(), "training");
+        assert!(Arc::ptr_eq(&training, &tenant_of("trainer-2")), "one group");
+        assert_eq!(training.weight(), 2);
+        assert_eq!(training.max_concurrent_fills(), Some(8));
+        assert_eq!(
+            training.spec().max_bytes_per_second,
+            Some(crate::config::ByteSize::mib(100))
+        );
+        // A [[tenants]] entry named like a credential sets that credential's limits.
+        assert_eq!(
+            tenant_of("notebook").spec().max_requests_per_second,
+            Some(50)
+        );
+        assert_eq!(tenant_of("loner").name(), "loner");
+        assert_eq!(tenant_of("loner").spec(), &TenantSpec::unlimited("loner"));
+        assert_eq!(tenant_of("root").name(), "root");
+        assert_eq!(store.tenant(None).name(), crate::tenant::DEFAULT_TENANT);
+
+        for (bad, expected) in [
+            (
+                "[[credentials]]\naccess_key_id = \"a\"\nsecret_access_key = \"s\"\ntenant = \"ghost\"\n",
+                "no [[tenants]] entry",
+            ),
+            (
+                "[[tenants]]\nname = \"t\"\n[[tenants]]\nname = \"t\"\n",
+                "appears twice",
+            ),
+            ("[[tenants]]\nname = \"t\"\nweight = 0\n", "weight"),
+            (
+                "[[tenants]]\nname = \"t\"\nmax_fills = 3\n",
+                "unknown field",
+            ),
+        ] {
+            let error = parse(Path::new("c.toml"), bad).unwrap_err().to_string();
+            assert!(error.contains(expected), "{bad}: {error}");
+        }
     }
 
     #[test]
@@ -304,7 +459,7 @@ scopes = ["read", "admin"]
 access_key_id = "root"
 secret_access_key = "s"
 "#;
-        let credentials = parse(Path::new("c.toml"), text).unwrap();
+        let credentials = parse(Path::new("c.toml"), text).unwrap().credentials;
         let allowed = |id: &str| {
             [Scope::Read, Scope::Write, Scope::Admin]
                 .into_iter()

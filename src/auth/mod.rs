@@ -117,6 +117,11 @@ impl Authenticator {
         }
     }
 
+    /// The tenant the requests of `credential` are charged to.
+    pub fn tenant(&self, credential: &Credential) -> Arc<crate::tenant::Tenant> {
+        self.credentials.tenant(Some(credential))
+    }
+
     /// Verifies the request's signature at time `now`.
     pub fn verify(&self, head: &RequestHead<'_>, now: SystemTime) -> Result<Verified, AuthError> {
         let header = |name: &str| head.headers.get(name).and_then(|value| value.to_str().ok());

@@ -46,7 +46,13 @@ pub struct UpstreamConfig {
     /// The bucket on the fallback: `{bucket}` stands for the bucket read; empty: the same
     /// name.
     pub fallback_bucket: String,
+    /// Block fetches from the upstreams in flight at most, shared between tenants by
+    /// weight (docs/operations.md, "One cache for many teams"); more wait their turn.
+    pub max_concurrent_fills: usize,
 }
+
+/// The accepted `upstream.max_concurrent_fills`.
+const MAX_CONCURRENT_FILLS: usize = 65_536;
 
 impl Default for UpstreamConfig {
     fn default() -> Self {
@@ -66,6 +72,7 @@ impl Default for UpstreamConfig {
             ca_file: PathBuf::new(),
             fallback: String::new(),
             fallback_bucket: String::new(),
+            max_concurrent_fills: 64,
         }
     }
 }
@@ -85,6 +92,12 @@ impl UpstreamConfig {
             return Err(ConfigError::new(format_args!(
                 "config key upstream.hedge_quantile: {} is not accepted (expected at least 0 and below 1, e.g. 0.95; 0 disables hedging)",
                 upstream.hedge_quantile
+            )));
+        }
+        if !(1..=MAX_CONCURRENT_FILLS).contains(&upstream.max_concurrent_fills) {
+            return Err(ConfigError::new(format_args!(
+                "config key upstream.max_concurrent_fills: {} is not accepted (expected 1 to {MAX_CONCURRENT_FILLS})",
+                upstream.max_concurrent_fills
             )));
         }
         for (key, value) in [

@@ -14,6 +14,7 @@ use tracing::field::Empty;
 
 use super::discovered::Discovered;
 use super::fetch::BlockFetch;
+use super::fills::FillSlots;
 use super::hedge::Hedger;
 use super::integrity::Integrity;
 use super::verify::Verifier;
@@ -39,6 +40,8 @@ struct Inner {
     source: Arc<dyn BlockSource>,
     metrics: Arc<Metrics>,
     hedger: Hedger,
+    /// The slots upstream fetches take, shared between tenants.
+    fills: FillSlots,
     /// The other cluster members, in cluster mode.
     peers: Option<Arc<dyn Peers>>,
     integrity: Integrity,
@@ -54,7 +57,7 @@ impl Blocks {
         cache: BlockCache,
         source: Arc<dyn BlockSource>,
         metrics: Arc<Metrics>,
-        hedger: Hedger,
+        (hedger, fills): (Hedger, FillSlots),
         peers: Option<Arc<dyn Peers>>,
         (integrity, verifier): (Integrity, Option<Verifier>),
     ) -> Self {
@@ -64,12 +67,22 @@ impl Blocks {
                 source,
                 metrics,
                 hedger,
+                fills,
                 peers,
                 integrity,
                 verifier,
                 answers: parking_lot::Mutex::default(),
             }),
         }
+    }
+
+    pub(super) fn fill_slots(&self) -> &FillSlots {
+        &self.inner.fills
+    }
+
+    /// The tenant of fetches no request is waiting for: warm jobs, other members'.
+    pub(super) fn default_tenant(&self) -> Arc<crate::tenant::Tenant> {
+        self.inner.fills.default_fill().tenant
     }
 
     /// Whether the cache holds block `key` of `length` bytes whole (in memory, or every
@@ -313,6 +326,7 @@ impl Blocks {
                 metrics: self.inner.metrics.clone(),
                 integrity: self.inner.integrity.clone(),
                 answered: answered.clone(),
+                fills: self.inner.fills.clone(),
             };
             let blocks = self.clone();
             move || {

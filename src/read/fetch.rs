@@ -8,6 +8,7 @@ use bytes::Bytes;
 
 use super::Target;
 use super::block::Owner;
+use super::fills::FillSlots;
 use super::integrity::Integrity;
 use crate::checksum::{Algorithm, Crc};
 use crate::object::ObjectMeta;
@@ -30,6 +31,8 @@ pub(super) struct BlockFetch {
     pub(super) integrity: Integrity,
     /// Arrives with the first answer `head` learns of, of any run.
     pub(super) answered: ResponseHead,
+    /// A fetch from the source waits for a slot of these, as `target.fill`'s.
+    pub(super) fills: FillSlots,
 }
 
 impl BlockFetch {
@@ -63,6 +66,7 @@ impl BlockFetch {
             metrics,
             integrity,
             answered: _,
+            fills,
         } = self;
         let (object, meta) = (&target.object, &target.meta);
         let block_size = target.layout.block_size();
@@ -119,6 +123,8 @@ impl BlockFetch {
         }
         let if_match = (!meta.etag.is_empty()).then_some(meta.etag.as_str());
         let object = pinned(object.clone(), meta);
+        let fill = target.fill.clone().unwrap_or_else(|| fills.default_fill());
+        let _slot = fills.acquire(&fill).await;
         let read = source
             .get(&object, range.into(), if_match, range.len_bytes(), &head)
             .await?;

@@ -15,6 +15,7 @@ use tracing::Instrument;
 use super::block::Blocks;
 use super::body::{ResponseCheck, empty_body, send_part};
 use super::discovered::{Discovered, FirstRead};
+use super::fills::{FillClass, FillFor, FillSlots};
 use super::hedge::Hedger;
 use super::integrity::{self, Integrity};
 use super::lookup::{self, Lookup, failed};
@@ -96,11 +97,12 @@ impl ReadPath {
             metrics.clone(),
         );
         let verifier = Verifier::new(settings.verify, source.clone(), integrity.clone());
+        let fills = FillSlots::new(settings.max_concurrent_fills, metrics.clone());
         let blocks = Blocks::new(
             cache,
             source.clone(),
             metrics.clone(),
-            hedger,
+            (hedger, fills),
             peers.clone(),
             (integrity.clone(), verifier),
         );
@@ -127,6 +129,11 @@ impl ReadPath {
     }
 
     /// What the cache does for `object`: its `[[rules]]` entry's policy, or the defaults.
+    /// The upstream fill slots, shared between tenants.
+    pub fn fill_slots(&self) -> &FillSlots {
+        self.blocks.fill_slots()
+    }
+
     pub fn policy(&self, object: &ObjectRef) -> &Arc<Policy> {
         self.metadata.policy(object)
     }
@@ -269,6 +276,7 @@ impl ReadPath {
             checksums: wanted,
             policy,
             judge,
+            tenant,
         } = request;
         let block_size = self.block_size;
         let first_read = FirstRead::for_range(asked, block_size);
@@ -322,7 +330,11 @@ impl ReadPath {
                     .map(|(body, tally)| (body, tally, status))
             } else {
                 let stream = (charge, discovered, check);
-                self.stream_cached(object, &meta, bytes, stream, policy)
+                let fill = FillFor {
+                    tenant: tenant.clone(),
+                    class: FillClass::Demand,
+                };
+                self.stream_cached(object, &meta, bytes, stream, (policy, fill))
                     .await
             };
             match started {
@@ -354,9 +366,9 @@ impl ReadPath {
         meta: &Arc<ObjectMeta>,
         bytes: ByteRange,
         (charge, discovered, check): (Charge, Discovered, Option<ResponseCheck>),
-        policy: &Policy,
+        (policy, fill): (&Policy, FillFor),
     ) -> Result<(BodyStream, Arc<Tally>, CacheStatus), ReadError> {
-        let target = Target::new(object, meta.clone(), self.block_size);
+        let target = Target::new(object, meta.clone(), self.block_size).for_fill(fill);
         let first_index = target.layout.block_of(bytes.first());
         // Before waiting for the first block: a sequential reader catching up with the
         // prefetches waits here, and the fetch slots freed meanwhile refill at once

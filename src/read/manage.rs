@@ -12,6 +12,7 @@ use futures::StreamExt;
 
 use super::block::Blocks;
 use super::discovered::FirstRead;
+use super::fills::{FillClass, FillFor};
 use super::metadata::Metadata;
 use super::{Internal, ReadError, Target};
 use crate::budget::MemoryBudget;
@@ -101,7 +102,10 @@ pub(super) async fn warm(
         tracing::info!(%object, "not warmed: the upstream sends no ETag, so the object is never cached");
         return Ok(());
     }
-    let target = Target::new(object, meta, metadata.block_size());
+    let target = Target::new(object, meta, metadata.block_size()).for_fill(FillFor {
+        tenant: blocks.default_tenant(),
+        class: FillClass::Warm,
+    });
     let layout = target.layout;
     let mut fetches = futures::stream::iter(layout.blocks_for(bytes))
         .map(|index| {

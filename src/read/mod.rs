@@ -54,6 +54,7 @@ mod body;
 mod coalesce;
 mod discovered;
 mod fetch;
+mod fills;
 mod get;
 mod hedge;
 mod integrity;
@@ -81,7 +82,9 @@ use crate::object::{Missing, ObjectMeta};
 use crate::rules::{Policy, Rules};
 use crate::source::UpstreamError;
 use crate::telemetry::Metrics;
+use crate::tenant::Tenant;
 use crate::types::{BlockIndex, BlockLayout, ObjectRef, RangeRequest, Selection, Unsatisfiable};
+pub use fills::{FillClass, FillFor, FillSlots};
 pub use get::{ReadParts, ReadPath};
 pub use manage::KnownVersion;
 pub use status::{CacheStatus, MetaSource};
@@ -106,6 +109,8 @@ pub struct ReadSettings {
     pub serve_stale_on_error: bool,
     /// Verify mode: the hits re-checked against the origin.
     pub verify: Verify,
+    /// Upstream block fetches in flight at most, shared between tenants by weight.
+    pub max_concurrent_fills: usize,
 }
 
 /// Verify mode (`cache.verify_fraction`): which hits are re-checked against the origin.
@@ -237,6 +242,8 @@ pub struct GetRequest<'a> {
     /// The request's conditions (preconditions and `If-Range`), judged against each
     /// version found before a byte of it is read.
     pub judge: &'a (dyn Fn(&ObjectMeta) -> Judgement + Send + Sync),
+    /// The tenant the request is charged to: its fills wait their turn among tenants.
+    pub tenant: &'a Arc<Tenant>,
 }
 
 /// What a request's conditions say of a version of the object.
@@ -331,6 +338,8 @@ struct Target {
     /// The version token in this object's block keys.
     version: Arc<str>,
     layout: BlockLayout,
+    /// Who its blocks are fetched for; `None`: the default tenant's demand.
+    fill: Option<FillFor>,
 }
 
 impl Target {
@@ -340,7 +349,25 @@ impl Target {
             version: meta.version_token().into(),
             layout: BlockLayout::new(block_size, meta.size),
             meta,
+            fill: None,
         }
+    }
+
+    /// The same version, its blocks fetched for `fill`.
+    fn for_fill(self, fill: FillFor) -> Self {
+        Self {
+            fill: Some(fill),
+            ..self
+        }
+    }
+
+    /// The same version, its blocks fetched for the same tenant as `class`.
+    fn of_class(&self, class: FillClass) -> Self {
+        let mut target = self.clone();
+        if let Some(fill) = &mut target.fill {
+            fill.class = class;
+        }
+        target
     }
 
     fn key(&self, index: BlockIndex) -> BlockKey {

@@ -20,6 +20,7 @@ use tokio::time::Instant;
 
 use super::Target;
 use super::block::Blocks;
+use super::fills::FillClass;
 use crate::budget::MemoryBudget;
 use crate::shutdown::Shutdown;
 use crate::telemetry::{Metrics, PrefetchOutcome};
@@ -242,7 +243,7 @@ impl Prefetcher {
             };
             metrics.count_prefetch(PrefetchOutcome::Issued, 1);
             let this = self.inner.clone();
-            let target = target.clone();
+            let target = target.of_class(FillClass::Prefetch);
             tokio::spawn(async move {
                 let fetched = this.shutdown.run(this.blocks.ensure_block(&target, index));
                 if let Some(Err(error)) = fetched.await {

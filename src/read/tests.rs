@@ -53,6 +53,7 @@ fn settings() -> ReadSettings {
         hedge_min_delay: Duration::from_millis(50),
         serve_stale_on_error: false,
         verify: crate::read::Verify::OFF,
+        max_concurrent_fills: 64,
     }
 }
 
@@ -157,6 +158,7 @@ async fn get_plain(
         checksums: false,
         policy: read.policy(object),
         judge: &serve,
+        tenant: &Arc::new(crate::tenant::Tenant::unlimited("t")),
     };
     match read.get(request).await? {
         GetAnswer::Read(read) => Ok(read),

@@ -180,6 +180,8 @@ pub struct Metrics {
     event_rejections: Family<ReasonLabel, Counter>,
     /// The integrity checks: objects compared with S3's CRC, mismatches, verify mode.
     pub integrity: IntegrityMetrics,
+    /// Tenants: refusals over their limits, fills by class.
+    pub tenants: TenantMetrics,
 }
 
 impl Default for Metrics {
@@ -240,6 +242,7 @@ impl Metrics {
             invalidations: Family::default(),
             event_rejections: Family::default(),
             integrity: IntegrityMetrics::default(),
+            tenants: TenantMetrics::default(),
         };
         register::register_all(&mut registry, &metrics);
         *metrics.registry.lock() = registry;
@@ -479,8 +482,10 @@ impl Metrics {
 
 mod integrity;
 mod register;
+mod tenants;
 
 pub use integrity::IntegrityMetrics;
+pub use tenants::TenantMetrics;
 
 #[cfg(test)]
 mod tests;

@@ -30,6 +30,7 @@ mod resilience;
 mod rules;
 mod scans;
 mod scopes;
+mod tenants;
 mod tls;
 mod tracing;
 mod upstreams;

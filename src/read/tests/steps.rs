@@ -9,6 +9,7 @@ use super::{BLOCK, block_range, body, object, settings};
 use crate::budget::MemoryBudget;
 use crate::cache::{BlockCache, Tier};
 use crate::config::{ByteSize, CacheConfig};
+use crate::read::FillSlots;
 use crate::read::Target;
 use crate::read::block::Blocks;
 use crate::read::discovered::{Discovered, FirstRead};
@@ -66,7 +67,7 @@ fn blocks(source: &Arc<MemorySource>, cache: BlockCache, metrics: &Arc<Metrics>)
         cache,
         source.clone(),
         metrics.clone(),
-        hedger,
+        (hedger, FillSlots::new(64, metrics.clone())),
         None,
         (integrity, None),
     )

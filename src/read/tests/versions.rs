@@ -140,6 +140,7 @@ async fn conditions_are_judged_before_a_byte_is_read() {
         checksums: false,
         policy: read.policy(&object),
         judge: &refuse,
+        tenant: &Arc::new(crate::tenant::Tenant::unlimited("t")),
     };
     match read.get(request).await.unwrap() {
         GetAnswer::Refused { meta, .. } => assert_eq!(meta.size, data.len() as u64),
@@ -158,6 +159,7 @@ async fn conditions_are_judged_before_a_byte_is_read() {
         checksums: false,
         policy: read.policy(&object),
         judge: &whole,
+        tenant: &Arc::new(crate::tenant::Tenant::unlimited("t")),
     };
     let GetAnswer::Read(answer) = read.get(request).await.unwrap() else {
         panic!("the GET was refused");

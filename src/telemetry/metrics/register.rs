@@ -16,6 +16,7 @@ pub(super) fn register_all(registry: &mut Registry, metrics: &Metrics) {
     cluster(registry, metrics);
     listings_and_events(registry, metrics);
     metrics.integrity.register(registry);
+    metrics.tenants.register(registry);
 }
 
 /// Requests and responses: counts, durations, bytes served, aborts, connections.
