@@ -12,7 +12,9 @@
 //! bounded metric labels.
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use parking_lot::Mutex;
@@ -305,6 +307,54 @@ impl Tenants {
     pub fn all(&self) -> impl Iterator<Item = &Arc<Tenant>> {
         self.by_name.values()
     }
+}
+
+/// Who the origin requests made while serving a request are charged to, and how many
+/// it made: the request's task carries it (see [`charged`]).
+#[derive(Debug, Clone)]
+pub struct Charge {
+    pub tenant: Arc<Tenant>,
+    origin_requests: Arc<AtomicU64>,
+}
+
+impl Charge {
+    pub fn new(tenant: Arc<Tenant>) -> Self {
+        Self {
+            tenant,
+            origin_requests: Arc::default(),
+        }
+    }
+
+    /// Origin requests made under this charge so far.
+    pub fn origin_requests(&self) -> u64 {
+        self.origin_requests.load(Ordering::Relaxed)
+    }
+}
+
+tokio::task_local! {
+    static CHARGE: Charge;
+}
+
+/// Runs `future` with `charge` as the charge of the origin requests it makes in its task
+/// (work it spawns carries its own, or none).
+pub async fn charged<F: Future>(charge: Charge, future: F) -> F::Output {
+    CHARGE.scope(charge, future).await
+}
+
+/// The charge of the task running now, if it has one.
+pub fn current_charge() -> Option<Charge> {
+    CHARGE.try_with(Charge::clone).ok()
+}
+
+/// Counts an origin request against the task's charge: the tenant it is charged to, if
+/// the task has one.
+pub fn note_origin_request() -> Option<Arc<Tenant>> {
+    CHARGE
+        .try_with(|charge| {
+            charge.origin_requests.fetch_add(1, Ordering::Relaxed);
+            charge.tenant.clone()
+        })
+        .ok()
 }
 
 #[cfg(test)]

@@ -214,6 +214,11 @@ pub(super) async fn job(
 }
 
 /// `GET /admin/cache`: capacity and usage by tier, and the block hit ratios so far.
+/// `GET /admin/usage`: the cost ledger (docs/operations.md, "The cost ledger").
+pub(super) async fn usage(State(state): State<Arc<AdminState>>) -> Response {
+    Json(state.metrics.ledger.usage()).into_response()
+}
+
 pub(super) async fn cache_report(State(state): State<Arc<AdminState>>) -> Response {
     let usage = state.cache.usage();
     let metrics = &state.metrics;

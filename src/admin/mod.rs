@@ -127,6 +127,7 @@ pub fn router(state: Arc<AdminState>, serves: Serves) -> Router {
             .route("/admin/warm", post(api::warm))
             .route("/admin/jobs/{id}", get(api::job))
             .route("/admin/cache", get(api::cache_report))
+            .route("/admin/usage", get(api::usage))
             .route("/admin/cluster", get(api::cluster_report));
     }
     router

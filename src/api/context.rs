@@ -16,8 +16,8 @@ use super::conditions::Preconditions;
 use super::listener::OpenRequest;
 use crate::read::{CacheStatus, Tally};
 use crate::rules::Policy;
-use crate::telemetry::{ACCESS_TARGET, Metrics};
-use crate::tenant::Tenant;
+use crate::telemetry::{ACCESS_TARGET, Metrics, RequestKind};
+use crate::tenant::{Charge, Tenant};
 use crate::types::{ObjectRef, RangeRequest};
 
 /// A GET or HEAD the cache answers, as the front decoded, authorized and routed it: the
@@ -59,8 +59,9 @@ struct ContextInner {
     cache_status: OnceLock<String>,
     /// The `[[rules]]` entry that applied to the object, if one did.
     rule: OnceLock<String>,
-    /// The tenant the request is charged to, once known.
-    tenant: OnceLock<Arc<Tenant>>,
+    /// Who the request is charged to, and its bucket's label in the cost ledger, once
+    /// known.
+    charge: OnceLock<(Charge, Arc<str>)>,
 }
 
 /// Who asked for what, once the request is authenticated and routed.
@@ -84,18 +85,19 @@ impl RequestContext {
             tally: OnceLock::new(),
             cache_status: OnceLock::new(),
             rule: OnceLock::new(),
-            tenant: OnceLock::new(),
+            charge: OnceLock::new(),
         }))
     }
 
-    /// Charges the request to `tenant` (the first call wins).
-    pub(super) fn set_tenant(&self, tenant: Arc<Tenant>) {
-        let _ = self.0.tenant.set(tenant);
+    /// Charges the request to `charge`, in the ledger under the bucket label `bucket`
+    /// (the first call wins).
+    pub(super) fn set_charge(&self, charge: Charge, bucket: Arc<str>) {
+        let _ = self.0.charge.set((charge, bucket));
     }
 
     /// The tenant the request is charged to, once known.
     pub fn tenant(&self) -> Option<&Arc<Tenant>> {
-        self.0.tenant.get()
+        self.0.charge.get().map(|(charge, _)| &charge.tenant)
     }
 
     /// Names who asked for what, once the request is authenticated and routed (kept only
@@ -199,6 +201,22 @@ impl Drop for Record {
             self.metrics.response_aborts.inc();
         }
         let context = &self.context.0;
+        if let Some((charge, bucket)) = context.charge.get() {
+            // A cached read reached the origin when it revalidated, discovered or
+            // fetched a block (its own fetch or one it waited for).
+            let cached_hit = context.cache_status.get().is_none_or(|status| {
+                status.starts_with("Portico; hit")
+                    && context.tally.get().is_none_or(|tally| tally.misses() == 0)
+            });
+            let reached = charge.origin_requests() > 0 || !cached_hit;
+            self.metrics.ledger.count_served(
+                bucket,
+                charge.tenant.name(),
+                RequestKind::of_operation(operation),
+                self.sent_bytes,
+                reached,
+            );
+        }
         let target = context.target.get();
         let bucket = target.and_then(|target| target.bucket.as_deref());
         let key = target.and_then(|target| target.key.as_deref());

@@ -30,7 +30,7 @@ use crate::auth::{AuthError, Authenticator, RequestHead, Verified, authorize};
 use crate::read::{CacheStatus, FillSlots};
 use crate::rules::Policy;
 use crate::telemetry::{ACCESS_TARGET, LogLimit, Metrics, TRACE_TARGET};
-use crate::tenant::{DEFAULT_TENANT, Limit, Tenant};
+use crate::tenant::{Charge, DEFAULT_TENANT, Limit, Tenant, charged};
 use crate::types::{ObjectRef, RangeRequest};
 
 #[derive(Clone)]
@@ -271,7 +271,21 @@ impl Front {
                 return refuse(RequestError::SlowDown.into(), context);
             }
         };
-        context.set_tenant(tenant.clone());
+        let charge = Charge::new(tenant.clone());
+        let bucket = self.metrics.ledger.bucket_label(address.bucket.as_deref());
+        context.set_charge(charge.clone(), bucket);
+        let dispatched = self.route(request, (route, address, policy), tenant, context);
+        Box::pin(charged(charge, dispatched))
+    }
+
+    /// Sends an admitted request on: cached reads to s3s, the rest to the passthrough.
+    fn route(
+        &self,
+        request: Request<Incoming>,
+        (route, address, policy): (Route, Address, Option<Arc<Policy>>),
+        tenant: Arc<Tenant>,
+        context: &RequestContext,
+    ) -> Dispatched {
         match route {
             Route::Cached => {
                 let overrides = response_overrides(&address);

@@ -11,6 +11,7 @@
 mod auth;
 mod cache;
 mod cluster;
+mod cost;
 mod events;
 mod listing;
 mod load;
@@ -30,6 +31,7 @@ use serde::{Deserialize, Serialize};
 pub use auth::{AuthConfig, AuthMode};
 pub use cache::{CacheConfig, PrefetchConfig};
 pub use cluster::{ClusterConfig, MIN_SECRET_BYTES};
+pub use cost::CostConfig;
 pub use events::EventsConfig;
 pub use listing::ListingConfig;
 pub use log::{LogConfig, LogFormat};
@@ -56,6 +58,7 @@ pub struct Config {
     pub listing: ListingConfig,
     pub cluster: ClusterConfig,
     pub events: EventsConfig,
+    pub cost: CostConfig,
     /// More upstreams, by bucket; `[upstream]` serves the buckets none of them names.
     pub upstreams: Vec<UpstreamEntryConfig>,
     /// Cache behaviour per bucket and key prefix; the first matching rule applies.
@@ -72,6 +75,23 @@ impl Config {
         }
     }
 
+    /// The buckets the cost ledger names: `cost.buckets`, and those `[[rules]]` and
+    /// `[[upstreams]]` name exactly (no `*`).
+    pub fn ledger_buckets(&self) -> Vec<String> {
+        let named = self
+            .rules
+            .iter()
+            .map(|rule| &rule.bucket)
+            .chain(self.upstreams.iter().flat_map(|entry| &entry.buckets))
+            .map(BucketPattern::as_str)
+            .filter(|pattern| !pattern.contains('*'))
+            .map(str::to_owned);
+        let mut buckets: Vec<String> = self.cost.buckets.iter().cloned().chain(named).collect();
+        buckets.sort();
+        buckets.dedup();
+        buckets
+    }
+
     /// Checks the relations between keys that types alone cannot express.
     pub fn validate(&self) -> Result<(), ConfigError> {
         self.prefetch.validate()?;
@@ -82,6 +102,7 @@ impl Config {
         self.auth.validate()?;
         self.listing.validate()?;
         self.events.validate()?;
+        self.cost.validate()?;
         rules::validate(&self.rules, self.prefetch.enabled)?;
         let mut listeners = vec![
             ("server.listen", self.server.listen),

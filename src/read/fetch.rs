@@ -14,6 +14,7 @@ use crate::checksum::{Algorithm, Crc};
 use crate::object::ObjectMeta;
 use crate::source::{BlockAsk, BlockSource, PeerError, ResponseHead, UpstreamError};
 use crate::telemetry::{Metrics, PeerResult};
+use crate::tenant::{Charge, charged};
 use crate::types::{BlockIndex, ByteRange, ObjectRef};
 
 /// Members asked for one block at most before it is fetched from the source.
@@ -125,9 +126,8 @@ impl BlockFetch {
         let object = pinned(object.clone(), meta);
         let fill = target.fill.clone().unwrap_or_else(|| fills.default_fill());
         let _slot = fills.acquire(&fill).await;
-        let read = source
-            .get(&object, range.into(), if_match, range.len_bytes(), &head)
-            .await?;
+        let fetch = source.get(&object, range.into(), if_match, range.len_bytes(), &head);
+        let read = charged(Charge::new(fill.tenant.clone()), fetch).await?;
         if read.meta.etag != meta.etag || read.meta.size != meta.size {
             return Err(UpstreamError::PreconditionFailed { request_id: None });
         }

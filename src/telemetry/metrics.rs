@@ -182,6 +182,8 @@ pub struct Metrics {
     pub integrity: IntegrityMetrics,
     /// Tenants: refusals over their limits, fills by class.
     pub tenants: TenantMetrics,
+    /// The cost ledger: origin traffic against what was served, by bucket and tenant.
+    pub ledger: Ledger,
 }
 
 impl Default for Metrics {
@@ -243,6 +245,7 @@ impl Metrics {
             event_rejections: Family::default(),
             integrity: IntegrityMetrics::default(),
             tenants: TenantMetrics::default(),
+            ledger: Ledger::default(),
         };
         register::register_all(&mut registry, &metrics);
         *metrics.registry.lock() = registry;
@@ -481,10 +484,12 @@ impl Metrics {
 }
 
 mod integrity;
+mod ledger;
 mod register;
 mod tenants;
 
 pub use integrity::IntegrityMetrics;
+pub use ledger::{Ledger, NO_BUCKET, OTHER_BUCKET, Prices, RequestKind};
 pub use tenants::TenantMetrics;
 
 #[cfg(test)]

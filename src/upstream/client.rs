@@ -1,5 +1,5 @@
 //! The S3 client Portico signs upstream requests with: its TLS roots, timeouts and
-//! retries, and an interceptor that counts retries.
+//! retries, and interceptors that count retries and bill each attempt to the cost ledger.
 
 use std::sync::Arc;
 
@@ -7,7 +7,13 @@ use aws_config::retry::RetryConfig;
 use aws_config::timeout::TimeoutConfig;
 use aws_config::{BehaviorVersion, SdkConfig};
 use aws_sdk_s3::config::{ConfigBag, Credentials, Intercept, Region, RuntimeComponents};
-use aws_smithy_runtime_api::client::interceptors::context::BeforeTransmitInterceptorContextRef;
+use aws_sdk_s3::operation::get_object::GetObjectInput;
+use aws_sdk_s3::operation::head_object::HeadObjectInput;
+use aws_sdk_s3::operation::list_objects_v2::ListObjectsV2Input;
+use aws_smithy_runtime_api::client::interceptors::context::{
+    BeforeDeserializationInterceptorContextRef, BeforeSerializationInterceptorContextRef,
+    BeforeTransmitInterceptorContextRef,
+};
 use aws_smithy_runtime_api::client::orchestrator::Metadata;
 use aws_smithy_runtime_api::client::retries::RequestAttempts;
 use portico_http_client::TlsError;
@@ -15,7 +21,8 @@ use portico_http_client::{SdkHttpClient, TrustRoots};
 
 use crate::BoxError;
 use crate::config::UpstreamConfig;
-use crate::telemetry::Metrics;
+use crate::telemetry::{Metrics, RequestKind};
+use crate::tenant::DEFAULT_TENANT;
 
 /// The AWS SDK configuration for the upstream: region, timeouts and credentials (static
 /// from the config, else the standard AWS chain).
@@ -98,6 +105,89 @@ impl Intercept for RetryCounter {
             };
             self.metrics.count_retry(operation);
         }
+        Ok(())
+    }
+}
+
+/// The bucket an SDK operation addresses, kept for the cost ledger.
+#[derive(Debug, Clone)]
+struct LedgerBucket(Option<String>);
+
+impl aws_smithy_types::config_bag::Storable for LedgerBucket {
+    type Storer = aws_smithy_types::config_bag::StoreReplace<Self>;
+}
+
+/// Counts every upstream attempt that got an answer in the cost ledger: its kind, its
+/// bucket, the tenant its task is charged to, and the body bytes the answer announces.
+pub(super) struct LedgerCounter {
+    pub(super) metrics: Arc<Metrics>,
+}
+
+impl std::fmt::Debug for LedgerCounter {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.write_str("LedgerCounter")
+    }
+}
+
+impl Intercept for LedgerCounter {
+    fn name(&self) -> &'static str {
+        "portico-ledger-counter"
+    }
+
+    fn read_before_execution(
+        &self,
+        context: &BeforeSerializationInterceptorContextRef<'_>,
+        cfg: &mut ConfigBag,
+    ) -> Result<(), BoxError> {
+        let input = context.input();
+        let bucket = input
+            .downcast_ref::<GetObjectInput>()
+            .and_then(GetObjectInput::bucket)
+            .or_else(|| {
+                input
+                    .downcast_ref::<HeadObjectInput>()
+                    .and_then(HeadObjectInput::bucket)
+            })
+            .or_else(|| {
+                input
+                    .downcast_ref::<ListObjectsV2Input>()
+                    .and_then(ListObjectsV2Input::bucket)
+            })
+            .map(str::to_owned);
+        cfg.interceptor_state().store_put(LedgerBucket(bucket));
+        Ok(())
+    }
+
+    fn read_before_deserialization(
+        &self,
+        context: &BeforeDeserializationInterceptorContextRef<'_>,
+        _components: &RuntimeComponents,
+        cfg: &mut ConfigBag,
+    ) -> Result<(), BoxError> {
+        let kind = cfg
+            .load::<Metadata>()
+            .map_or(RequestKind::Other, |metadata| {
+                RequestKind::of_operation(metadata.name())
+            });
+        let bytes = match kind {
+            RequestKind::Head => 0,
+            _ => context
+                .response()
+                .headers()
+                .get("content-length")
+                .and_then(|length| length.parse::<u64>().ok())
+                .unwrap_or(0),
+        };
+        let bucket = cfg
+            .load::<LedgerBucket>()
+            .and_then(|bucket| bucket.0.as_deref());
+        let tenant = crate::tenant::note_origin_request();
+        let tenant = tenant
+            .as_ref()
+            .map_or(DEFAULT_TENANT, |tenant| tenant.name());
+        self.metrics
+            .ledger
+            .count_origin(bucket, tenant, kind, bytes);
         Ok(())
     }
 }

@@ -25,7 +25,8 @@ use super::UpstreamError;
 use super::signer::{BodySignature, Signer};
 use crate::BoxError;
 use crate::config::UpstreamConfig;
-use crate::telemetry::{Metrics, error_chain};
+use crate::telemetry::{Metrics, RequestKind, error_chain};
+use crate::tenant::DEFAULT_TENANT;
 
 pub type UpstreamBody = BoxBody<Bytes, BoxError>;
 
@@ -112,11 +113,29 @@ impl Forwarder {
     pub async fn send(&self, request: ForwardRequest) -> Result<Response<Incoming>, UpstreamError> {
         let started = Instant::now();
         let operation = request.operation;
+        let head = request.method == http::Method::HEAD;
+        let bucket = request.bucket.clone();
         let result = self.send_inner(request).await;
         let status = match &result {
             Ok(response) => response.status().as_u16(),
             Err(_) => 0,
         };
+        if let Ok(response) = &result {
+            let bytes = response
+                .headers()
+                .get(http::header::CONTENT_LENGTH)
+                .and_then(|length| length.to_str().ok()?.parse::<u64>().ok())
+                .filter(|_| !head)
+                .unwrap_or(0);
+            let tenant = crate::tenant::note_origin_request();
+            let tenant = tenant
+                .as_ref()
+                .map_or(DEFAULT_TENANT, |tenant| tenant.name());
+            let kind = RequestKind::of_operation(operation);
+            self.metrics
+                .ledger
+                .count_origin(bucket.as_deref(), tenant, kind, bytes);
+        }
         self.metrics
             .record_upstream(operation, status, started.elapsed().as_secs_f64());
         result

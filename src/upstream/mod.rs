@@ -33,7 +33,7 @@ pub use crate::source::{
 };
 use crate::telemetry::{Metrics, TRACE_TARGET};
 use crate::types::{ByteRange, ObjectRef, RangeRequest};
-use client::RetryCounter;
+use client::{LedgerCounter, RetryCounter};
 pub use client::{sdk_config, tls_config};
 pub use forward::{EndpointError, ForwardRequest, Forwarder, Payload, UpstreamBody};
 pub use origins::{Origin, Origins};
@@ -111,6 +111,9 @@ impl Upstream {
             .request_checksum_calculation(RequestChecksumCalculation::WhenRequired)
             .response_checksum_validation(ResponseChecksumValidation::WhenRequired)
             .interceptor(RetryCounter {
+                metrics: metrics.clone(),
+            })
+            .interceptor(LedgerCounter {
                 metrics: metrics.clone(),
             });
         if !config.endpoint.is_empty() {

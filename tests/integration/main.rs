@@ -19,6 +19,7 @@ mod forwarding;
 mod hardening;
 mod inprocess;
 mod integrity;
+mod ledger;
 mod lifecycle;
 mod listings;
 mod metrics;

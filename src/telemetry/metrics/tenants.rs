@@ -59,6 +59,22 @@ impl TenantMetrics {
             .inc();
     }
 
+    /// The default tenant's series, so every family is exported from the start.
+    pub(super) fn start_at_zero(&self, default_tenant: &str) {
+        for limit in ["requests", "bytes", "fills"] {
+            drop(self.refusals.get_or_create(&RefusalLabels {
+                tenant: default_tenant.to_owned(),
+                limit,
+            }));
+        }
+        for class in ["demand", "prefetch", "warm"] {
+            drop(self.fills.get_or_create(&FillLabels {
+                tenant: default_tenant.to_owned(),
+                class,
+            }));
+        }
+    }
+
     pub(super) fn register(&self, registry: &mut Registry) {
         registry.register(
             "portico_tenant_refusals",

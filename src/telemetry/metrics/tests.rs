@@ -38,6 +38,7 @@ fn every_portico_metric_is_explained_in_the_operations_guide() {
         include_str!("register.rs"),
         include_str!("integrity.rs"),
         include_str!("tenants.rs"),
+        include_str!("ledger.rs"),
     ]
     .concat();
     let names: Vec<&str> = source

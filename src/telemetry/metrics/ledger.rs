@@ -1,0 +1,407 @@
+//! The cost ledger (docs/operations.md, "The cost ledger"): per bucket and tenant, the
+//! origin requests by kind and the bytes they brought, against the requests served (and
+//! how many of them never reached the origin) and the bytes sent; valued at the prices of
+//! `[cost]`. Every origin request is counted once, when its answer's head arrives, with
+//! the body bytes its `Content-Length` announces (none for a HEAD), which is what S3
+//! bills. Buckets are labels only when the configuration names them; the rest count as
+//! `other`, and requests that name no bucket as `-`.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, OnceLock};
+
+use parking_lot::Mutex;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::registry::Registry;
+use serde_json::{Value, json};
+
+/// The label of buckets the configuration does not name.
+pub const OTHER_BUCKET: &str = "other";
+/// The label of requests that name no bucket (ListBuckets, health checks).
+pub const NO_BUCKET: &str = "-";
+const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
+
+/// What an origin request, or a request served, was: what it is priced as.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RequestKind {
+    Get,
+    Head,
+    List,
+    /// Writes, deletes and everything else: counted, not priced (they go to the origin
+    /// whatever a cache does).
+    Other,
+}
+
+impl RequestKind {
+    pub const VALUES: [&'static str; 4] = ["get", "head", "list", "other"];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Get => "get",
+            Self::Head => "head",
+            Self::List => "list",
+            Self::Other => "other",
+        }
+    }
+
+    /// The kind of the S3 operation named `operation`.
+    pub fn of_operation(operation: &str) -> Self {
+        match operation {
+            "GetObject" => Self::Get,
+            "HeadObject" => Self::Head,
+            operation if operation.starts_with("List") => Self::List,
+            _ => Self::Other,
+        }
+    }
+}
+
+/// The prices of `[cost]`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Prices {
+    pub get_per_1000: f64,
+    pub list_per_1000: f64,
+    pub origin_per_gib: f64,
+    pub currency: String,
+}
+
+impl Prices {
+    fn request(&self, kind: RequestKind) -> f64 {
+        match kind {
+            RequestKind::Get | RequestKind::Head => self.get_per_1000 / 1000.0,
+            RequestKind::List => self.list_per_1000 / 1000.0,
+            RequestKind::Other => 0.0,
+        }
+    }
+
+    fn bytes(&self, bytes: u64) -> f64 {
+        bytes as f64 / GIB * self.origin_per_gib
+    }
+}
+
+impl Default for Prices {
+    fn default() -> Self {
+        Self {
+            get_per_1000: 0.0004,
+            list_per_1000: 0.005,
+            origin_per_gib: 0.0,
+            currency: "USD".to_owned(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct Labels {
+    bucket: String,
+    tenant: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct KindLabels {
+    bucket: String,
+    tenant: String,
+    kind: &'static str,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct ServedLabels {
+    bucket: String,
+    tenant: String,
+    origin: &'static str,
+}
+
+/// One bucket's and tenant's account.
+#[derive(Debug, Default, Clone)]
+struct Account {
+    origin_requests: [u64; 4],
+    origin_bytes: u64,
+    requests: u64,
+    cache_only_requests: u64,
+    served_bytes: u64,
+    spent: f64,
+    saved: f64,
+}
+
+impl Account {
+    fn add(&mut self, other: &Account) {
+        for (total, count) in self.origin_requests.iter_mut().zip(other.origin_requests) {
+            *total += count;
+        }
+        self.origin_bytes += other.origin_bytes;
+        self.requests += other.requests;
+        self.cache_only_requests += other.cache_only_requests;
+        self.served_bytes += other.served_bytes;
+        self.spent += other.spent;
+        self.saved += other.saved;
+    }
+
+    fn json(&self) -> Value {
+        let kinds: serde_json::Map<String, Value> = RequestKind::VALUES
+            .iter()
+            .zip(self.origin_requests)
+            .map(|(kind, count)| ((*kind).to_owned(), json!(count)))
+            .collect();
+        json!({
+            "origin_requests": kinds,
+            "origin_bytes": self.origin_bytes,
+            "requests": self.requests,
+            "requests_without_origin": self.cache_only_requests,
+            "served_bytes": self.served_bytes,
+            "spent": self.spent,
+            "saved": self.saved,
+        })
+    }
+}
+
+/// An account's bucket label and tenant.
+type AccountKey = (Arc<str>, Arc<str>);
+
+#[derive(Default)]
+pub struct Ledger {
+    prices: OnceLock<Prices>,
+    /// The buckets the configuration names, as their labels.
+    named: OnceLock<HashMap<String, Arc<str>>>,
+    accounts: Mutex<BTreeMap<AccountKey, Account>>,
+    origin_requests: Family<KindLabels, Counter>,
+    origin_bytes: Family<Labels, Counter>,
+    requests: Family<ServedLabels, Counter>,
+    served_bytes: Family<Labels, Counter>,
+    spent: Family<Labels, Counter<f64, AtomicU64>>,
+    saved: Family<Labels, Counter<f64, AtomicU64>>,
+}
+
+impl Ledger {
+    /// Sets the prices and the buckets named as labels, once, at startup.
+    pub fn configure(&self, prices: Prices, buckets: &[String]) {
+        let named = buckets
+            .iter()
+            .map(|bucket| (bucket.clone(), Arc::from(bucket.as_str())))
+            .collect();
+        let _ = self.prices.set(prices);
+        let _ = self.named.set(named);
+    }
+
+    fn prices(&self) -> &Prices {
+        self.prices.get_or_init(Prices::default)
+    }
+
+    /// The label `bucket` is counted under.
+    pub fn bucket_label(&self, bucket: Option<&str>) -> Arc<str> {
+        static OTHER: OnceLock<Arc<str>> = OnceLock::new();
+        static NONE: OnceLock<Arc<str>> = OnceLock::new();
+        match bucket {
+            None => NONE.get_or_init(|| Arc::from(NO_BUCKET)).clone(),
+            Some(bucket) => self
+                .named
+                .get()
+                .and_then(|named| named.get(bucket).cloned())
+                .unwrap_or_else(|| OTHER.get_or_init(|| Arc::from(OTHER_BUCKET)).clone()),
+        }
+    }
+
+    /// An origin request of `kind` for `bucket`, charged to `tenant`, whose answer
+    /// announced `bytes` of body.
+    pub fn count_origin(&self, bucket: Option<&str>, tenant: &str, kind: RequestKind, bytes: u64) {
+        let bucket = self.bucket_label(bucket);
+        let prices = self.prices();
+        let spent = prices.request(kind) + prices.bytes(bytes);
+        {
+            let mut accounts = self.accounts.lock();
+            let account = accounts
+                .entry((bucket.clone(), Arc::from(tenant)))
+                .or_default();
+            account.origin_requests[kind as usize] += 1;
+            account.origin_bytes += bytes;
+            account.spent += spent;
+        }
+        let labels = Labels {
+            bucket: bucket.to_string(),
+            tenant: tenant.to_owned(),
+        };
+        self.origin_requests
+            .get_or_create(&KindLabels {
+                bucket: labels.bucket.clone(),
+                tenant: labels.tenant.clone(),
+                kind: kind.as_str(),
+            })
+            .inc();
+        self.origin_bytes.get_or_create(&labels).inc_by(bytes);
+        self.spent.get_or_create(&labels).inc_by(spent);
+    }
+
+    /// A request served to `tenant` for the bucket labelled `bucket`, of `kind`, with
+    /// `bytes` of body; one that never `reached_origin` saved what the origin would have
+    /// cost for it.
+    pub fn count_served(
+        &self,
+        bucket: &Arc<str>,
+        tenant: &str,
+        kind: RequestKind,
+        bytes: u64,
+        reached_origin: bool,
+    ) {
+        let prices = self.prices();
+        let saved = if reached_origin {
+            0.0
+        } else {
+            prices.request(kind) + prices.bytes(bytes)
+        };
+        {
+            let mut accounts = self.accounts.lock();
+            let account = accounts
+                .entry((bucket.clone(), Arc::from(tenant)))
+                .or_default();
+            account.requests += 1;
+            account.cache_only_requests += u64::from(!reached_origin);
+            account.served_bytes += bytes;
+            account.saved += saved;
+        }
+        let labels = Labels {
+            bucket: bucket.to_string(),
+            tenant: tenant.to_owned(),
+        };
+        self.requests
+            .get_or_create(&ServedLabels {
+                bucket: labels.bucket.clone(),
+                tenant: labels.tenant.clone(),
+                origin: if reached_origin { "reached" } else { "none" },
+            })
+            .inc();
+        self.served_bytes.get_or_create(&labels).inc_by(bytes);
+        if saved > 0.0 {
+            self.saved.get_or_create(&labels).inc_by(saved);
+        }
+    }
+
+    /// The ledger as `/admin/usage` shows it: the prices, the totals, and an account per
+    /// bucket and tenant.
+    pub fn usage(&self) -> Value {
+        let prices = self.prices();
+        let accounts = self.accounts.lock().clone();
+        let mut total = Account::default();
+        let rows: Vec<Value> = accounts
+            .iter()
+            .map(|((bucket, tenant), account)| {
+                total.add(account);
+                let mut row = account.json();
+                row["bucket"] = json!(bucket.as_ref());
+                row["tenant"] = json!(tenant.as_ref());
+                row
+            })
+            .collect();
+        json!({
+            "currency": prices.currency,
+            "prices": {
+                "get_per_1000": prices.get_per_1000,
+                "list_per_1000": prices.list_per_1000,
+                "origin_per_gib": prices.origin_per_gib,
+            },
+            "total": total.json(),
+            "accounts": rows,
+        })
+    }
+
+    pub(super) fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "portico_ledger_origin_requests",
+            "Origin requests by bucket (named in the configuration, else other), tenant and kind: get, head, list, other (writes and the rest), each attempt counted when its answer's head arrives",
+            self.origin_requests.clone(),
+        );
+        registry.register(
+            "portico_ledger_origin_bytes",
+            "Body bytes the origin's answers announced, by bucket and tenant",
+            self.origin_bytes.clone(),
+        );
+        registry.register(
+            "portico_ledger_requests",
+            "Requests served, by bucket, tenant and origin: none (served from the cache alone) or reached",
+            self.requests.clone(),
+        );
+        registry.register(
+            "portico_ledger_served_bytes",
+            "Body bytes sent to clients, by bucket and tenant",
+            self.served_bytes.clone(),
+        );
+        registry.register(
+            "portico_ledger_spent",
+            "What the origin requests and bytes cost at the prices of [cost], by bucket and tenant",
+            self.spent.clone(),
+        );
+        registry.register(
+            "portico_ledger_saved",
+            "What the requests served without the origin would have cost it at the prices of [cost], by bucket and tenant",
+            self.saved.clone(),
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accounts_add_up_and_are_valued_at_the_prices() {
+        let ledger = Ledger::default();
+        ledger.configure(
+            Prices {
+                origin_per_gib: 0.02,
+                ..Prices::default()
+            },
+            &["datasets".to_owned()],
+        );
+        assert_eq!(&*ledger.bucket_label(Some("datasets")), "datasets");
+        assert_eq!(&*ledger.bucket_label(Some("scratch")), OTHER_BUCKET);
+        assert_eq!(&*ledger.bucket_label(None), NO_BUCKET);
+
+        let gib = 1024 * 1024 * 1024;
+        ledger.count_origin(Some("datasets"), "team", RequestKind::Get, gib);
+        ledger.count_origin(Some("datasets"), "team", RequestKind::Head, 0);
+        ledger.count_origin(Some("scratch"), "team", RequestKind::List, 100);
+        ledger.count_origin(None, "default", RequestKind::List, 0);
+        let datasets = ledger.bucket_label(Some("datasets"));
+        for _ in 0..1000 {
+            ledger.count_served(&datasets, "team", RequestKind::Get, gib / 1000, false);
+        }
+        ledger.count_served(&datasets, "team", RequestKind::Get, gib, true);
+
+        let usage = ledger.usage();
+        let total = &usage["total"];
+        assert_eq!(total["origin_requests"]["get"], 1);
+        assert_eq!(total["origin_requests"]["head"], 1);
+        assert_eq!(total["origin_requests"]["list"], 2);
+        assert_eq!(total["origin_bytes"], gib + 100);
+        assert_eq!(total["requests"], 1001);
+        assert_eq!(total["requests_without_origin"], 1000);
+        let close = |value: &Value, expected: f64| {
+            let value = value.as_f64().unwrap();
+            assert!((value - expected).abs() < 1e-9, "{value} != {expected}");
+        };
+        // 1000 GETs at 0.0004 per 1000, and about a GiB at 0.02.
+        close(
+            &total["saved"],
+            0.0004 + 0.02 * (gib / 1000 * 1000) as f64 / gib as f64,
+        );
+        close(
+            &total["spent"],
+            0.0004 / 1000.0 * 2.0 + 0.005 / 1000.0 * 2.0 + 0.02 * (gib + 100) as f64 / gib as f64,
+        );
+        let accounts = usage["accounts"].as_array().unwrap();
+        assert_eq!(accounts.len(), 3, "{accounts:?}");
+        assert!(
+            accounts
+                .iter()
+                .any(|a| a["bucket"] == "other" && a["tenant"] == "team")
+        );
+        assert!(
+            accounts
+                .iter()
+                .any(|a| a["bucket"] == "-" && a["tenant"] == "default")
+        );
+        assert_eq!(
+            RequestKind::of_operation("ListObjectsV2"),
+            RequestKind::List
+        );
+        assert_eq!(RequestKind::of_operation("PutObject"), RequestKind::Other);
+    }
+}
