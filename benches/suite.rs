@@ -37,7 +37,9 @@
 //!
 //! `cluster-cold`, `cluster-hop` and `cluster-hot-random` measure cluster mode (see
 //! `cluster.rs`); `list` a data loader's repeated listing (see `listing.rs`); `scan` a
-//! hot set against one-pass scans larger than the cache (see `scan.rs`).
+//! hot set against one-pass scans larger than the cache (see `scan.rs`); `tenants` a light
+//! tenant beside a greedy one, with and without limits, and the fill shares of two equal
+//! tenants (see `tenants.rs`).
 //!
 //! `hot-random` also loads nginx with the sending settings of Debian's stock `nginx.conf`
 //! (`sendfile on`, `tcp_nopush on`; `nginx-sf`), and two loopback ceilings (see
@@ -70,6 +72,8 @@ mod nginx;
 mod run;
 #[path = "suite/scan.rs"]
 mod scan;
+#[path = "suite/tenants.rs"]
+mod tenants;
 
 use std::path::Path;
 use std::process::{Child, Command};
@@ -207,6 +211,9 @@ async fn suite() {
     let ceiling_objects = work.path().join("ceiling");
     std::fs::create_dir_all(&ceiling_objects).expect("ceiling directory");
     field::upload_scenario_objects(&direct, &bucket, work.path(), &ceiling_objects, wanted).await;
+    if wanted("tenants") {
+        tenants::upload_objects(&direct, &bucket, work.path()).await;
+    }
 
     let origin = Forwarder::start(&minio.address).await;
     origin.set_latency(ttfb);
@@ -294,6 +301,10 @@ async fn suite() {
             &bucket,
         )
         .await;
+    }
+
+    if wanted("tenants") {
+        tenants::tenants_scenario(&settings, work.path(), &origin, &bucket).await;
     }
 
     cluster::cluster_scenarios(&settings, work.path(), &origin, &direct, &bucket, wanted).await;

@@ -1,0 +1,348 @@
+//! `tenants`: one cache for many teams (docs/operations.md, "One cache for many teams").
+//!
+//! - A light tenant (2 clients of hot-random over a 64 MiB set in memory) alone, beside a
+//!   greedy tenant (32 clients of cold random 256 KiB reads, each a 4 MiB block fill)
+//!   without limits, and beside it with limits on the greedy tenant; rounds in turn.
+//!   Target: with limits, the light tenant's p99 is at most 1.5 × its p99 alone.
+//! - Two tenants of equal weight doing cold random reads, one with 24 clients and one with
+//!   8, through a Portico whose fill slots bind (`upstream.max_concurrent_fills = 4`):
+//!   each gets 45-55 % of the origin's block GETs. Through a Portico whose slots do not
+//!   bind, the shares follow the client counts (the reference).
+//!
+//! Clients use presigned URLs (one credential per tenant), so the load client signs
+//! nothing per request; a greedy client refused with 503 SlowDown backs off 20-100 ms,
+//! as an SDK does.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Empty};
+use portico_testkit::http_send;
+use portico_testkit::sign::Signer;
+
+use super::*;
+
+const HOT_SET: usize = 4;
+const HOT_SET_BYTES: u64 = 16 * MIB;
+const POOL_OBJECTS: usize = 48;
+const POOL_OBJECT_BYTES: u64 = 8 * MIB;
+const LIGHT_CLIENTS: usize = 2;
+const GREEDY_CLIENTS: usize = 32;
+const ROUND: Duration = Duration::from_secs(4);
+const ROUNDS: usize = 3;
+const TOKEN: &str = "tenants-bench-admin-token";
+/// The greedy tenant's limits in the limited rounds.
+const GREEDY_LIMITS: &str = "max_concurrent_fills = 2\nmax_requests_per_second = 400\n";
+
+/// The credentials file: the light and greedy tenants, and `a` and `b` for the shares.
+fn credentials(greedy_limits: &str) -> String {
+    let mut text = format!("[[tenants]]\nname = \"greedy\"\n{greedy_limits}\n");
+    for key in ["greedy", "light", "a", "b"] {
+        text.push_str(&format!(
+            "[[credentials]]\naccess_key_id = \"{key}\"\nsecret_access_key = \"{key}-secret\"\n\n"
+        ));
+    }
+    text
+}
+
+/// A presigned GET of `key` for credential `who`, valid for an hour.
+fn presigned(portico: &Portico, bucket: &str, key: &str, who: &str) -> String {
+    let host = portico.s3.trim_start_matches("http://");
+    let signer = Signer {
+        access_key_id: who.to_owned(),
+        secret: format!("{who}-secret"),
+        ..Signer::default()
+    };
+    let url = format!("{}/{bucket}/{key}", portico.s3);
+    signer.presign("GET", &url, host, Duration::from_secs(3600))
+}
+
+fn pool(prefix: &str) -> Vec<String> {
+    (0..POOL_OBJECTS)
+        .map(|index| format!("tenants-{prefix}-{index:02}.bin"))
+        .collect()
+}
+
+fn hot_set() -> Vec<String> {
+    (0..HOT_SET)
+        .map(|index| format!("tenants-hot-{index}.bin"))
+        .collect()
+}
+
+/// One GET of `first..=last` of `url`: the exchange, or the status of a refusal.
+async fn try_fetch(client: &Http, url: &str, (first, last): (u64, u64)) -> Result<Exchange, u16> {
+    let request = http::Request::get(url)
+        .header(http::header::RANGE, format!("bytes={first}-{last}"))
+        .body(Empty::<Bytes>::new())
+        .expect("request");
+    let started = Instant::now();
+    let response = client.request(request).await.expect("a response");
+    let first_byte = started.elapsed();
+    let status = response.status();
+    let body = response
+        .into_body()
+        .collect()
+        .await
+        .expect("body")
+        .to_bytes();
+    if !status.is_success() {
+        return Err(status.as_u16());
+    }
+    assert_eq!(body.len() as u64, last - first + 1, "{url}: short body");
+    Ok(Exchange {
+        first_byte,
+        total: started.elapsed(),
+        bytes: body.len() as u64,
+    })
+}
+
+/// `clients` clients reading random ranges of `lengths` from `urls` (objects of `bytes`)
+/// for `ROUND`: the successful exchanges, and how many were refused (503, then backed
+/// off).
+async fn tenant_reads(
+    urls: Arc<Vec<String>>,
+    bytes: u64,
+    lengths: std::ops::RangeInclusive<u64>,
+    clients: usize,
+    seed: u64,
+) -> (Run, u64) {
+    let client = http_client();
+    let started = Instant::now();
+    let mut workers = Vec::new();
+    for worker in 0..clients {
+        let (client, urls, lengths) = (client.clone(), urls.clone(), lengths.clone());
+        workers.push(tokio::spawn(async move {
+            let mut rng = rand::rngs::StdRng::seed_from_u64(seed + worker as u64);
+            let (mut exchanges, mut refused) = (Vec::new(), 0);
+            while started.elapsed() < ROUND {
+                let url = &urls[rng.random_range(0..urls.len())];
+                let length = rng.random_range(lengths.clone());
+                let first = rng.random_range(0..=bytes - length);
+                match try_fetch(&client, url, (first, first + length - 1)).await {
+                    Ok(exchange) => exchanges.push(exchange),
+                    Err(503) => {
+                        refused += 1;
+                        let backoff = rng.random_range(20..=100);
+                        tokio::time::sleep(Duration::from_millis(backoff)).await;
+                    }
+                    Err(status) => panic!("{url}: {status}"),
+                }
+            }
+            (exchanges, refused)
+        }));
+    }
+    let (mut exchanges, mut refused) = (Vec::new(), 0);
+    for worker in workers {
+        let (done, count) = worker.await.expect("tenant worker");
+        exchanges.extend(done);
+        refused += count;
+    }
+    (Run::new(exchanges, started.elapsed()), refused)
+}
+
+/// Purges `prefix` through `portico`'s admin API: its objects are cold again.
+async fn purge(portico: &Portico, bucket: &str, prefix: &str) {
+    let url = format!("{}/admin/purge", portico.admin);
+    let bearer = format!("Bearer {TOKEN}");
+    let body = format!("{{\"bucket\": \"{bucket}\", \"prefix\": \"{prefix}\"}}");
+    let headers = [
+        ("authorization", bearer.as_str()),
+        ("content-type", "application/json"),
+    ];
+    let (status, _, answer) = http_send("POST", &url, &headers, Bytes::from(body)).await;
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&answer));
+}
+
+/// A Portico with the tenants' credentials file at `file` and `extra` lines in
+/// `[upstream]`.
+async fn start(settings: &Settings, work: &Path, name: &str, file: &Path, extra: &str) -> Portico {
+    let mut settings = settings.clone();
+    settings.cache_dir = work.join(name);
+    settings.with_credentials_file(file);
+    settings.admin_extra = format!("token = \"{TOKEN}\"\n");
+    settings.upstream_extra = extra.to_owned();
+    settings.tables = "[prefetch]\nenabled = false\n".to_owned();
+    Portico::start(Path::new(env!("CARGO_BIN_EXE_portico")), &settings).await
+}
+
+pub(super) async fn upload_objects(direct: &aws_sdk_s3::Client, bucket: &str, work: &Path) {
+    let mut seed = 40;
+    for key in hot_set() {
+        upload_large(direct, bucket, work, &key, HOT_SET_BYTES, seed).await;
+        seed += 1;
+    }
+    for prefix in ["greedy", "a", "b"] {
+        for key in pool(prefix) {
+            upload_large(direct, bucket, work, &key, POOL_OBJECT_BYTES, seed).await;
+            seed += 1;
+        }
+    }
+}
+
+pub(super) async fn tenants_scenario(
+    settings: &Settings,
+    work: &Path,
+    origin: &Forwarder,
+    bucket: &str,
+) {
+    let file = work.join("tenants-credentials.toml");
+    std::fs::write(&file, credentials("")).expect("credentials file");
+    let portico = start(settings, work, "tenants", &file, "").await;
+    let urls = |who: &str, keys: Vec<String>| -> Arc<Vec<String>> {
+        Arc::new(
+            keys.iter()
+                .map(|key| presigned(&portico, bucket, key, who))
+                .collect(),
+        )
+    };
+    let hot = urls("light", hot_set());
+    let greedy = urls("greedy", pool("greedy"));
+    // The hot set in memory.
+    let client = http_client();
+    for _ in 0..2 {
+        for url in hot.iter() {
+            try_fetch(&client, url, (0, HOT_SET_BYTES - 1))
+                .await
+                .expect("warm");
+        }
+    }
+
+    print_header(
+        &format!(
+            "tenants: light ({LIGHT_CLIENTS} clients, hot-random 64 KiB-1 MiB over {} MiB in memory) alone and beside greedy ({GREEDY_CLIENTS} clients, cold random 256 KiB reads), greedy unlimited and limited ({}), {ROUNDS} rounds of {} s in turn",
+            HOT_SET as u64 * HOT_SET_BYTES / MIB,
+            GREEDY_LIMITS.trim().replace('\n', ", "),
+            ROUND.as_secs()
+        ),
+        false,
+    );
+    let names = [
+        "light alone",
+        "beside greedy, no limits",
+        "beside greedy, limits",
+    ];
+    let mut light: Vec<Option<Run>> = vec![None, None, None];
+    let mut greedy_runs: Vec<(u64, u64, u64)> = vec![(0, 0, 0); 3];
+    let mut limited = false;
+    for round in 0..ROUNDS {
+        for (at, _) in names.iter().enumerate() {
+            let limits = at == 2;
+            if limits != limited {
+                let text = credentials(if limits { GREEDY_LIMITS } else { "" });
+                std::fs::write(&file, text).expect("credentials file");
+                // Reloaded within the file poll (2 s).
+                tokio::time::sleep(Duration::from_millis(2500)).await;
+                limited = limits;
+            }
+            purge(&portico, bucket, "tenants-greedy-").await;
+            origin.take_counts();
+            let seed = 100 * round as u64;
+            let light_load = tenant_reads(
+                hot.clone(),
+                HOT_SET_BYTES,
+                64 * KIB..=MIB,
+                LIGHT_CLIENTS,
+                seed,
+            );
+            let (run, greedy_result) = if at == 0 {
+                (light_load.await.0, None)
+            } else {
+                let greedy_load = tenant_reads(
+                    greedy.clone(),
+                    POOL_OBJECT_BYTES,
+                    256 * KIB..=256 * KIB,
+                    GREEDY_CLIENTS,
+                    seed + 50,
+                );
+                let ((run, _), greedy) = tokio::join!(light_load, greedy_load);
+                (run, Some(greedy))
+            };
+            let (origin_requests, _) = origin.take_counts();
+            if let Some((greedy, refused)) = greedy_result {
+                let totals = &mut greedy_runs[at];
+                totals.0 += greedy.latencies.len() as u64;
+                totals.1 += refused;
+                totals.2 += origin_requests;
+            }
+            match &mut light[at] {
+                Some(total) => total.absorb(run),
+                slot => *slot = Some(run),
+            }
+        }
+    }
+    let light: Vec<Run> = light.into_iter().map(|run| run.expect("a run")).collect();
+    for (at, name) in names.iter().enumerate() {
+        print_run(name, &light[at], false);
+        if at > 0 {
+            let (served, refused, fetched) = greedy_runs[at];
+            println!(
+                "  greedy: {served} reads served, {refused} refused (503 SlowDown), {fetched} origin requests"
+            );
+        }
+    }
+    let alone = light[0].latency_ms(0.99);
+    let ratio = |run: &Run| run.latency_ms(0.99) / alone;
+    println!(
+        "light p99 / alone: no limits {:.2}x, limits {:.2}x (target <= 1.5: {})",
+        ratio(&light[1]),
+        ratio(&light[2]),
+        verdict(ratio(&light[2]) <= 1.5)
+    );
+    std::fs::write(&file, credentials("")).expect("credentials file");
+
+    // The shares of two equal tenants, through fill slots that bind and through ones that
+    // do not.
+    let binding = start(
+        settings,
+        work,
+        "tenants-shares",
+        &file,
+        "max_concurrent_fills = 4\n",
+    )
+    .await;
+    for (name, node) in [
+        ("slots bind (4)", &binding),
+        ("slots do not bind (64)", &portico),
+    ] {
+        for prefix in ["tenants-a-", "tenants-b-"] {
+            purge(node, bucket, prefix).await;
+        }
+        origin.take();
+        let urls = |who: &str| -> Arc<Vec<String>> {
+            Arc::new(
+                pool(who)
+                    .iter()
+                    .map(|key| presigned(node, bucket, key, who))
+                    .collect(),
+            )
+        };
+        let (a, b) = (urls("a"), urls("b"));
+        let lengths = 256 * KIB..=256 * KIB;
+        let _ = tokio::join!(
+            tenant_reads(a, POOL_OBJECT_BYTES, lengths.clone(), 24, 7000),
+            tenant_reads(b, POOL_OBJECT_BYTES, lengths, 8, 8000),
+        );
+        let gets = origin.object_requests("GET");
+        let count = |prefix: &str| {
+            gets.iter()
+                .filter(|seen| seen.path.contains(prefix))
+                .count()
+        };
+        let (a, b) = (count("tenants-a-"), count("tenants-b-"));
+        let share = a as f64 / (a + b).max(1) as f64;
+        println!(
+            "two equal tenants, 24 and 8 clients of cold random reads, {name}: origin block GETs {a} and {b}, the first's share {:.1} %{}",
+            share * 100.0,
+            if name.starts_with("slots bind") {
+                format!(
+                    " (target 45-55 %: {})",
+                    verdict((0.45..=0.55).contains(&share))
+                )
+            } else {
+                String::new()
+            }
+        );
+    }
+    binding.stop().await;
+    portico.stop().await;
+}
