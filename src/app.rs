@@ -22,7 +22,7 @@ use crate::read::{ReadParts, ReadPath, ReadSettings, Verify};
 use crate::rules::Rules;
 use crate::shutdown::{self, Shutdown};
 use crate::source::Peers;
-use crate::telemetry::{Metrics, Prices};
+use crate::telemetry::Metrics;
 use crate::tls::MutualTls;
 use crate::upstream::{self, Origin, Origins, Upstream};
 use crate::warm::Maintenance;
@@ -193,14 +193,9 @@ struct Parts {
 /// and what stands on it; `stopping` ends their background work.
 async fn assemble(config: &Config, stopping: &Shutdown) -> Result<Parts, AppError> {
     let metrics = Arc::new(Metrics::new());
-    let cost = &config.cost;
-    let prices = Prices {
-        get_per_1000: cost.get_per_1000,
-        list_per_1000: cost.list_per_1000,
-        origin_per_gib: cost.origin_per_gib,
-        currency: cost.currency.clone(),
-    };
-    metrics.ledger.configure(prices, &config.ledger_buckets());
+    metrics
+        .ledger
+        .configure(config.cost.clone(), &config.ledger_buckets());
     let cache = BlockCache::open(&config.cache, metrics.clone()).await?;
     let (origins, shared) = connect_origins(config, &metrics).await?;
     let origins = Arc::new(origins);

@@ -10,8 +10,9 @@
 //!   bind, the shares follow the client counts (the reference).
 //!
 //! Clients use presigned URLs (one credential per tenant), so the load client signs
-//! nothing per request; a greedy client refused with 503 SlowDown backs off 20-100 ms,
-//! as an SDK does.
+//! nothing per request. A client refused with 503 SlowDown backs off as an SDK does
+//! (full jitter, doubling from 100 ms up to 2 s). The cold reads stay cold: their objects
+//! are purged every 250 ms while they run (a dataset far larger than the cache).
 
 use std::sync::Arc;
 
@@ -32,7 +33,10 @@ const ROUND: Duration = Duration::from_secs(4);
 const ROUNDS: usize = 3;
 const TOKEN: &str = "tenants-bench-admin-token";
 /// The greedy tenant's limits in the limited rounds.
-const GREEDY_LIMITS: &str = "max_concurrent_fills = 2\nmax_requests_per_second = 400\n";
+const GREEDY_LIMITS: &str =
+    "max_bytes_per_second = \"32MiB\"\nmax_concurrent_fills = 2\nmax_requests_per_second = 200\n";
+/// How often the cold pools are purged while they are read.
+const PURGE_EVERY: Duration = Duration::from_millis(250);
 
 /// The credentials file: the light and greedy tenants, and `a` and `b` for the shares.
 fn credentials(greedy_limits: &str) -> String {
@@ -114,15 +118,20 @@ async fn tenant_reads(
         workers.push(tokio::spawn(async move {
             let mut rng = rand::rngs::StdRng::seed_from_u64(seed + worker as u64);
             let (mut exchanges, mut refused) = (Vec::new(), 0);
+            let mut backoff_ms: u64 = 100;
             while started.elapsed() < ROUND {
                 let url = &urls[rng.random_range(0..urls.len())];
                 let length = rng.random_range(lengths.clone());
                 let first = rng.random_range(0..=bytes - length);
                 match try_fetch(&client, url, (first, first + length - 1)).await {
-                    Ok(exchange) => exchanges.push(exchange),
+                    Ok(exchange) => {
+                        exchanges.push(exchange);
+                        backoff_ms = 100;
+                    }
                     Err(503) => {
                         refused += 1;
-                        let backoff = rng.random_range(20..=100);
+                        let backoff = rng.random_range(0..=backoff_ms);
+                        backoff_ms = (backoff_ms * 2).min(2000);
                         tokio::time::sleep(Duration::from_millis(backoff)).await;
                     }
                     Err(status) => panic!("{url}: {status}"),
@@ -140,9 +149,9 @@ async fn tenant_reads(
     (Run::new(exchanges, started.elapsed()), refused)
 }
 
-/// Purges `prefix` through `portico`'s admin API: its objects are cold again.
-async fn purge(portico: &Portico, bucket: &str, prefix: &str) {
-    let url = format!("{}/admin/purge", portico.admin);
+/// Purges `prefix` through the admin API at `admin`: its objects are cold again.
+async fn purge_at(admin: &str, bucket: &str, prefix: &str) {
+    let url = format!("{admin}/admin/purge");
     let bearer = format!("Bearer {TOKEN}");
     let body = format!("{{\"bucket\": \"{bucket}\", \"prefix\": \"{prefix}\"}}");
     let headers = [
@@ -151,6 +160,28 @@ async fn purge(portico: &Portico, bucket: &str, prefix: &str) {
     ];
     let (status, _, answer) = http_send("POST", &url, &headers, Bytes::from(body)).await;
     assert_eq!(status, 200, "{}", String::from_utf8_lossy(&answer));
+}
+
+/// Purges each of `prefixes` every `PURGE_EVERY` until the returned sender is dropped.
+fn keep_cold(
+    portico: &Portico,
+    bucket: &str,
+    prefixes: &[&'static str],
+) -> tokio::sync::oneshot::Sender<()> {
+    let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
+    let (admin, bucket, prefixes) = (portico.admin.clone(), bucket.to_owned(), prefixes.to_vec());
+    tokio::spawn(async move {
+        loop {
+            for prefix in &prefixes {
+                purge_at(&admin, &bucket, prefix).await;
+            }
+            tokio::select! {
+                _ = &mut stopped => return,
+                () = tokio::time::sleep(PURGE_EVERY) => {}
+            }
+        }
+    });
+    stop
 }
 
 /// A Portico with the tenants' credentials file at `file` and `extra` lines in
@@ -234,7 +265,7 @@ pub(super) async fn tenants_scenario(
                 tokio::time::sleep(Duration::from_millis(2500)).await;
                 limited = limits;
             }
-            purge(&portico, bucket, "tenants-greedy-").await;
+            let cold = keep_cold(&portico, bucket, &["tenants-greedy-"]);
             origin.take_counts();
             let seed = 100 * round as u64;
             let light_load = tenant_reads(
@@ -257,6 +288,7 @@ pub(super) async fn tenants_scenario(
                 let ((run, _), greedy) = tokio::join!(light_load, greedy_load);
                 (run, Some(greedy))
             };
+            drop(cold);
             let (origin_requests, _) = origin.take_counts();
             if let Some((greedy, refused)) = greedy_result {
                 let totals = &mut greedy_runs[at];
@@ -304,9 +336,7 @@ pub(super) async fn tenants_scenario(
         ("slots bind (4)", &binding),
         ("slots do not bind (64)", &portico),
     ] {
-        for prefix in ["tenants-a-", "tenants-b-"] {
-            purge(node, bucket, prefix).await;
-        }
+        let cold = keep_cold(node, bucket, &["tenants-a-", "tenants-b-"]);
         origin.take();
         let urls = |who: &str| -> Arc<Vec<String>> {
             Arc::new(
@@ -322,6 +352,7 @@ pub(super) async fn tenants_scenario(
             tenant_reads(a, POOL_OBJECT_BYTES, lengths.clone(), 24, 7000),
             tenant_reads(b, POOL_OBJECT_BYTES, lengths, 8, 8000),
         );
+        drop(cold);
         let gets = origin.object_requests("GET");
         let count = |prefix: &str| {
             gets.iter()

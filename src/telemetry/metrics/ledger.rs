@@ -17,6 +17,8 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
 use serde_json::{Value, json};
 
+use crate::config::CostConfig;
+
 /// The label of buckets the configuration does not name.
 pub const OTHER_BUCKET: &str = "other";
 /// The label of requests that name no bucket (ListBuckets, health checks).
@@ -57,38 +59,18 @@ impl RequestKind {
     }
 }
 
-/// The prices of `[cost]`.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Prices {
-    pub get_per_1000: f64,
-    pub list_per_1000: f64,
-    pub origin_per_gib: f64,
-    pub currency: String,
-}
-
-impl Prices {
-    fn request(&self, kind: RequestKind) -> f64 {
-        match kind {
-            RequestKind::Get | RequestKind::Head => self.get_per_1000 / 1000.0,
-            RequestKind::List => self.list_per_1000 / 1000.0,
-            RequestKind::Other => 0.0,
-        }
-    }
-
-    fn bytes(&self, bytes: u64) -> f64 {
-        bytes as f64 / GIB * self.origin_per_gib
+/// The price of one request of `kind` at `prices`.
+fn request_price(prices: &CostConfig, kind: RequestKind) -> f64 {
+    match kind {
+        RequestKind::Get | RequestKind::Head => prices.get_per_1000 / 1000.0,
+        RequestKind::List => prices.list_per_1000 / 1000.0,
+        RequestKind::Other => 0.0,
     }
 }
 
-impl Default for Prices {
-    fn default() -> Self {
-        Self {
-            get_per_1000: 0.0004,
-            list_per_1000: 0.005,
-            origin_per_gib: 0.0,
-            currency: "USD".to_owned(),
-        }
-    }
+/// The price of `bytes` from the origin at `prices`.
+fn bytes_price(prices: &CostConfig, bytes: u64) -> f64 {
+    bytes as f64 / GIB * prices.origin_per_gib
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
@@ -159,7 +141,7 @@ type AccountKey = (Arc<str>, Arc<str>);
 
 #[derive(Default)]
 pub struct Ledger {
-    prices: OnceLock<Prices>,
+    prices: OnceLock<CostConfig>,
     /// The buckets the configuration names, as their labels.
     named: OnceLock<HashMap<String, Arc<str>>>,
     accounts: Mutex<BTreeMap<AccountKey, Account>>,
@@ -173,7 +155,7 @@ pub struct Ledger {
 
 impl Ledger {
     /// Sets the prices and the buckets named as labels, once, at startup.
-    pub fn configure(&self, prices: Prices, buckets: &[String]) {
+    pub fn configure(&self, prices: CostConfig, buckets: &[String]) {
         let named = buckets
             .iter()
             .map(|bucket| (bucket.clone(), Arc::from(bucket.as_str())))
@@ -182,8 +164,8 @@ impl Ledger {
         let _ = self.named.set(named);
     }
 
-    fn prices(&self) -> &Prices {
-        self.prices.get_or_init(Prices::default)
+    fn prices(&self) -> &CostConfig {
+        self.prices.get_or_init(CostConfig::default)
     }
 
     /// The label `bucket` is counted under.
@@ -205,7 +187,7 @@ impl Ledger {
     pub fn count_origin(&self, bucket: Option<&str>, tenant: &str, kind: RequestKind, bytes: u64) {
         let bucket = self.bucket_label(bucket);
         let prices = self.prices();
-        let spent = prices.request(kind) + prices.bytes(bytes);
+        let spent = request_price(prices, kind) + bytes_price(prices, bytes);
         {
             let mut accounts = self.accounts.lock();
             let account = accounts
@@ -245,7 +227,7 @@ impl Ledger {
         let saved = if reached_origin {
             0.0
         } else {
-            prices.request(kind) + prices.bytes(bytes)
+            request_price(prices, kind) + bytes_price(prices, bytes)
         };
         {
             let mut accounts = self.accounts.lock();
@@ -344,9 +326,9 @@ mod tests {
     fn accounts_add_up_and_are_valued_at_the_prices() {
         let ledger = Ledger::default();
         ledger.configure(
-            Prices {
+            CostConfig {
                 origin_per_gib: 0.02,
-                ..Prices::default()
+                ..CostConfig::default()
             },
             &["datasets".to_owned()],
         );
