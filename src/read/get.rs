@@ -80,6 +80,7 @@ impl ReadPath {
         let lease = peers
             .as_ref()
             .map_or_else(|| Arc::new(Lease::alone()), |peers| peers.lease());
+        let fills = FillSlots::new(settings.max_concurrent_fills, metrics.clone());
         let metadata = Metadata::new(MetadataParts {
             cache: cache.clone(),
             source: source.clone(),
@@ -90,6 +91,7 @@ impl ReadPath {
             clustered: peers.is_some(),
             lease,
             integrity: integrity.clone(),
+            fills: fills.clone(),
         });
         let hedger = Hedger::new(
             settings.hedge_quantile,
@@ -97,7 +99,6 @@ impl ReadPath {
             metrics.clone(),
         );
         let verifier = Verifier::new(settings.verify, source.clone(), integrity.clone());
-        let fills = FillSlots::new(settings.max_concurrent_fills, metrics.clone());
         let blocks = Blocks::new(
             cache,
             source.clone(),

@@ -10,6 +10,7 @@ use tracing::Instrument;
 
 use super::coalesce::Coalescer;
 use super::discovered::{Discovered, Discovery, FirstRead, whole_blocks};
+use super::fills::{FillClass, FillFor, FillSlots};
 use super::integrity::Integrity;
 use super::writes::Generations;
 use super::{Internal, MetaSource, ReadError, Target};
@@ -45,6 +46,8 @@ struct Inner {
     discoveries: Coalescer<(ObjectRef, u64, bool, u64), Discovery>,
     generations: Generations,
     integrity: Integrity,
+    /// A discovery's GET takes a fill slot, as a block fetch does.
+    fills: FillSlots,
 }
 
 /// What the metadata step is built from.
@@ -59,6 +62,7 @@ pub(super) struct MetadataParts {
     /// The fleet lease (a node alone always holds its own).
     pub(super) lease: Arc<Lease>,
     pub(super) integrity: Integrity,
+    pub(super) fills: FillSlots,
 }
 
 impl Metadata {
@@ -76,6 +80,7 @@ impl Metadata {
                 discoveries: Coalescer::default(),
                 generations: Generations::new(parts.lease),
                 integrity: parts.integrity,
+                fills: parts.fills,
             }),
         }
     }
@@ -475,12 +480,23 @@ impl Metadata {
             }
             FirstRead::Tail | FirstRead::Head => RangeRequest::Suffix { length: block_size },
         };
-        let read = match self
+        // For the tenant whose request started the discovery (its task's charge).
+        let fill = crate::tenant::current_charge().map_or_else(
+            || self.inner.fills.default_fill(),
+            |charge| FillFor {
+                tenant: charge.tenant,
+                class: FillClass::Demand,
+            },
+        );
+        let slot = self.inner.fills.acquire(&fill).await;
+        let head = ResponseHead::default();
+        let fetched = self
             .inner
             .source
-            .get(object, range, None, block_size, &ResponseHead::default())
-            .await
-        {
+            .get(object, range, None, block_size, &head)
+            .await;
+        drop(slot);
+        let read = match fetched {
             Ok(read) => read,
             // The offset is past the end (or the object is empty): learn the size from a HEAD.
             Err(UpstreamError::InvalidRange { .. }) => {

@@ -38,6 +38,7 @@ async fn metadata(source: &Arc<MemorySource>) -> Metadata {
     Metadata::new(MetadataParts {
         cache: cache(&metrics).await,
         source: source.clone(),
+        fills: FillSlots::new(64, metrics.clone()),
         metrics,
         rules: settings().rules,
         block_size: BLOCK,
