@@ -12,6 +12,8 @@ use tokio::sync::{Semaphore, mpsc};
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
 
+use crate::telemetry::LogLimit;
+
 /// Longest a handshake may take: a member completes it in a few round trips.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Handshakes in progress at most; further connections wait in the kernel's backlog.
@@ -49,6 +51,8 @@ async fn accept(
     handshaken: mpsc::Sender<(TlsStream<TcpStream>, SocketAddr)>,
 ) {
     let handshakes = Arc::new(Semaphore::new(MAX_HANDSHAKES));
+    // Anyone who reaches the port can fail a handshake: one line a second at most.
+    let refusals = Arc::new(LogLimit::per(Duration::from_secs(1)));
     loop {
         let Ok(permit) = handshakes.clone().acquire_owned().await else {
             return;
@@ -64,21 +68,22 @@ async fn accept(
         };
         let _ = stream.set_nodelay(true);
         let acceptor = acceptor.clone();
-        let handshaken = handshaken.clone();
+        let (handshaken, refusals) = (handshaken.clone(), refusals.clone());
         tokio::spawn(async move {
             let _permit = permit;
-            match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
+            let handshake = tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream));
+            let reason = match handshake.await {
                 Ok(Ok(stream)) => {
                     let _ = handshaken.send((stream, address)).await;
+                    return;
                 }
-                Ok(Err(error)) => tracing::warn!(
-                    %address,
-                    %error,
-                    "peer connection refused: TLS handshake failed (a member presents a certificate from cluster.tls_ca)"
-                ),
-                Err(_) => {
-                    tracing::warn!(%address, "peer connection refused: no TLS handshake within {HANDSHAKE_TIMEOUT:?}")
-                }
+                Ok(Err(error)) => error.to_string(),
+                Err(_) => format!("no TLS handshake within {HANDSHAKE_TIMEOUT:?}"),
+            };
+            if refusals.allow() {
+                tracing::warn!(%address, %reason, "peer connection refused: its TLS handshake failed (a member presents a certificate from cluster.tls_ca; one such line per second at most)");
+            } else {
+                tracing::debug!(%address, %reason, "peer connection refused");
             }
         });
     }
