@@ -98,14 +98,15 @@ impl Fleet {
 #[tokio::test(flavor = "multi_thread")]
 async fn with_mutual_tls_blocks_cross_once_and_only_a_member_with_the_secret_is_served() {
     let fleet = Fleet::launch("cluster-tls", 2, "", None, true).await;
-    let data = random_bytes(8 * MIB, 157);
+    const BLOCKS: usize = 16;
+    let data = random_bytes(BLOCKS * MIB, 157);
     fleet.put("tls.bin", &data).await;
     fleet.forwarder.take();
     for at in [0, 1, 0, 1] {
         let body = fleet.get(at, "tls.bin", None).await.expect("GET");
         assert!(body == data, "node {at}: wrong bytes");
     }
-    let expected: BTreeMap<String, usize> = block_ranges(8)
+    let expected: BTreeMap<String, usize> = block_ranges(BLOCKS)
         .into_iter()
         .map(|range| (range, 1))
         .collect();
@@ -114,7 +115,10 @@ async fn with_mutual_tls_blocks_cross_once_and_only_a_member_with_the_secret_is_
         expected,
         "each block from the origin once"
     );
+    // Each node asked the other for each block the other owns (once: it keeps a copy).
+    let owners = fleet.owners("tls.bin", BLOCKS as u64);
     for at in 0..2 {
+        let others = owners.iter().filter(|owner| **owner != at).count();
         let sent = fleet
             .node(at)
             .metric("portico_cluster_peer_requests_total{result=\"hit\"}")
@@ -123,9 +127,9 @@ async fn with_mutual_tls_blocks_cross_once_and_only_a_member_with_the_secret_is_
                 .node(at)
                 .metric("portico_cluster_peer_requests_total{result=\"miss\"}")
                 .await;
-        assert!(
-            sent > 0.0,
-            "node {at} fetched no block from the other over TLS"
+        assert_eq!(
+            sent, others as f64,
+            "node {at}: blocks fetched from the other over TLS, of the {others} it owns"
         );
     }
 
