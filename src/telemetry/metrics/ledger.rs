@@ -93,9 +93,16 @@ struct ServedLabels {
     origin: &'static str,
 }
 
-/// One bucket's and tenant's account.
-#[derive(Debug, Default, Clone)]
+/// One bucket's and tenant's account: its totals, and its metric series (looked up once,
+/// so counting a request allocates nothing).
 struct Account {
+    totals: Totals,
+    series: Series,
+}
+
+/// What an account has counted.
+#[derive(Debug, Default, Clone)]
+struct Totals {
     origin_requests: [u64; 4],
     origin_bytes: u64,
     requests: u64,
@@ -105,8 +112,20 @@ struct Account {
     saved: f64,
 }
 
-impl Account {
-    fn add(&mut self, other: &Account) {
+/// An account's series of the ledger's metric families.
+struct Series {
+    origin_requests: [Counter; 4],
+    origin_bytes: Counter,
+    /// Requests served that reached the origin, and those that did not.
+    reached: Counter,
+    cache_only: Counter,
+    served_bytes: Counter,
+    spent: Counter<f64, AtomicU64>,
+    saved: Counter<f64, AtomicU64>,
+}
+
+impl Totals {
+    fn add(&mut self, other: &Totals) {
         for (total, count) in self.origin_requests.iter_mut().zip(other.origin_requests) {
             *total += count;
         }
@@ -136,15 +155,15 @@ impl Account {
     }
 }
 
-/// An account's bucket label and tenant.
-type AccountKey = (Arc<str>, Arc<str>);
+/// Accounts by bucket label, then tenant.
+type Accounts = HashMap<Arc<str>, HashMap<Arc<str>, Account>>;
 
 #[derive(Default)]
 pub struct Ledger {
     prices: OnceLock<CostConfig>,
     /// The buckets the configuration names, as their labels.
     named: OnceLock<HashMap<String, Arc<str>>>,
-    accounts: Mutex<BTreeMap<AccountKey, Account>>,
+    accounts: Mutex<Accounts>,
     origin_requests: Family<KindLabels, Counter>,
     origin_bytes: Family<Labels, Counter>,
     requests: Family<ServedLabels, Counter>,
@@ -182,34 +201,73 @@ impl Ledger {
         }
     }
 
+    /// Runs `count` on the account of `bucket` and `tenant`, opened on first use.
+    fn with_account(&self, bucket: &Arc<str>, tenant: &str, count: impl FnOnce(&mut Account)) {
+        let mut accounts = self.accounts.lock();
+        let by_tenant = accounts.entry(bucket.clone()).or_default();
+        if !by_tenant.contains_key(tenant) {
+            let account = self.open(bucket, tenant);
+            by_tenant.insert(Arc::from(tenant), account);
+        }
+        if let Some(account) = by_tenant.get_mut(tenant) {
+            count(account);
+        }
+    }
+
+    /// A new account, its series made in the families.
+    fn open(&self, bucket: &str, tenant: &str) -> Account {
+        let labels = Labels {
+            bucket: bucket.to_owned(),
+            tenant: tenant.to_owned(),
+        };
+        let kind = |kind: &'static str| {
+            self.origin_requests
+                .get_or_create(&KindLabels {
+                    bucket: labels.bucket.clone(),
+                    tenant: labels.tenant.clone(),
+                    kind,
+                })
+                .clone()
+        };
+        let served = |origin: &'static str| {
+            self.requests
+                .get_or_create(&ServedLabels {
+                    bucket: labels.bucket.clone(),
+                    tenant: labels.tenant.clone(),
+                    origin,
+                })
+                .clone()
+        };
+        Account {
+            totals: Totals::default(),
+            series: Series {
+                origin_requests: RequestKind::VALUES.map(kind),
+                origin_bytes: self.origin_bytes.get_or_create(&labels).clone(),
+                reached: served("reached"),
+                cache_only: served("none"),
+                served_bytes: self.served_bytes.get_or_create(&labels).clone(),
+                spent: self.spent.get_or_create(&labels).clone(),
+                saved: self.saved.get_or_create(&labels).clone(),
+            },
+        }
+    }
+
     /// An origin request of `kind` for `bucket`, charged to `tenant`, whose answer
     /// announced `bytes` of body.
     pub fn count_origin(&self, bucket: Option<&str>, tenant: &str, kind: RequestKind, bytes: u64) {
         let bucket = self.bucket_label(bucket);
         let prices = self.prices();
         let spent = request_price(prices, kind) + bytes_price(prices, bytes);
-        {
-            let mut accounts = self.accounts.lock();
-            let account = accounts
-                .entry((bucket.clone(), Arc::from(tenant)))
-                .or_default();
-            account.origin_requests[kind as usize] += 1;
-            account.origin_bytes += bytes;
-            account.spent += spent;
-        }
-        let labels = Labels {
-            bucket: bucket.to_string(),
-            tenant: tenant.to_owned(),
-        };
-        self.origin_requests
-            .get_or_create(&KindLabels {
-                bucket: labels.bucket.clone(),
-                tenant: labels.tenant.clone(),
-                kind: kind.as_str(),
-            })
-            .inc();
-        self.origin_bytes.get_or_create(&labels).inc_by(bytes);
-        self.spent.get_or_create(&labels).inc_by(spent);
+        self.with_account(&bucket, tenant, |account| {
+            let totals = &mut account.totals;
+            totals.origin_requests[kind as usize] += 1;
+            totals.origin_bytes += bytes;
+            totals.spent += spent;
+            let series = &account.series;
+            series.origin_requests[kind as usize].inc();
+            series.origin_bytes.inc_by(bytes);
+            series.spent.inc_by(spent);
+        });
     }
 
     /// A request served to `tenant` for the bucket labelled `bucket`, of `kind`, with
@@ -229,46 +287,47 @@ impl Ledger {
         } else {
             request_price(prices, kind) + bytes_price(prices, bytes)
         };
-        {
-            let mut accounts = self.accounts.lock();
-            let account = accounts
-                .entry((bucket.clone(), Arc::from(tenant)))
-                .or_default();
-            account.requests += 1;
-            account.cache_only_requests += u64::from(!reached_origin);
-            account.served_bytes += bytes;
-            account.saved += saved;
-        }
-        let labels = Labels {
-            bucket: bucket.to_string(),
-            tenant: tenant.to_owned(),
-        };
-        self.requests
-            .get_or_create(&ServedLabels {
-                bucket: labels.bucket.clone(),
-                tenant: labels.tenant.clone(),
-                origin: if reached_origin { "reached" } else { "none" },
-            })
-            .inc();
-        self.served_bytes.get_or_create(&labels).inc_by(bytes);
-        if saved > 0.0 {
-            self.saved.get_or_create(&labels).inc_by(saved);
-        }
+        self.with_account(bucket, tenant, |account| {
+            let totals = &mut account.totals;
+            totals.requests += 1;
+            totals.cache_only_requests += u64::from(!reached_origin);
+            totals.served_bytes += bytes;
+            totals.saved += saved;
+            let series = &account.series;
+            match reached_origin {
+                true => series.reached.inc(),
+                false => series.cache_only.inc(),
+            };
+            series.served_bytes.inc_by(bytes);
+            series.saved.inc_by(saved);
+        });
     }
 
     /// The ledger as `/admin/usage` shows it: the prices, the totals, and an account per
-    /// bucket and tenant.
+    /// bucket and tenant, in order.
     pub fn usage(&self) -> Value {
         let prices = self.prices();
-        let accounts = self.accounts.lock().clone();
-        let mut total = Account::default();
+        let accounts: BTreeMap<(String, String), Totals> = self
+            .accounts
+            .lock()
+            .iter()
+            .flat_map(|(bucket, by_tenant)| {
+                by_tenant.iter().map(|(tenant, account)| {
+                    (
+                        (bucket.to_string(), tenant.to_string()),
+                        account.totals.clone(),
+                    )
+                })
+            })
+            .collect();
+        let mut total = Totals::default();
         let rows: Vec<Value> = accounts
             .iter()
-            .map(|((bucket, tenant), account)| {
-                total.add(account);
-                let mut row = account.json();
-                row["bucket"] = json!(bucket.as_ref());
-                row["tenant"] = json!(tenant.as_ref());
+            .map(|((bucket, tenant), totals)| {
+                total.add(totals);
+                let mut row = totals.json();
+                row["bucket"] = json!(bucket);
+                row["tenant"] = json!(tenant);
                 row
             })
             .collect();
