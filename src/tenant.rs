@@ -127,8 +127,6 @@ impl Limit {
             Self::Fills => "fills",
         }
     }
-
-    pub const VALUES: [&'static str; 3] = ["requests", "bytes", "fills"];
 }
 
 /// A token bucket of one second's worth (at least one token). Charges past empty leave a
@@ -183,6 +181,8 @@ impl Bucket {
 /// One tenant's limits and their state. Shared by every request of the tenant.
 #[derive(Debug)]
 pub struct Tenant {
+    /// The name, shared by whatever keys state by tenant.
+    name: Arc<str>,
     spec: TenantSpec,
     requests: Option<Mutex<Bucket>>,
     bytes: Option<Mutex<Bucket>>,
@@ -197,6 +197,7 @@ impl Tenant {
             bytes: spec
                 .max_bytes_per_second
                 .map(|rate| Mutex::new(Bucket::new(rate.0))),
+            name: Arc::from(spec.name.as_str()),
             spec,
         }
     }
@@ -207,7 +208,12 @@ impl Tenant {
     }
 
     pub fn name(&self) -> &str {
-        &self.spec.name
+        &self.name
+    }
+
+    /// The name as a shared key.
+    pub fn key(&self) -> Arc<str> {
+        self.name.clone()
     }
 
     pub fn spec(&self) -> &TenantSpec {
@@ -301,11 +307,6 @@ impl Tenants {
     /// The tenant of requests without a credential.
     pub fn default_tenant(&self) -> Arc<Tenant> {
         self.default.clone()
-    }
-
-    /// Every tenant, by name.
-    pub fn all(&self) -> impl Iterator<Item = &Arc<Tenant>> {
-        self.by_name.values()
     }
 }
 

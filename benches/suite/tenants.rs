@@ -18,7 +18,6 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Empty};
 use portico_testkit::http_send;
 use portico_testkit::sign::Signer;
 
@@ -80,33 +79,6 @@ fn hot_set() -> Vec<String> {
         .collect()
 }
 
-/// One GET of `first..=last` of `url`: the exchange, or the status of a refusal.
-async fn try_fetch(client: &Http, url: &str, (first, last): (u64, u64)) -> Result<Exchange, u16> {
-    let request = http::Request::get(url)
-        .header(http::header::RANGE, format!("bytes={first}-{last}"))
-        .body(Empty::<Bytes>::new())
-        .expect("request");
-    let started = Instant::now();
-    let response = client.request(request).await.expect("a response");
-    let first_byte = started.elapsed();
-    let status = response.status();
-    let body = response
-        .into_body()
-        .collect()
-        .await
-        .expect("body")
-        .to_bytes();
-    if !status.is_success() {
-        return Err(status.as_u16());
-    }
-    assert_eq!(body.len() as u64, last - first + 1, "{url}: short body");
-    Ok(Exchange {
-        first_byte,
-        total: started.elapsed(),
-        bytes: body.len() as u64,
-    })
-}
-
 /// `clients` clients reading random ranges of `lengths` from `urls` (objects of `bytes`)
 /// for `ROUND`: the successful exchanges, and how many were refused (503, then backed
 /// off).
@@ -130,7 +102,7 @@ async fn tenant_reads(
                 let url = &urls[rng.random_range(0..urls.len())];
                 let length = rng.random_range(lengths.clone());
                 let first = rng.random_range(0..=bytes - length);
-                match try_fetch(&client, url, (first, first + length - 1)).await {
+                match load::try_fetch(&client, url, Some((first, first + length - 1))).await {
                     Ok(exchange) => {
                         exchanges.push(exchange);
                         backoff_ms = 100;
@@ -239,7 +211,7 @@ pub(super) async fn tenants_scenario(
     let client = http_client();
     for _ in 0..2 {
         for url in hot.iter() {
-            try_fetch(&client, url, (0, HOT_SET_BYTES - 1))
+            load::try_fetch(&client, url, Some((0, HOT_SET_BYTES - 1)))
                 .await
                 .expect("warm");
         }

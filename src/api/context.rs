@@ -57,6 +57,8 @@ struct ContextInner {
     tally: OnceLock<Arc<Tally>>,
     /// What the cache did for a GET or HEAD (RFC 9211 `Cache-Status`).
     cache_status: OnceLock<String>,
+    /// Whether that status is a hit (set with it).
+    cache_hit: OnceLock<bool>,
     /// The `[[rules]]` entry that applied to the object, if one did.
     rule: OnceLock<String>,
     /// Who the request is charged to, and its bucket's label in the cost ledger, once
@@ -84,6 +86,7 @@ impl RequestContext {
             target: OnceLock::new(),
             tally: OnceLock::new(),
             cache_status: OnceLock::new(),
+            cache_hit: OnceLock::new(),
             rule: OnceLock::new(),
             charge: OnceLock::new(),
         }))
@@ -152,7 +155,9 @@ impl RequestContext {
 
     /// What the cache did, for the response header, the access log and the trace.
     pub fn set_cache_status(&self, status: &CacheStatus) {
-        let _ = self.0.cache_status.set(status.to_string());
+        if self.0.cache_status.set(status.to_string()).is_ok() {
+            let _ = self.0.cache_hit.set(status.is_hit());
+        }
     }
 }
 
@@ -204,9 +209,8 @@ impl Drop for Record {
         if let Some((charge, bucket)) = context.charge.get() {
             // A cached read reached the origin when it revalidated, discovered or
             // fetched a block (its own fetch or one it waited for).
-            let cached_hit = context.cache_status.get().is_none_or(|status| {
-                status.starts_with("Portico; hit")
-                    && context.tally.get().is_none_or(|tally| tally.misses() == 0)
+            let cached_hit = context.cache_hit.get().is_none_or(|hit| {
+                *hit && context.tally.get().is_none_or(|tally| tally.misses() == 0)
             });
             let reached = charge.origin_requests() > 0 || !cached_hit;
             self.metrics.ledger.count_served(

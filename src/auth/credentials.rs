@@ -253,11 +253,6 @@ impl CredentialStore {
         }
     }
 
-    /// The tenants in force.
-    pub fn tenants(&self) -> Arc<Tenants> {
-        self.inner.tenants.read().clone()
-    }
-
     pub fn get(&self, access_key_id: &str) -> Option<Arc<Credential>> {
         if let Some(configured) = &self.inner.configured
             && configured.access_key_id == access_key_id

@@ -36,8 +36,6 @@ impl FillClass {
             Self::Warm => "warm",
         }
     }
-
-    pub const VALUES: [&'static str; 3] = ["demand", "prefetch", "warm"];
 }
 
 /// Who a block fetch is for: the tenant it is charged to and why.
@@ -121,7 +119,7 @@ impl FillSlots {
     /// A slot for a fetch `fill` makes: at once when one is free and the tenant may start
     /// another, else when its turn comes.
     pub async fn acquire(&self, fill: &FillFor) -> FillSlot {
-        let name: Arc<str> = Arc::from(fill.tenant.name());
+        let name = fill.tenant.key();
         let receiver = {
             let mut state = self.inner.state.lock();
             let free = state.in_use < self.inner.capacity;

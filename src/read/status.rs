@@ -57,13 +57,26 @@ impl CacheStatus {
     }
 }
 
+impl CacheStatus {
+    /// Whether the object's metadata or its first block came from the upstream.
+    fn fetched(&self) -> bool {
+        self.source == MetaSource::Fetched
+            || matches!(self.first_block, Some(Tier::Upstream | Tier::Coalesced))
+    }
+
+    /// Whether the answer is a hit (`Portico; hit…`): the cache answered without asking
+    /// the upstream for the metadata or the first block.
+    pub fn is_hit(&self) -> bool {
+        !self.bypass && !self.fetched() && self.source != MetaSource::Revalidated
+    }
+}
+
 impl std::fmt::Display for CacheStatus {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         if self.bypass {
             return f.write_str("Portico; fwd=bypass");
         }
-        let fetched = self.source == MetaSource::Fetched
-            || matches!(self.first_block, Some(Tier::Upstream | Tier::Coalesced));
+        let fetched = self.fetched();
         f.write_str(match self.source {
             _ if fetched => "Portico; fwd=miss; stored",
             MetaSource::Revalidated => "Portico; fwd=stale; fwd-status=304",

@@ -489,7 +489,7 @@ mod register;
 mod tenants;
 
 pub use integrity::IntegrityMetrics;
-pub use ledger::{Ledger, NO_BUCKET, OTHER_BUCKET, RequestKind};
+pub use ledger::{Ledger, RequestKind};
 pub use tenants::TenantMetrics;
 
 #[cfg(test)]

@@ -14,7 +14,7 @@ pub use labels::{
     BlockLookup, BudgetWait, EventRecord, EventRejection, HedgeOutcome, InvalidationResult,
     ListingLookup, MetadataLookup, PeerResult, PrefetchOutcome, ServedFrom,
 };
-pub use metrics::{Metrics, NO_BUCKET, OTHER_BUCKET, RequestKind};
+pub use metrics::{Metrics, RequestKind};
 
 /// Lets a repeated log line through at most once per interval (the first at once), so a
 /// failure every request meets is logged, not repeated per request.

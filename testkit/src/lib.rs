@@ -13,6 +13,9 @@ pub mod sign;
 pub mod sqs;
 pub mod tls;
 
+use std::sync::Arc;
+use std::time::Duration;
+
 use aws_sdk_s3::Client;
 use aws_sdk_s3::config::retry::RetryConfig;
 use aws_sdk_s3::config::{BehaviorVersion, Credentials, Region};
@@ -181,24 +184,56 @@ pub async fn http_send(
     headers: &[(&str, &str)],
     body: Bytes,
 ) -> (u16, http::HeaderMap, Bytes) {
-    let client = HttpClient::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
+    try_http_send(None, method, url, headers, body)
+        .await
+        .unwrap_or_else(|error| panic!("{method} {url}: {error}"))
+}
+
+/// A request with `body`, over HTTPS with `tls` when the URL says so: (status, headers,
+/// body), or why there was no whole answer within 10 s.
+pub async fn try_http_send(
+    tls: Option<rustls::ClientConfig>,
+    method: &str,
+    url: &str,
+    headers: &[(&str, &str)],
+    body: Bytes,
+) -> Result<(u16, http::HeaderMap, Bytes), String> {
+    let tls = tls.unwrap_or_else(|| {
+        rustls::ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::aws_lc_rs::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .expect("protocol versions")
+        .with_root_certificates(rustls::RootCertStore::empty())
+        .with_no_client_auth()
+    });
+    let connector = portico_http_client::https_connector(tls, Some(Duration::from_secs(2)));
+    let client = HttpClient::builder(TokioExecutor::new()).build::<_, Full<Bytes>>(connector);
     let mut request = http::Request::builder().method(method).uri(url);
     for (name, value) in headers {
         request = request.header(*name, *value);
     }
-    let response = client
-        .request(request.body(Full::new(body)).expect("request"))
+    let request = request
+        .body(Full::new(body))
+        .map_err(|error| error.to_string())?;
+    let exchange = async {
+        let response = client
+            .request(request)
+            .await
+            .map_err(|error| format!("{error:?}"))?;
+        let status = response.status().as_u16();
+        let headers = response.headers().clone();
+        let body = response
+            .into_body()
+            .collect()
+            .await
+            .map_err(|error| error.to_string())?
+            .to_bytes();
+        Ok((status, headers, body))
+    };
+    tokio::time::timeout(Duration::from_secs(10), exchange)
         .await
-        .unwrap_or_else(|error| panic!("{method} {url}: {error}"));
-    let status = response.status().as_u16();
-    let headers = response.headers().clone();
-    let body = response
-        .into_body()
-        .collect()
-        .await
-        .expect("response body")
-        .to_bytes();
-    (status, headers, body)
+        .unwrap_or_else(|_| Err("no answer within 10 s".to_owned()))
 }
 
 /// An HTTP/2 request (cleartext, prior knowledge) whose body is sent as `chunks` with no

@@ -28,6 +28,18 @@ pub struct Exchange {
 /// GETs `url`, or bytes `first..=last` of it; panics unless the answer is a success with
 /// exactly the bytes asked for.
 pub async fn fetch(client: &Http, url: &str, range: Option<(u64, u64)>) -> Exchange {
+    try_fetch(client, url, range)
+        .await
+        .unwrap_or_else(|status| panic!("GET {url} {range:?}: {status}"))
+}
+
+/// [`fetch`], with the status of an answer that is not a success as the error (its body
+/// read and dropped).
+pub async fn try_fetch(
+    client: &Http,
+    url: &str,
+    range: Option<(u64, u64)>,
+) -> Result<Exchange, u16> {
     let mut request = http::Request::get(url);
     if let Some((first, last)) = range {
         request = request.header(http::header::RANGE, format!("bytes={first}-{last}"));
@@ -38,11 +50,7 @@ pub async fn fetch(client: &Http, url: &str, range: Option<(u64, u64)>) -> Excha
         .await
         .unwrap_or_else(|error| panic!("GET {url}: {error}"));
     let first_byte = started.elapsed();
-    assert!(
-        response.status().is_success(),
-        "GET {url} {range:?}: {}",
-        response.status()
-    );
+    let status = response.status();
     let mut body = response.into_body();
     let mut bytes = 0;
     while let Some(frame) = body.frame().await {
@@ -50,12 +58,15 @@ pub async fn fetch(client: &Http, url: &str, range: Option<(u64, u64)>) -> Excha
             bytes += data.len() as u64;
         }
     }
+    if !status.is_success() {
+        return Err(status.as_u16());
+    }
     if let Some((first, last)) = range {
         assert_eq!(bytes, last - first + 1, "GET {url} {range:?}: short body");
     }
-    Exchange {
+    Ok(Exchange {
         first_byte,
         total: started.elapsed(),
         bytes,
-    }
+    })
 }

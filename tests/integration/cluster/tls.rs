@@ -2,13 +2,9 @@
 //! and the peer port refuses a plain connection, a client without a certificate and one
 //! whose certificate another CA issued, before the shared secret is even looked at.
 
-use std::time::Duration;
-
-use http_body_util::{BodyExt, Full};
-use hyper_util::client::legacy::Client as HttpClient;
-use hyper_util::rt::TokioExecutor;
 use portico::tls::MutualTls;
 use portico_testkit::tls::MemberFiles;
+use portico_testkit::try_http_send;
 
 use super::*;
 
@@ -24,33 +20,7 @@ async fn send_with(
     headers: &[(&str, &str)],
     body: Bytes,
 ) -> Result<Answer, String> {
-    let connector = portico_http_client::https_connector(tls, Some(Duration::from_secs(2)));
-    let client = HttpClient::builder(TokioExecutor::new()).build::<_, Full<Bytes>>(connector);
-    let mut request = http::Request::builder().method(method).uri(url);
-    for (name, value) in headers {
-        request = request.header(*name, *value);
-    }
-    let request = request
-        .body(Full::new(body))
-        .map_err(|error| error.to_string())?;
-    let exchange = async {
-        let response = client
-            .request(request)
-            .await
-            .map_err(|error| format!("{error:?}"))?;
-        let status = response.status().as_u16();
-        let headers = response.headers().clone();
-        let body = response
-            .into_body()
-            .collect()
-            .await
-            .map_err(|error| error.to_string())?
-            .to_bytes();
-        Ok((status, headers, body))
-    };
-    tokio::time::timeout(Duration::from_secs(10), exchange)
-        .await
-        .unwrap_or_else(|_| Err("no answer within 10 s".to_owned()))
+    try_http_send(Some(tls), method, url, headers, body).await
 }
 
 /// The client configuration of a member holding `files`.
