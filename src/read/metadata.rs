@@ -199,7 +199,7 @@ impl Metadata {
         };
         // A record stored before the object's last invalidation, or while the fleet lease
         // has run out, may be revalidated, never served as it is.
-        let vouched = inner.generations.leased()
+        let vouched = inner.generations.leased_since(object, generation)
             && cached
                 .as_ref()
                 .is_some_and(|record| inner.clock.vouches(record, generation));
@@ -225,7 +225,7 @@ impl Metadata {
                 // its answer in memory: use it instead of asking the upstream again.
                 let settled = this.inner.cache.meta_in_memory(&object);
                 if let Some(record) = &settled
-                    && this.inner.generations.leased()
+                    && this.inner.generations.leased_since(&object, generation)
                     && this.inner.clock.vouches(record, generation)
                     && let Some(answer) = this.fresh(record, &policy, checksums)
                 {

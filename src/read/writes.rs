@@ -44,6 +44,10 @@ pub(super) struct Generations {
     /// Runs between a store's check and its store: lets a test put an invalidation there.
     #[cfg(test)]
     pub(super) after_check: Mutex<Option<Box<dyn FnOnce() + Send>>>,
+    /// Runs once a reader has taken an object's generation: lets a test renew the lease
+    /// there.
+    #[cfg(test)]
+    pub(super) after_read: Mutex<Option<Box<dyn FnOnce() + Send>>>,
 }
 
 #[derive(Default)]
@@ -62,6 +66,8 @@ impl Generations {
             hasher: std::collections::hash_map::RandomState::new(),
             #[cfg(test)]
             after_check: Mutex::new(None),
+            #[cfg(test)]
+            after_read: Mutex::new(None),
         }
     }
 
@@ -72,12 +78,22 @@ impl Generations {
     /// `object`'s generation: its shard's count of invalidations plus the lease's epoch.
     /// Both only grow, so the sum moves whenever either does.
     pub(super) fn current(&self, object: &ObjectRef) -> u64 {
-        self.shard(object).generation.load(Ordering::Acquire) + self.lease.epoch()
+        let generation = self.shard(object).generation.load(Ordering::Acquire) + self.lease.epoch();
+        #[cfg(test)]
+        if let Some(then) = self.after_read.lock().take() {
+            then();
+        }
+        generation
     }
 
-    /// Whether cached metadata may be served as it is: the fleet lease holds.
-    pub(super) fn leased(&self) -> bool {
+    /// Whether metadata cached under `generation`, read earlier, may be served as it is:
+    /// the fleet lease holds now, and has not been renewed after running out since then.
+    /// The lease is read first: a renewal after a lapse moves the epoch before the lease
+    /// holds again, so a lease seen holding with the epoch unmoved held all along.
+    pub(super) fn leased_since(&self, object: &ObjectRef, generation: u64) -> bool {
         self.lease.holds()
+            && self.shard(object).generation.load(Ordering::Acquire) + self.lease.epoch()
+                == generation
     }
 
     /// Runs `store` if `object`'s generation is still `generation`, as one step against

@@ -7,11 +7,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use async_trait::async_trait;
 use proptest::prelude::*;
 
 use super::memory::MemorySource;
-use super::{body, head_plain, object, read_path, settings};
+use super::{body, head_plain, member_read_path, object, read_path, settings};
 use crate::read::ReadPath;
+use crate::source::{BlockAsk, Lease, PeerBlock, PeerError, PeerId, Peers, ResponseHead};
+use crate::types::{BlockIndex, ObjectRef};
 
 /// The version an ETag of the memory source names (`"v7"` is 7).
 fn version(etag: &str) -> u32 {
@@ -94,6 +97,73 @@ async fn a_record_that_comes_back_after_a_write_s_invalidation_is_not_served() {
         "the copy from before the write was served"
     );
     assert_eq!(cached_version(&read, "key").await, Some(2));
+}
+
+/// A cluster member that owns no block: only its fleet lease matters here.
+struct Leased(Arc<Lease>);
+
+#[async_trait]
+impl Peers for Leased {
+    fn owner(&self, _: &ObjectRef, _: u64, _: BlockIndex) -> Option<PeerId> {
+        None
+    }
+
+    async fn fetch(
+        &self,
+        peer: &PeerId,
+        _: BlockAsk<'_>,
+        _: &ResponseHead,
+    ) -> Result<PeerBlock, PeerError> {
+        Err(PeerError::Failed {
+            peer: peer.clone(),
+            reason: "owns no block".to_owned(),
+        })
+    }
+
+    fn keep_in_memory(&self) -> bool {
+        false
+    }
+
+    async fn purge_others(&self, _: &ObjectRef) {}
+
+    fn lease(&self) -> Arc<Lease> {
+        self.0.clone()
+    }
+}
+
+/// A member whose lease ran out may have missed a write (a member that wrote could not
+/// tell it, and waited the lease out). When its lease is renewed between a read taking
+/// the object's generation and checking the lease, the read revalidates: what it cached
+/// before the lapse is never served as it is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_renewed_while_a_read_looks_up_does_not_vouch_for_what_was_cached_before_it_ran_out()
+ {
+    let source = Arc::new(MemorySource::default());
+    source.put("key", body(100, 1), 1);
+    let lease = Arc::new(Lease::lapsed());
+    lease.renew(tokio::time::Instant::now() + Duration::from_secs(600));
+    let peers: Arc<dyn Peers> = Arc::new(Leased(lease.clone()));
+    let read = member_read_path(&source, settings(), Some(peers)).await;
+    let first = head_plain(&read, &object("key")).await.unwrap();
+    assert_eq!(version(&first.etag), 1);
+    // A write through another member that could not tell this one: the lease runs out.
+    source.put("key", body(100, 2), 2);
+    lease.renew(tokio::time::Instant::now());
+    assert!(!lease.holds());
+    let renewed = lease.clone();
+    *read.metadata().generations().after_read.lock() = Some(Box::new(move || {
+        renewed.renew(tokio::time::Instant::now() + Duration::from_secs(600));
+    }));
+    let after = head_plain(&read, &object("key")).await.unwrap();
+    assert!(
+        read.metadata().generations().after_read.lock().is_none(),
+        "the renewal ran inside the read"
+    );
+    assert_eq!(
+        version(&after.etag),
+        2,
+        "version 1, cached before the lease ran out, was served"
+    );
 }
 
 /// One step of a generated interleaving.
