@@ -34,7 +34,8 @@ pub const MAX_WEIGHT: u32 = 10_000;
 #[serde(deny_unknown_fields)]
 pub struct TenantSpec {
     pub name: String,
-    /// Bytes of object data served per second, on average over a second.
+    /// Bytes per second, on average over a second: object data served to the tenant,
+    /// plus the blocks its fills fetched from the origin.
     #[serde(default)]
     pub max_bytes_per_second: Option<ByteSize>,
     /// Requests per second, on average over a second.
@@ -229,8 +230,8 @@ impl Tenant {
         self.spec.max_concurrent_fills.map(|fills| fills as usize)
     }
 
-    /// Admits one request, or names the limit it is over: bytes served beyond the rate
-    /// (until the debt has refilled), then requests beyond the rate.
+    /// Admits one request, or names the limit it is over: bytes served and filled beyond
+    /// the rate (until the debt has refilled), then requests beyond the rate.
     pub fn admit(&self) -> Result<(), Limit> {
         let now = Instant::now();
         if let Some(bytes) = &self.bytes
@@ -246,7 +247,7 @@ impl Tenant {
         Ok(())
     }
 
-    /// Bytes of a response sent to the tenant.
+    /// Bytes of a response sent to the tenant, or of a block fetched for it.
     pub fn charge_bytes(&self, sent: u64) {
         if let Some(bytes) = &self.bytes {
             bytes.lock().charge(sent as f64);

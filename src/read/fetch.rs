@@ -128,6 +128,7 @@ impl BlockFetch {
         let _slot = fills.acquire(&fill).await;
         let fetch = source.get(&object, range.into(), if_match, range.len_bytes(), &head);
         let read = charged(Charge::new(fill.tenant.clone()), fetch).await?;
+        fill.fetched(read.body.len());
         if read.meta.etag != meta.etag || read.meta.size != meta.size {
             return Err(UpstreamError::PreconditionFailed { request_id: None });
         }

@@ -45,6 +45,15 @@ pub struct FillFor {
     pub class: FillClass,
 }
 
+impl FillFor {
+    /// Charges the bytes a fill fetched from the source to its tenant's byte rate: what a
+    /// tenant's reads cost the node includes the blocks they fill, up to 16 times what a
+    /// small random read serves.
+    pub fn fetched(&self, bytes: usize) {
+        self.tenant.charge_bytes(bytes as u64);
+    }
+}
+
 /// The fill slots. Cheap to clone.
 #[derive(Clone)]
 pub struct FillSlots {

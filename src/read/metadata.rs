@@ -497,7 +497,10 @@ impl Metadata {
             .await;
         drop(slot);
         let read = match fetched {
-            Ok(read) => read,
+            Ok(read) => {
+                fill.fetched(read.body.len());
+                read
+            }
             // The offset is past the end (or the object is empty): learn the size from a HEAD.
             Err(UpstreamError::InvalidRange { .. }) => {
                 return Ok((self.head_fresh(object).await?, Discovered::default()));

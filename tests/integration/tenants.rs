@@ -83,6 +83,7 @@ secret_access_key = "notebook-secret"
     let (rig, _dir) = rig_with("tenant-limits", credentials, "").await;
     rig.put("small", b"a small object").await;
     rig.put("big", &random_bytes(4 * MIB, 171)).await;
+    rig.put("cold", &random_bytes(4 * MIB, 172)).await;
     let (batch_1, batch_2, notebook) = (
         client(&rig, "batch-1"),
         client(&rig, "batch-2"),
@@ -106,8 +107,9 @@ secret_access_key = "notebook-secret"
         .await;
     assert_eq!(counted, (refused_1 + refused_2) as f64);
 
-    // Bytes: 4 MiB against 2 MiB/s leaves a debt of 2 MiB that refuses the tenant's
-    // requests for about a second.
+    // Bytes served: 4 MiB of hits (the notebook filled them) against 2 MiB/s leaves a
+    // debt of 2 MiB that refuses the tenant's requests for about a second.
+    assert_eq!(get(&notebook, &bucket, "big").await, Ok(4 * MIB));
     tokio::time::sleep(Duration::from_millis(1100)).await;
     assert_eq!(get(&batch_1, &bucket, "big").await, Ok(4 * MIB));
     assert_eq!(
@@ -123,6 +125,31 @@ secret_access_key = "notebook-secret"
         Ok(14),
         "the debt is repaid"
     );
+
+    // Bytes filled: one byte of each 1 MiB block of a cold object serves 4 bytes, far
+    // below the rate, but fills a block each; by the third the tenant is in debt.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let mut read = 0;
+    let refused = loop {
+        let first = read * MIB;
+        let answer = batch_1
+            .get_object()
+            .bucket(&bucket)
+            .key("cold")
+            .range(format!("bytes={first}-{first}"))
+            .send()
+            .await;
+        match answer {
+            Ok(_) => read += 1,
+            Err(error) => break error.code().map(str::to_owned),
+        }
+        if read == 4 {
+            break None;
+        }
+    };
+    assert_eq!(refused.as_deref(), Some("SlowDown"), "after {read} reads");
+    assert!(read <= 3, "{read} one-byte reads passed");
+    assert_eq!(portico.metric(bytes).await, 2.0);
 
     // A retrying SDK client rides the refusals out.
     let patient = s3_client_as(&portico.s3, "batch-1", "batch-1-secret", true);

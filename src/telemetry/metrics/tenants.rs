@@ -78,7 +78,7 @@ impl TenantMetrics {
     pub(super) fn register(&self, registry: &mut Registry) {
         registry.register(
             "portico_tenant_refusals",
-            "Requests refused with 503 SlowDown over their tenant's limit, by tenant and limit: requests (max_requests_per_second), bytes (max_bytes_per_second: bytes served beyond the rate are a debt that refuses requests until repaid), fills (as many fills waiting as max_concurrent_fills)",
+            "Requests refused with 503 SlowDown over their tenant's limit, by tenant and limit: requests (max_requests_per_second), bytes (max_bytes_per_second: bytes served and filled beyond the rate are a debt that refuses requests until repaid), fills (as many fills waiting as max_concurrent_fills)",
             self.refusals.clone(),
         );
         registry.register(
