@@ -88,7 +88,8 @@ use portico_testkit::load::{self, Exchange, Http, fetch};
 use portico_testkit::minio::{free_port, minio};
 use portico_testkit::portico::{Portico, Settings};
 use portico_testkit::process::{
-    CpuTicks, cpu_seconds, reset_peak_rss, status_field_kib, storage_read_bytes, with_children,
+    CpuTicks, cpu_seconds, page_faults, reset_peak_rss, status_field_kib, storage_read_bytes,
+    with_children,
 };
 use portico_testkit::{create_bucket, random_bytes, s3_client, write_random_file};
 use rand::{Rng, SeedableRng};

@@ -5,8 +5,9 @@
 //!   order, twice per target (a fresh object each time), the targets taken in turn;
 //! - memory hits: hot-random's load, 5 rounds of 2 s per target, round-robin.
 //!
-//! It starts with what one pass of each CRC Portico can check blocks with costs on one
-//! core here (the CRC of a 4 MiB block, 256 times).
+//! Beside the CPU it counts the page faults (minor and major) the server's processes took
+//! per GiB served. It starts with what one pass of each CRC Portico can check blocks with
+//! costs on one core here (the CRC of a 4 MiB block, 256 times).
 //!
 //! Portico runs fresh for this scenario beside nginx; when `BENCH_BASELINE_BIN` names
 //! another Portico binary (an earlier build), it runs beside them as `portico-base` on the
@@ -131,6 +132,27 @@ pub(super) async fn cpu_scenario(
             target.name,
             each.join(" / "),
             hot.core_seconds_per_gib()
+        );
+    }
+    println!();
+    println!(
+        "{:<13} {:>34} {:>22}",
+        "faults/GiB", "cold fill, minor+major (each round)", "memory hits"
+    );
+    for ((target, runs), hot) in targets.iter().zip(&fills).zip(&hot) {
+        let each: Vec<String> = runs
+            .iter()
+            .map(|run| {
+                let (minor, major) = run.faults_per_gib();
+                format!("{minor:.0}+{major:.0}")
+            })
+            .collect();
+        let (minor, major) = hot.faults_per_gib();
+        println!(
+            "{:<13} {:>34} {:>22}",
+            target.name,
+            each.join(" / "),
+            format!("{minor:.0}+{major:.0}")
         );
     }
     let (portico_fill, nginx_fill) = (mean(&fill_cost[0]), mean(&fill_cost[1]));

@@ -29,6 +29,16 @@ impl Target {
         self.pids.iter().map(|pid| cpu_seconds(*pid)).sum()
     }
 
+    /// Page faults (minor, major) the target's processes took so far.
+    pub(super) fn page_faults(&self) -> (u64, u64) {
+        self.pids
+            .iter()
+            .map(|pid| page_faults(*pid))
+            .fold((0, 0), |(minor, major), (more, more_major)| {
+                (minor + more, major + more_major)
+            })
+    }
+
     /// Peak RSS since the last reset, summed over the target's processes; `None` for
     /// the direct target (the origin's memory is not the proxy's).
     pub(super) fn peak_rss_mib(&self) -> Option<u64> {
@@ -84,6 +94,8 @@ pub(super) struct Run {
     pub(super) cpu_busy_percent: f64,
     /// CPU time (user + system) the target's processes spent while the load ran.
     pub(super) server_cpu_seconds: f64,
+    /// Page faults (minor, major) the target's processes took while the load ran.
+    pub(super) server_faults: (u64, u64),
 }
 
 impl Run {
@@ -102,6 +114,7 @@ impl Run {
             peak_rss_mib: None,
             cpu_busy_percent: 0.0,
             server_cpu_seconds: 0.0,
+            server_faults: (0, 0),
         }
     }
 
@@ -116,11 +129,23 @@ impl Run {
         self.origin_requests += other.origin_requests;
         self.origin_bytes += other.origin_bytes;
         self.server_cpu_seconds += other.server_cpu_seconds;
+        self.server_faults.0 += other.server_faults.0;
+        self.server_faults.1 += other.server_faults.1;
     }
 
     /// The target's core-seconds per GiB served.
     pub(super) fn core_seconds_per_gib(&self) -> f64 {
-        self.server_cpu_seconds / (self.bytes as f64 / (1024 * MIB) as f64)
+        self.server_cpu_seconds / self.gib()
+    }
+
+    /// The target's page faults (minor, major) per GiB served.
+    pub(super) fn faults_per_gib(&self) -> (f64, f64) {
+        let (minor, major) = self.server_faults;
+        (minor as f64 / self.gib(), major as f64 / self.gib())
+    }
+
+    fn gib(&self) -> f64 {
+        self.bytes as f64 / (1024 * MIB) as f64
     }
 
     pub(super) fn mib_per_sec(&self) -> f64 {
@@ -164,9 +189,16 @@ where
     origin.take_counts();
     let ticks = CpuTicks::now();
     let server_cpu = target.cpu_seconds();
+    let faults = target.page_faults();
     let mut run = load(target.base.clone()).await;
     run.cpu_busy_percent = CpuTicks::now().busy_percent_since(ticks);
     run.server_cpu_seconds = target.cpu_seconds() - server_cpu;
+    let after = target.page_faults();
+    // An nginx worker replaced during the run takes its counts with it.
+    run.server_faults = (
+        after.0.saturating_sub(faults.0),
+        after.1.saturating_sub(faults.1),
+    );
     (run.origin_requests, run.origin_bytes) = origin.take_counts();
     run
 }

@@ -23,24 +23,34 @@ pub fn reset_peak_rss(pid: u32) {
     let _ = std::fs::write(format!("/proc/{pid}/clear_refs"), "5");
 }
 
+/// The numeric fields of `/proc/<pid>/stat` after the parenthesised command name (the
+/// 3rd field on), 0 where unreadable.
+fn stat_fields(pid: u32) -> Vec<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    stat.rsplit_once(')')
+        .map(|(_, rest)| {
+            rest.split_whitespace()
+                .map(|value| value.parse().unwrap_or(0))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 /// User plus system CPU time the process has used, in seconds.
 pub fn cpu_seconds(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    // Fields after the parenthesised command name; utime and stime are the 14th and 15th.
-    let fields: Vec<&str> = stat
-        .rsplit_once(')')
-        .map(|(_, rest)| rest.split_whitespace().collect())
-        .unwrap_or_default();
-    let ticks: u64 = fields
+    // utime and stime are the 14th and 15th fields.
+    let ticks: u64 = stat_fields(pid)
         .get(11..13)
-        .map(|pair| {
-            pair.iter()
-                .filter_map(|value| value.parse::<u64>().ok())
-                .sum()
-        })
-        .unwrap_or(0);
+        .map_or(0, |pair| pair.iter().sum());
     // The kernel's USER_HZ is 100 on every Linux platform this runs on.
     ticks as f64 / 100.0
+}
+
+/// The page faults the process has taken: (minor, major), the 10th and 12th fields.
+pub fn page_faults(pid: u32) -> (u64, u64) {
+    let fields = stat_fields(pid);
+    let field = |at: usize| fields.get(at).copied().unwrap_or(0);
+    (field(7), field(9))
 }
 
 /// Bytes the process (all its threads) had the storage below the page cache read for it
