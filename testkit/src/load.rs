@@ -54,7 +54,10 @@ pub async fn try_fetch(
     let mut body = response.into_body();
     let mut bytes = 0;
     while let Some(frame) = body.frame().await {
-        if let Ok(data) = frame.expect("response body").into_data() {
+        let frame = frame.unwrap_or_else(|error| {
+            panic!("GET {url} {range:?}: response body after {bytes} bytes: {error}")
+        });
+        if let Ok(data) = frame.into_data() {
             bytes += data.len() as u64;
         }
     }
