@@ -91,6 +91,11 @@ pub(super) async fn cpu_scenario(
     settings.cache_extra = "verify_fraction = 0.001\n".to_owned();
     let verifying = Portico::start(Path::new(env!("CARGO_BIN_EXE_portico")), &settings).await;
 
+    let named: Vec<String> = targets
+        .iter()
+        .map(|target| format!("{} {}", target.name, target.base))
+        .collect();
+    println!("cpu targets: {}", named.join(", "));
     print_header(
         "cpu: core-seconds per GiB served; a cold fill of 1 GiB in 1 MiB ranges, twice per target, in turns",
         false,
