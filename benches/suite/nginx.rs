@@ -11,6 +11,24 @@ pub(super) const NGINX_MAX_SIZE: &str = "8g";
 pub(super) struct Nginx {
     pub(super) child: Child,
     pub(super) port: u16,
+    /// Its prefix directory, where `error.log` is.
+    dir: String,
+}
+
+impl Drop for Nginx {
+    /// When the benchmark fails, nginx's last complaints go with it: the work directory
+    /// is removed right after.
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            return;
+        }
+        let log = std::fs::read_to_string(format!("{}/error.log", self.dir)).unwrap_or_default();
+        let lines: Vec<&str> = log.lines().collect();
+        eprintln!("nginx on port {}, the end of its error.log:", self.port);
+        for line in &lines[lines.len().saturating_sub(20)..] {
+            eprintln!("  {line}");
+        }
+    }
 }
 
 impl Nginx {
@@ -114,7 +132,11 @@ http {{
         .spawn()
         .expect("start nginx (make bench installs it)");
         wait_for_port(port, &format!("nginx (see {dir}/error.log)"));
-        Self { child, port }
+        Self {
+            child,
+            port,
+            dir: dir.to_string(),
+        }
     }
 
     pub(super) fn stop(mut self) {
