@@ -16,8 +16,8 @@ pub(super) struct Nginx {
 }
 
 impl Drop for Nginx {
-    /// When the benchmark fails, nginx's last complaints go with it: the work directory
-    /// is removed right after.
+    /// When the benchmark fails, nginx's last complaints go with it (the work directory
+    /// is removed right after) and so does nginx.
     fn drop(&mut self) {
         if !std::thread::panicking() {
             return;
@@ -28,6 +28,11 @@ impl Drop for Nginx {
         for line in &lines[lines.len().saturating_sub(20)..] {
             eprintln!("  {line}");
         }
+        // Nothing else stops it on this path; TERM lets the master stop its workers.
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let _ = self.child.wait();
     }
 }
 
