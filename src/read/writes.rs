@@ -75,10 +75,15 @@ impl Generations {
         &self.shards[self.hasher.hash_one(object) as usize % GENERATION_SHARDS]
     }
 
+    /// The generation of the objects of `shard`: its count plus the lease's epoch.
+    fn generation(&self, shard: &Shard) -> u64 {
+        shard.generation.load(Ordering::Acquire) + self.lease.epoch()
+    }
+
     /// `object`'s generation: its shard's count of invalidations plus the lease's epoch.
     /// Both only grow, so the sum moves whenever either does.
     pub(super) fn current(&self, object: &ObjectRef) -> u64 {
-        let generation = self.shard(object).generation.load(Ordering::Acquire) + self.lease.epoch();
+        let generation = self.generation(self.shard(object));
         #[cfg(test)]
         if let Some(then) = self.after_read.lock().take() {
             then();
@@ -91,9 +96,7 @@ impl Generations {
     /// The lease is read first: a renewal after a lapse moves the epoch before the lease
     /// holds again, so a lease seen holding with the epoch unmoved held all along.
     pub(super) fn leased_since(&self, object: &ObjectRef, generation: u64) -> bool {
-        self.lease.holds()
-            && self.shard(object).generation.load(Ordering::Acquire) + self.lease.epoch()
-                == generation
+        self.lease.holds() && self.generation(self.shard(object)) == generation
     }
 
     /// Runs `store` if `object`'s generation is still `generation`, as one step against
@@ -106,7 +109,7 @@ impl Generations {
     ) {
         let shard = self.shard(object);
         let _step = shard.steps.lock();
-        if shard.generation.load(Ordering::Acquire) + self.lease.epoch() != generation {
+        if self.generation(shard) != generation {
             return;
         }
         #[cfg(test)]

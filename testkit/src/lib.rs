@@ -221,15 +221,7 @@ pub async fn try_http_send(
             .request(request)
             .await
             .map_err(|error| format!("{error:?}"))?;
-        let status = response.status().as_u16();
-        let headers = response.headers().clone();
-        let body = response
-            .into_body()
-            .collect()
-            .await
-            .map_err(|error| error.to_string())?
-            .to_bytes();
-        Ok((status, headers, body))
+        answer(response).await
     };
     tokio::time::timeout(Duration::from_secs(10), exchange)
         .await
@@ -269,15 +261,22 @@ pub async fn http2_send_unsized(
         .request(request.body(body).expect("request"))
         .await
         .unwrap_or_else(|error| panic!("{method} {url} over HTTP/2: {error}"));
+    answer(response).await.expect("response body")
+}
+
+/// A response's status, headers and whole body.
+async fn answer(
+    response: http::Response<hyper::body::Incoming>,
+) -> Result<(u16, http::HeaderMap, Bytes), String> {
     let status = response.status().as_u16();
     let headers = response.headers().clone();
     let body = response
         .into_body()
         .collect()
         .await
-        .expect("response body")
+        .map_err(|error| error.to_string())?
         .to_bytes();
-    (status, headers, body)
+    Ok((status, headers, body))
 }
 
 /// [`http_request`] signed with SigV4 by the test credentials (empty payload). A `host`
