@@ -3,6 +3,8 @@
 //!
 //! - a cold sequential fill: one client reads a cold 1 GiB object in 1 MiB ranges, in
 //!   order, twice per target (a fresh object each time), the targets taken in turn;
+//! - a cold herd: cold-herd's 64 clients GET a cold 64 MiB object at once, twice per
+//!   target (a fresh object each time), in turns;
 //! - memory hits: hot-random's load, 5 rounds of 2 s per target, round-robin.
 //!
 //! Beside the CPU it counts the page faults (minor and major) the server's processes took
@@ -27,6 +29,42 @@ pub(super) fn fill_objects() -> Vec<String> {
     (0..FILL_ROUNDS * FILL_SLOTS)
         .map(|index| format!("cpu-fill-{index}.bin"))
         .collect()
+}
+
+/// The cold herds' objects, as [`fill_objects`].
+pub(super) fn herd_objects() -> Vec<String> {
+    (0..FILL_ROUNDS * FILL_SLOTS)
+        .map(|index| format!("cpu-herd-{index}.bin"))
+        .collect()
+}
+
+/// Runs `load` on each of `targets` in `FILL_ROUNDS` turns, every turn in the other
+/// order, each run on a fresh object of `objects` (one per round and target slot).
+async fn in_turns<F, Fut>(
+    targets: &[Target],
+    origin: &Forwarder,
+    objects: &[String],
+    load: F,
+) -> Vec<Vec<Run>>
+where
+    F: Fn(String, String) -> Fut,
+    Fut: std::future::Future<Output = Run>,
+{
+    let mut runs: Vec<Vec<Run>> = targets.iter().map(|_| Vec::new()).collect();
+    for round in 0..FILL_ROUNDS {
+        // Every round in the other order, so a drift of the machine touches all alike.
+        let mut order: Vec<usize> = (0..targets.len()).collect();
+        if round % 2 == 1 {
+            order.reverse();
+        }
+        for at in order {
+            let key = &objects[round * FILL_SLOTS + at];
+            let run = counted(&targets[at], origin, &|base| load(base, key.clone())).await;
+            print_run(&format!("{} #{}", targets[at].name, round + 1), &run, false);
+            runs[at].push(run);
+        }
+    }
+    runs
 }
 
 /// One core's CRC throughput, per algorithm, over a 4 MiB block.
@@ -100,21 +138,20 @@ pub(super) async fn cpu_scenario(
         "cpu: core-seconds per GiB served; a cold fill of 1 GiB in 1 MiB ranges, twice per target, in turns",
         false,
     );
-    let mut fills: Vec<Vec<Run>> = targets.iter().map(|_| Vec::new()).collect();
-    let objects = fill_objects();
-    for round in 0..FILL_ROUNDS {
-        // Every round in the other order, so a drift of the machine touches all alike.
-        let mut order: Vec<usize> = (0..targets.len()).collect();
-        if round % 2 == 1 {
-            order.reverse();
-        }
-        for at in order {
-            let key = objects[round * FILL_SLOTS + at].clone();
-            let run = counted(&targets[at], origin, &|base| sequential(base, &key)).await;
-            print_run(&format!("{} #{}", targets[at].name, round + 1), &run, false);
-            fills[at].push(run);
-        }
-    }
+    let fills = in_turns(&targets, origin, &fill_objects(), |base, key| async move {
+        sequential(base, &key).await
+    })
+    .await;
+    print_header(
+        &format!(
+            "cpu: a cold herd, {HERD_CLIENTS} clients GET a cold 64 MiB object at once, twice per target, in turns"
+        ),
+        false,
+    );
+    let herds = in_turns(&targets, origin, &herd_objects(), |base, key| async move {
+        herd(base, &key).await
+    })
+    .await;
     let mut hot_targets = targets.clone();
     hot_targets.push(portico_target("portico-twin", &twin, bucket));
     hot_targets.push(portico_target("portico-verify", &verifying, bucket));
@@ -131,45 +168,54 @@ pub(super) async fn cpu_scenario(
 
     println!();
     println!(
-        "{:<13} {:>22} {:>22}",
-        "core-s/GiB", "cold fill (each round)", "memory hits"
+        "{:<13} {:>22} {:>22} {:>12}",
+        "core-s/GiB", "cold fill (each round)", "cold herd (each round)", "memory hits"
     );
-    let fill_cost: Vec<Vec<f64>> = fills
-        .iter()
-        .map(|runs| runs.iter().map(Run::core_seconds_per_gib).collect())
-        .collect();
+    let costs = |runs: &[Vec<Run>]| -> Vec<Vec<f64>> {
+        runs.iter()
+            .map(|runs| runs.iter().map(Run::core_seconds_per_gib).collect())
+            .collect()
+    };
+    let (fill_cost, herd_cost) = (costs(&fills), costs(&herds));
     let mean = |costs: &[f64]| costs.iter().sum::<f64>() / costs.len() as f64;
-    for ((target, costs), hot) in targets.iter().zip(&fill_cost).zip(&hot) {
+    let each = |costs: &[f64]| -> String {
         let each: Vec<String> = costs.iter().map(|cost| format!("{cost:.2}")).collect();
+        each.join(" / ")
+    };
+    for (at, target) in targets.iter().enumerate() {
         println!(
-            "{:<13} {:>22} {:>22.3}",
+            "{:<13} {:>22} {:>22} {:>12.3}",
             target.name,
-            each.join(" / "),
-            hot.core_seconds_per_gib()
+            each(&fill_cost[at]),
+            each(&herd_cost[at]),
+            hot[at].core_seconds_per_gib()
         );
     }
     println!();
     println!(
-        "{:<13} {:>34} {:>22}",
-        "faults/GiB", "cold fill, minor+major (each round)", "memory hits"
+        "{:<13} {:>34} {:>22} {:>12}",
+        "faults/GiB",
+        "cold fill, minor+major (each round)",
+        "cold herd (each round)",
+        "memory hits"
     );
-    for ((target, runs), hot) in targets.iter().zip(&fills).zip(&hot) {
-        let each: Vec<String> = runs
-            .iter()
-            .map(|run| {
-                let (minor, major) = run.faults_per_gib();
-                format!("{minor:.0}+{major:.0}")
-            })
-            .collect();
-        let (minor, major) = hot.faults_per_gib();
+    let faults = |run: &Run| -> String {
+        let (minor, major) = run.faults_per_gib();
+        format!("{minor:.0}+{major:.0}")
+    };
+    for (at, target) in targets.iter().enumerate() {
+        let fill: Vec<String> = fills[at].iter().map(faults).collect();
+        let herd: Vec<String> = herds[at].iter().map(faults).collect();
         println!(
-            "{:<13} {:>34} {:>22}",
+            "{:<13} {:>34} {:>22} {:>12}",
             target.name,
-            each.join(" / "),
-            format!("{minor:.0}+{major:.0}")
+            fill.join(" / "),
+            herd.join(" / "),
+            faults(&hot[at])
         );
     }
     let (portico_fill, nginx_fill) = (mean(&fill_cost[0]), mean(&fill_cost[1]));
+    let (portico_herd, nginx_herd) = (mean(&herd_cost[0]), mean(&herd_cost[1]));
     let (portico_hot, nginx_hot) = (hot[0].core_seconds_per_gib(), hot[1].core_seconds_per_gib());
     let verify = hot.last().expect("portico-verify's run");
     println!(
@@ -193,16 +239,23 @@ pub(super) async fn cpu_scenario(
         spread * 100.0,
         verdict(change.abs() <= spread)
     );
-    println!(
-        "portico / nginx: cold fill {:.2}x, memory hits {:.2}x",
+    let (fill, herd, hits) = (
         portico_fill / nginx_fill,
-        portico_hot / nginx_hot
+        portico_herd / nginx_herd,
+        portico_hot / nginx_hot,
+    );
+    println!(
+        "portico / nginx core-s/GiB: cold fill {fill:.2}x (target <= 0.8: {}), cold herd {herd:.2}x (target <= 1.0: {}), memory hits {hits:.2}x (target <= 0.6: {})",
+        verdict(fill <= 0.8),
+        verdict(herd <= 1.0),
+        verdict(hits <= 0.6)
     );
     if baseline.is_some() {
         let fill_rise = portico_fill / mean(&fill_cost[2]);
+        let herd_rise = portico_herd / mean(&herd_cost[2]);
         let hot_rise = portico_hot / hot[2].core_seconds_per_gib();
         println!(
-            "portico / portico-base: cold fill {fill_rise:.3}x (target <= 1.10: {}), memory hits {hot_rise:.3}x (target <= 1.10: {})",
+            "portico / portico-base: cold fill {fill_rise:.3}x (target <= 1.10: {}), cold herd {herd_rise:.3}x, memory hits {hot_rise:.3}x (target <= 1.10: {})",
             verdict(fill_rise <= 1.10),
             verdict(hot_rise <= 1.10)
         );
@@ -214,7 +267,7 @@ pub(super) async fn cpu_scenario(
         baseline.stop().await;
     }
     // The later scenarios need the room: the disk tiers reserved theirs in full, and the
-    // fill objects take 6 GiB at the origin.
+    // fill and herd objects take 6.4 GiB at the origin.
     for dir in [
         "portico-cpu",
         "portico-cpu-base",
@@ -223,7 +276,7 @@ pub(super) async fn cpu_scenario(
     ] {
         std::fs::remove_dir_all(work.join(dir)).ok();
     }
-    for object in fill_objects() {
+    for object in fill_objects().into_iter().chain(herd_objects()) {
         let deleted = direct
             .delete_object()
             .bucket(bucket)

@@ -194,6 +194,10 @@ pub(super) async fn upload_scenario_objects(
         for (seed, object) in (200..).zip(cpu::fill_objects()) {
             upload_large(direct, bucket, work, &object, SEQUENTIAL_BYTES, seed).await;
         }
+        for (seed, object) in (300..).zip(cpu::herd_objects()) {
+            let herd = random_bytes(HERD_BYTES as usize, seed);
+            upload(direct, bucket, &object, ByteStream::from(herd)).await;
+        }
     }
     let hot = ["hot-random", "mixed", "cpu", "cluster-hot-random"];
     if hot.into_iter().any(&wanted) {
@@ -332,6 +336,23 @@ pub(super) async fn hot_random_disk_scenario(
     println!(
         "read from the device (not the page cache) in the measured rounds: {}",
         storage_read.join(", ")
+    );
+    let costs: Vec<String> = disk_targets
+        .iter()
+        .zip(&runs)
+        .map(|(target, run)| {
+            let (minor, major) = run.faults_per_gib();
+            format!(
+                "{} {:.3} ({:.0} faults/GiB)",
+                target.name,
+                run.core_seconds_per_gib(),
+                minor + major
+            )
+        })
+        .collect();
+    println!(
+        "core-s/GiB served in the measured rounds (the server's processes): {}",
+        costs.join(", ")
     );
     let device = device::random_read_mib_per_sec(
         work,

@@ -57,8 +57,13 @@ pub(super) async fn joined(
 }
 
 pub(super) async fn cold_herd(base: String) -> Run {
+    herd(base, "herd.bin").await
+}
+
+/// [`HERD_CLIENTS`] clients GET object `key` (of [`HERD_BYTES`]) whole, all at once.
+pub(super) async fn herd(base: String, key: &str) -> Run {
     let client = http_client();
-    let url = format!("{base}/herd.bin");
+    let url = format!("{base}/{key}");
     let gate = std::sync::Arc::new(tokio::sync::Barrier::new(HERD_CLIENTS + 1));
     let mut clients = Vec::new();
     for _ in 0..HERD_CLIENTS {
