@@ -16,9 +16,10 @@ use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
 
 /// The on-disk format. 1 was foyer's `FsDevice` (one file per engine block); 2 is one data
-/// file of whole blocks; 3 is one data file of block pieces. Bump it whenever what the data
-/// file holds changes meaning.
-pub const FORMAT_VERSION: u32 = 3;
+/// file of whole blocks; 3 is one data file of block pieces; 4 is 3 with foyer's entry
+/// checksums in CRC-64/NVME instead of XxHash64 (vendor/README.md). Bump it whenever what
+/// the data file holds changes meaning.
+pub const FORMAT_VERSION: u32 = 4;
 /// The disk tier's unit: blocks are stored (and read) in pieces of this size, so a ranged
 /// read from disk reads the pieces it overlaps, not its whole block. Smaller pieces read
 /// less per range but cost a header, a page of alignment and an index entry each.
@@ -437,7 +438,7 @@ mod tests {
         };
         assert_eq!(
             older.mismatch(&format).unwrap(),
-            "format changed from 1 to 3"
+            "format changed from 1 to 4"
         );
         // A format 2 file (whole blocks, no piece size) is read, and replaced.
         let format_2 = "format = 2\nblock_size = 4194304\nengine_block_bytes = 71319552\ncapacity = 10737418240\n";
@@ -446,7 +447,16 @@ mod tests {
                 .unwrap()
                 .mismatch(&format)
                 .unwrap(),
-            "format changed from 2 to 3"
+            "format changed from 2 to 4"
+        );
+        // A format 3 file (pieces whose foyer checksums are XxHash64) is replaced too.
+        let format_3 = format.render().replace("format = 4", "format = 3");
+        assert_eq!(
+            DiskFormat::parse(&format_3)
+                .unwrap()
+                .mismatch(&format)
+                .unwrap(),
+            "format changed from 3 to 4"
         );
         assert_eq!(format.piece_bytes, PIECE_BYTES);
         assert_eq!(DiskFormat::new(64 << 10, 10 << 30).piece_bytes, 64 << 10);
