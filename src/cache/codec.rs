@@ -6,6 +6,8 @@
 
 use std::io::{Read, Write};
 
+use bytes::Bytes;
+
 use foyer::{Error, ErrorKind, Result};
 
 /// Upper bound on a decoded block: the largest block size plus slack.
@@ -122,6 +124,26 @@ pub fn get_bytes(reader: &mut impl Read) -> Result<Vec<u8>> {
         return Err(parse_error("encoded block is shorter than its length"));
     }
     Ok(bytes)
+}
+
+/// [`get_bytes`] from an owned buffer at `at`: the bytes are a slice of `buffer`, not a
+/// copy. The checks are [`get_bytes`]'s.
+pub fn get_bytes_owned(buffer: &Bytes, at: usize) -> Result<Bytes> {
+    let header = buffer
+        .get(at..at + 8)
+        .ok_or_else(|| parse_error("encoded block is shorter than its length"))?;
+    let mut raw = [0u8; 8];
+    raw.copy_from_slice(header);
+    let length = u64::from_le_bytes(raw);
+    if length > MAX_BLOCK_BYTES {
+        return Err(parse_error("encoded block is longer than any block size"));
+    }
+    // Bounded above by MAX_BLOCK_BYTES, so the cast cannot truncate.
+    let end = at + 8 + length as usize;
+    if buffer.len() < end {
+        return Err(parse_error("encoded block is shorter than its length"));
+    }
+    Ok(buffer.slice(at + 8..end))
 }
 
 pub fn get_str(reader: &mut impl Read) -> Result<String> {

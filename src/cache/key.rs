@@ -13,8 +13,8 @@ use bytes::Bytes;
 use foyer::{Code, Result};
 
 use super::codec::{
-    get_bytes, get_str, get_u8, get_u32, get_u64, parse_error, put_bytes, put_str, put_u8, put_u32,
-    put_u64, str_size,
+    get_bytes, get_bytes_owned, get_str, get_u8, get_u32, get_u64, parse_error, put_bytes, put_str,
+    put_u8, put_u32, put_u64, str_size,
 };
 use super::meta::MetaRecord;
 use crate::types::{BlockIndex, ObjectRef};
@@ -210,6 +210,15 @@ impl Code for CacheValue {
         }
     }
 
+    /// A piece read from disk keeps its bytes in the buffer foyer read it into (checked
+    /// by foyer's entry checksum before this runs): serving it copies nothing more.
+    fn decode_owned(bytes: Bytes) -> Result<Self> {
+        match bytes.first() {
+            Some(&TAG_BLOCK) => Ok(Self::Block(get_bytes_owned(&bytes, 1)?)),
+            _ => Self::decode(&mut &bytes[..]),
+        }
+    }
+
     fn estimated_size(&self) -> usize {
         match self {
             Self::Block(bytes) => 1 + 8 + bytes.len(),
@@ -239,7 +248,10 @@ mod tests {
             value.estimated_size(),
             "estimated size of {value:?}"
         );
-        T::decode(&mut bytes.as_slice()).unwrap()
+        let decoded = T::decode(&mut bytes.as_slice()).unwrap();
+        // A disk load decodes from the buffer it read into: the same value.
+        assert_eq!(T::decode_owned(Bytes::from(bytes)).unwrap(), decoded);
+        decoded
     }
 
     #[test]
@@ -307,6 +319,8 @@ mod tests {
     fn unknown_tags_are_rejected() {
         assert!(CacheKey::decode(&mut [9u8].as_slice()).is_err());
         assert!(CacheValue::decode(&mut [9u8].as_slice()).is_err());
+        assert!(CacheValue::decode_owned(Bytes::from_static(&[9u8])).is_err());
+        assert!(CacheValue::decode_owned(Bytes::new()).is_err());
     }
 
     #[test]
@@ -314,6 +328,7 @@ mod tests {
         let mut bytes = vec![TAG_BLOCK];
         bytes.extend_from_slice(&u64::MAX.to_le_bytes());
         assert!(CacheValue::decode(&mut bytes.as_slice()).is_err());
+        assert!(CacheValue::decode_owned(Bytes::from(bytes)).is_err());
     }
 
     #[test]
@@ -330,6 +345,29 @@ mod tests {
         encoded.pop();
         let error = CacheValue::decode(&mut encoded.as_slice()).unwrap_err();
         assert!(error.to_string().contains("shorter"), "{error}");
+        let error = CacheValue::decode_owned(Bytes::from(encoded.clone())).unwrap_err();
+        assert!(error.to_string().contains("shorter"), "{error}");
+        // Cut inside the length itself.
+        encoded.truncate(5);
+        let error = CacheValue::decode_owned(Bytes::from(encoded)).unwrap_err();
+        assert!(error.to_string().contains("shorter"), "{error}");
+    }
+
+    #[test]
+    fn a_block_decoded_from_an_owned_buffer_is_a_slice_of_it_not_a_copy() {
+        let mut encoded = Vec::new();
+        let data = Bytes::from(vec![7u8; 64 * 1024]);
+        CacheValue::Block(data.clone())
+            .encode(&mut encoded)
+            .unwrap();
+        // Bytes after the value (foyer reads whole pages) are not part of it.
+        encoded.extend_from_slice(&[0u8; 100]);
+        let buffer = Bytes::from(encoded);
+        let CacheValue::Block(block) = CacheValue::decode_owned(buffer.clone()).unwrap() else {
+            panic!("a block value decodes as a block");
+        };
+        assert_eq!(block, data);
+        assert_eq!(block.as_ptr(), buffer[9..].as_ptr(), "the block is copied");
     }
 
     proptest! {

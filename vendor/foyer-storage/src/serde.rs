@@ -161,8 +161,10 @@ pub struct EntryDeserializer;
 
 impl EntryDeserializer {
     #[cfg_attr(feature = "tracing", fastrace::trace(name = "foyer::storage::serde::deserialize"))]
+    /// Portico's patch: `buffer` is owned, so that an uncompressed value decodes through
+    /// [`foyer_common::code::Code::decode_owned`] and may keep its part of it uncopied.
     pub fn deserialize<K, V>(
-        buffer: &[u8],
+        buffer: bytes::Bytes,
         ken_len: usize,
         value_len: usize,
         compression: Compression,
@@ -189,8 +191,10 @@ impl EntryDeserializer {
         }
 
         // deserialize value
-        let buf = &buffer[..value_len];
-        let value = Self::deserialize_value(buf, compression)?;
+        let value = match compression {
+            Compression::None => V::decode_owned(buffer.slice(..value_len))?,
+            compression => Self::deserialize_value(&buffer[..value_len], compression)?,
+        };
 
         // deserialize key
         let buf = &buffer[value_len..value_len + ken_len];

@@ -62,7 +62,10 @@ use crate::{
         },
     },
     filter::conditions::IoThrottle,
-    io::{PAGE, bytes::IoSliceMut},
+    io::{
+        PAGE,
+        bytes::{IoB, IoSliceMut},
+    },
     keeper::PieceRef,
     serde::EntryDeserializer,
 };
@@ -668,8 +671,10 @@ where
 
             let (key, value) = {
                 let now = Instant::now();
+                // Portico's patch: the value may keep its part of the read buffer.
+                let buf = bytes::Bytes::from_owner(ReadBuffer(buf));
                 let res = match EntryDeserializer::deserialize::<K, V>(
-                    &buf[EntryHeader::serialized_len()..],
+                    buf.slice(EntryHeader::serialized_len()..),
                     header.key_len as _,
                     header.value_len as _,
                     header.compression,
@@ -1402,5 +1407,15 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(engine.inner.block_manager.blocks(), (1 + 2 + 4) * MB / (64 * KB));
+    }
+}
+
+/// Portico's patch: a buffer an entry was read into, owned by the `Bytes` its value
+/// decodes from.
+struct ReadBuffer(Box<dyn IoB>);
+
+impl AsRef<[u8]> for ReadBuffer {
+    fn as_ref(&self) -> &[u8] {
+        &self.0
     }
 }
