@@ -269,7 +269,8 @@ async fn suite() {
 
     if wanted("cpu") {
         let at_origin = (&direct, bucket.as_str());
-        cpu::cpu_scenario(&settings, work.path(), &targets[NGINX], &origin, at_origin).await;
+        let dirs = (work.path(), ceiling_objects.as_path());
+        cpu::cpu_scenario(&settings, dirs, &targets[NGINX], &origin, at_origin).await;
     }
 
     if wanted("mixed") {

@@ -5,7 +5,9 @@
 //!   order, twice per target (a fresh object each time), the targets taken in turn;
 //! - a cold herd: cold-herd's 64 clients GET a cold 64 MiB object at once, twice per
 //!   target (a fresh object each time), in turns;
-//! - memory hits: hot-random's load, 5 rounds of 2 s per target, round-robin.
+//! - memory hits: hot-random's load, 5 rounds of 2 s per target, round-robin, the
+//!   loopback ceiling `ceil-wr` among them (the least CPU any server can spend to write
+//!   the bytes it holds in memory to a socket).
 //!
 //! Beside the CPU it counts the page faults (minor and major) the server's processes took
 //! per GiB served. It starts with what one pass of each CRC Portico can check blocks with
@@ -99,7 +101,7 @@ fn crc_costs() {
 
 pub(super) async fn cpu_scenario(
     settings: &Settings,
-    work: &Path,
+    (work, ceiling_objects): (&Path, &Path),
     nginx: &Target,
     origin: &Forwarder,
     (direct, bucket): (&aws_sdk_s3::Client, &str),
@@ -153,6 +155,13 @@ pub(super) async fn cpu_scenario(
     })
     .await;
     let mut hot_targets = targets.clone();
+    let ceiling = super::ceiling::Ceiling::start(ceiling_objects, super::ceiling::Sending::Write);
+    let ceiling_at = hot_targets.len();
+    hot_targets.push(Target {
+        name: "ceil-wr",
+        base: local_base(ceiling.port, bucket),
+        pids: vec![ceiling.pid()],
+    });
     hot_targets.push(portico_target("portico-twin", &twin, bucket));
     hot_targets.push(portico_target("portico-verify", &verifying, bucket));
     for target in &hot_targets {
@@ -165,6 +174,7 @@ pub(super) async fn cpu_scenario(
         settle_disk_writes(node).await;
     }
     let (hot, spreads) = hot_rounds(&hot_targets, origin).await;
+    ceiling.stop();
 
     println!();
     println!(
@@ -249,6 +259,14 @@ pub(super) async fn cpu_scenario(
         verdict(fill <= 0.8),
         verdict(herd <= 1.0),
         verdict(hits <= 0.6)
+    );
+    // The hits' target is 0.6x nginx's cost or 1.2x the ceiling's, whichever is higher.
+    let ceiling_hot = hot[ceiling_at].core_seconds_per_gib();
+    let allowed = (0.6 * nginx_hot).max(1.2 * ceiling_hot);
+    println!(
+        "memory hits: portico {portico_hot:.3} core-s/GiB, ceil-wr {ceiling_hot:.3} ({:.2}x the ceiling's); target <= max(0.6x nginx, 1.2x ceil-wr) = {allowed:.3}: {}",
+        portico_hot / ceiling_hot,
+        verdict(portico_hot <= allowed)
     );
     if baseline.is_some() {
         let fill_rise = portico_fill / mean(&fill_cost[2]);
