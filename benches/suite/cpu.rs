@@ -155,13 +155,9 @@ pub(super) async fn cpu_scenario(
     })
     .await;
     let mut hot_targets = targets.clone();
-    let ceiling = super::ceiling::Ceiling::start(ceiling_objects, super::ceiling::Sending::Write);
+    let ceiling = ceiling::Ceiling::start(ceiling_objects, ceiling::Sending::Write);
     let ceiling_at = hot_targets.len();
-    hot_targets.push(Target {
-        name: "ceil-wr",
-        base: local_base(ceiling.port, bucket),
-        pids: vec![ceiling.pid()],
-    });
+    hot_targets.push(ceiling_target("ceil-wr", &ceiling, bucket));
     hot_targets.push(portico_target("portico-twin", &twin, bucket));
     hot_targets.push(portico_target("portico-verify", &verifying, bucket));
     for target in &hot_targets {

@@ -121,11 +121,7 @@ pub(super) async fn hot_random_scenario(
         pids: with_children(nginx_sendfile.child.id()),
     });
     for (name, ceiling) in ["ceil-wr", "ceil-sf"].into_iter().zip(&ceilings) {
-        hot_targets.push(Target {
-            name,
-            base: local_base(ceiling.port, bucket),
-            pids: vec![ceiling.pid()],
-        });
+        hot_targets.push(ceiling_target(name, ceiling, bucket));
     }
     let runs = run_interleaved(
         "hot-random: 16 clients, random 64 KiB-4 MiB ranges of a 256 MiB working set, 5 rounds of 2 s per target, round-robin, after 2 warm-up reads",

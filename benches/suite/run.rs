@@ -70,6 +70,19 @@ pub(super) fn portico_target(name: &'static str, portico: &Portico, bucket: &str
     }
 }
 
+/// A loopback ceiling, as a target named `name`.
+pub(super) fn ceiling_target(
+    name: &'static str,
+    ceiling: &ceiling::Ceiling,
+    bucket: &str,
+) -> Target {
+    Target {
+        name,
+        base: local_base(ceiling.port, bucket),
+        pids: vec![ceiling.pid()],
+    }
+}
+
 /// The base URLs a target's `base` lists.
 pub(super) fn bases(base: &str) -> Vec<String> {
     base.split_whitespace().map(str::to_owned).collect()

@@ -108,14 +108,21 @@ pub fn get_i64(reader: &mut impl Read) -> Result<i64> {
     Ok(i64::from_le_bytes(buf))
 }
 
-pub fn get_bytes(reader: &mut impl Read) -> Result<Vec<u8>> {
-    let length = get_u64(reader)?;
+/// An encoded block's length, refused beyond [`MAX_BLOCK_BYTES`] before anything is
+/// allocated or sliced for it.
+fn block_length(length: u64) -> Result<usize> {
     if length > MAX_BLOCK_BYTES {
         return Err(parse_error("encoded block is longer than any block size"));
     }
-    // Bounded above by MAX_BLOCK_BYTES, so the cast cannot truncate. Read into spare
-    // capacity: zeroing a block's worth of memory first would cost as much as the copy.
-    let mut bytes = Vec::with_capacity(length as usize);
+    // Bounded above by MAX_BLOCK_BYTES, so the cast cannot truncate.
+    Ok(length as usize)
+}
+
+pub fn get_bytes(reader: &mut impl Read) -> Result<Vec<u8>> {
+    let length = get_u64(reader)?;
+    // Read into spare capacity: zeroing a block's worth of memory first would cost as
+    // much as the copy.
+    let mut bytes = Vec::with_capacity(block_length(length)?);
     reader
         .take(length)
         .read_to_end(&mut bytes)
@@ -134,12 +141,7 @@ pub fn get_bytes_owned(buffer: &Bytes, at: usize) -> Result<Bytes> {
         .ok_or_else(|| parse_error("encoded block is shorter than its length"))?;
     let mut raw = [0u8; 8];
     raw.copy_from_slice(header);
-    let length = u64::from_le_bytes(raw);
-    if length > MAX_BLOCK_BYTES {
-        return Err(parse_error("encoded block is longer than any block size"));
-    }
-    // Bounded above by MAX_BLOCK_BYTES, so the cast cannot truncate.
-    let end = at + 8 + length as usize;
+    let end = at + 8 + block_length(u64::from_le_bytes(raw))?;
     if buffer.len() < end {
         return Err(parse_error("encoded block is shorter than its length"));
     }
