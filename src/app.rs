@@ -288,6 +288,7 @@ impl Serving {
             maintenance,
             invalidator,
         } = parts;
+        let auth = api::authenticator(config, stopping.clone())?;
         let peers = listeners
             .cluster
             .take()
@@ -301,6 +302,7 @@ impl Serving {
                     secret: config.cluster.secret.clone(),
                     block_size: config.cache.block_size.bytes(),
                     tls: peer_tls.clone(),
+                    tenants: auth.clone(),
                 });
                 tokio::spawn(cluster::serve(listener, state, stopping.clone()))
             });
@@ -320,8 +322,8 @@ impl Serving {
             listings,
             cluster.clone(),
             metrics.clone(),
-            stopping.clone(),
-        )?;
+            auth,
+        );
         let s3 = tokio::spawn(api::serve(
             listeners.s3,
             front,

@@ -22,8 +22,8 @@ use serde::Deserialize;
 
 use crate::config::ByteSize;
 
-/// The tenant of requests without a credential, of warm jobs, and of fills this node
-/// makes for other members.
+/// The tenant of requests without a credential, of warm jobs, and of fills other members
+/// ask this node for in a tenant it does not know.
 pub const DEFAULT_TENANT: &str = "default";
 
 /// The largest accepted weight: a share 10,000 times another's is already all of it.
@@ -76,7 +76,7 @@ impl TenantSpec {
         }
         if self.name == DEFAULT_TENANT {
             return Some(format!(
-                "tenant name {DEFAULT_TENANT:?} is reserved: it is the tenant of requests without a credential, of warm jobs and of fills for other members"
+                "tenant name {DEFAULT_TENANT:?} is reserved: it is the tenant of requests without a credential and of warm jobs"
             ));
         }
         let zero = [

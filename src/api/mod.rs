@@ -40,28 +40,19 @@ use crate::upstream::Origins;
 use limits::RequestLimits;
 use passthrough::{Passthrough, WriteThrough};
 
-/// Builds the S3 service for `config`; fails when the credentials file cannot be loaded.
-pub fn service(
+/// The verifier of client signatures `config` asks for (`None` with `auth.mode =
+/// "none"`), its credentials file watched until `shutdown`; fails when the file cannot be
+/// loaded.
+pub fn authenticator(
     config: &Config,
-    read: ReadPath,
-    upstreams: Arc<Origins>,
-    listings: Option<Arc<ListingCache>>,
-    cluster: Option<Arc<Cluster>>,
-    metrics: Arc<Metrics>,
     shutdown: Shutdown,
-) -> Result<Front, CredentialsError> {
-    let mut builder = S3ServiceBuilder::new(s3::PorticoS3::new(read.clone()));
-    let hosts =
-        (!config.server.domains.is_empty()).then(|| VirtualHosts::new(&config.server.domains));
-    if let Some(hosts) = &hosts {
-        builder.set_host(hosts.clone());
-    }
-    let auth = match config.auth.mode {
+) -> Result<Option<Arc<Authenticator>>, CredentialsError> {
+    match config.auth.mode {
         AuthMode::None => {
             tracing::warn!(
                 "auth.mode = \"none\": S3 requests are not authenticated; anyone who reaches the S3 listener can use Portico's upstream credentials"
             );
-            None
+            Ok(None)
         }
         AuthMode::Sigv4 => {
             let auth = &config.auth;
@@ -71,12 +62,30 @@ pub fn service(
                 .then(|| auth.credentials_file.clone());
             let credentials = CredentialStore::open(configured, file)?;
             credentials.watch(shutdown);
-            Some(Arc::new(Authenticator::new(
+            Ok(Some(Arc::new(Authenticator::new(
                 credentials,
                 config.client_region(),
-            )))
+            ))))
         }
-    };
+    }
+}
+
+/// Builds the S3 service for `config`, verifying signatures with `auth` when given.
+pub fn service(
+    config: &Config,
+    read: ReadPath,
+    upstreams: Arc<Origins>,
+    listings: Option<Arc<ListingCache>>,
+    cluster: Option<Arc<Cluster>>,
+    metrics: Arc<Metrics>,
+    auth: Option<Arc<Authenticator>>,
+) -> Front {
+    let mut builder = S3ServiceBuilder::new(s3::PorticoS3::new(read.clone()));
+    let hosts =
+        (!config.server.domains.is_empty()).then(|| VirtualHosts::new(&config.server.domains));
+    if let Some(hosts) = &hosts {
+        builder.set_host(hosts.clone());
+    }
     let write_through = config.cache.write_through.then(|| WriteThrough {
         // Held in memory until the upload completes: at most a quarter of the memory tier.
         max_object_bytes: config.cache.memory_capacity.bytes() / 4,
@@ -89,7 +98,7 @@ pub fn service(
         listings,
         cluster,
     ));
-    Ok(Front::new(
+    Front::new(
         builder.build(),
         passthrough,
         hosts,
@@ -101,5 +110,5 @@ pub fn service(
             http::HeaderName::from_bytes(config.server.cache_status_header.as_bytes()).ok(),
             fills,
         ),
-    ))
+    )
 }

@@ -253,6 +253,11 @@ impl CredentialStore {
         }
     }
 
+    /// The tenant named `name`; the default one when no credential or entry names it.
+    pub fn tenant_named(&self, name: &str) -> Arc<Tenant> {
+        self.inner.tenants.read().get(name)
+    }
+
     pub fn get(&self, access_key_id: &str) -> Option<Arc<Credential>> {
         if let Some(configured) = &self.inner.configured
             && configured.access_key_id == access_key_id

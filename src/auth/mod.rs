@@ -122,6 +122,11 @@ impl Authenticator {
         self.credentials.tenant(Some(credential))
     }
 
+    /// The tenant named `name`; the default one when no credential or entry names it.
+    pub fn tenant_named(&self, name: &str) -> Arc<crate::tenant::Tenant> {
+        self.credentials.tenant_named(name)
+    }
+
     /// Verifies the request's signature at time `now`.
     pub fn verify(&self, head: &RequestHead<'_>, now: SystemTime) -> Result<Verified, AuthError> {
         let header = |name: &str| head.headers.get(name).and_then(|value| value.to_str().ok());

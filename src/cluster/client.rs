@@ -4,15 +4,16 @@
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use http::{Method, Request, StatusCode, header};
+use http::{HeaderValue, Method, Request, StatusCode, header};
 use http_body_util::{BodyExt, Full, Limited};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use portico_http_client::Connector;
 
 use super::protocol::{
-    BLOCK_PATH, BlockRequest, CRC_HEADER, HEALTH_PATH, INVALIDATE_PATH, InvalidateRequest,
-    LEASE_PATH, LeaseRequest, MISSING_HEADER, PURGE_PATH, PurgeRequest, RESULT_HEADER, ZONE_HEADER,
+    BLOCK_PATH, BlockRequest, CRC_HEADER, FILL_HEADER, FillHeaders, HEALTH_PATH, INVALIDATE_PATH,
+    InvalidateRequest, LEASE_PATH, LeaseRequest, MISSING_HEADER, PURGE_PATH, PurgeRequest,
+    RESULT_HEADER, TENANT_HEADER, ZONE_HEADER,
 };
 use crate::object::Missing;
 use crate::source::{PeerError, PeerId};
@@ -73,11 +74,11 @@ impl PeerClient {
     }
 
     /// The bytes `request` names from `peer`, exactly `length` of them, of the version
-    /// `request.etag` names.
+    /// `request.etag` names; a fill from the origin is for `fill`'s tenant and class.
     pub async fn block(
         &self,
         peer: &PeerId,
-        request: &BlockRequest,
+        (request, fill): (&BlockRequest, FillHeaders<'_>),
         length: u64,
         head: &ResponseHead,
     ) -> Result<Fetched, PeerError> {
@@ -87,7 +88,10 @@ impl PeerClient {
         };
         let body = serde_json::to_vec(request).map_err(|error| failed(error.to_string()))?;
         let exchange = async {
-            let response = self.send(peer, Method::POST, BLOCK_PATH, body).await?;
+            let headers = [(TENANT_HEADER, fill.tenant), (FILL_HEADER, fill.class)];
+            let response = self
+                .send(peer, (Method::POST, BLOCK_PATH), &headers, body)
+                .await?;
             let status = response.status();
             let headers = response.headers().clone();
             match status {
@@ -161,7 +165,7 @@ impl PeerClient {
         let body = serde_json::to_vec(request).map_err(|error| error.to_string())?;
         let exchange = async {
             let response = self
-                .send(peer, Method::POST, PURGE_PATH, body)
+                .send(peer, (Method::POST, PURGE_PATH), &[], body)
                 .await
                 .map_err(|error| error.to_string())?;
             let status = response.status();
@@ -228,7 +232,7 @@ impl PeerClient {
         let body = serde_json::to_vec(request).map_err(|error| error.to_string())?;
         let exchange = async {
             let response = self
-                .send(peer, Method::POST, path, body)
+                .send(peer, (Method::POST, path), &[], body)
                 .await
                 .map_err(|error| error.to_string())?;
             match response.status() {
@@ -246,7 +250,7 @@ impl PeerClient {
         let started = Instant::now();
         let exchange = async {
             let response = self
-                .send(peer, Method::GET, HEALTH_PATH, Vec::new())
+                .send(peer, (Method::GET, HEALTH_PATH), &[], Vec::new())
                 .await
                 .map_err(|error| error.to_string())?;
             match response.status() {
@@ -259,22 +263,30 @@ impl PeerClient {
             .unwrap_or_else(|_| Err(format!("no answer within {HEALTH_TIMEOUT:?}")))
     }
 
+    /// Sends `body` to `path` of `peer` with `headers` besides the secret; a header whose
+    /// value cannot be sent is left out.
     async fn send(
         &self,
         peer: &PeerId,
-        method: Method,
-        path: &str,
+        (method, path): (Method, &str),
+        headers: &[(&'static str, &str)],
         body: Vec<u8>,
     ) -> Result<http::Response<hyper::body::Incoming>, PeerError> {
         let failed = |reason: String| PeerError::Failed {
             peer: peer.clone(),
             reason,
         };
-        let request = Request::builder()
+        let mut request = Request::builder()
             .method(method)
             .uri(format!("{}://{peer}{path}", self.scheme))
             .header(header::AUTHORIZATION, &self.authorization)
-            .header(header::CONTENT_TYPE, "application/json")
+            .header(header::CONTENT_TYPE, "application/json");
+        for (name, value) in headers {
+            if let Ok(value) = HeaderValue::from_str(value) {
+                request = request.header(*name, value);
+            }
+        }
+        let request = request
             .body(Full::new(Bytes::from(body)))
             .map_err(|error| failed(format!("request: {error}")))?;
         self.client

@@ -29,7 +29,7 @@ use async_trait::async_trait;
 use parking_lot::{Mutex, RwLock};
 
 pub use client::PeerClient;
-pub use protocol::{BlockRequest, InvalidateRequest, PurgeRequest, WrittenObject};
+pub use protocol::{BlockRequest, FillHeaders, InvalidateRequest, PurgeRequest, WrittenObject};
 pub use ring::{Ring, peer_id};
 pub use server::{PeerState, serve};
 
@@ -402,6 +402,8 @@ impl Peers for Cluster {
             block_size,
             index,
             within,
+            tenant,
+            class,
         } = ask;
         let request = BlockRequest {
             bucket: object.bucket().to_owned(),
@@ -419,7 +421,12 @@ impl Peers for Cluster {
         };
         let length = within.end.saturating_sub(within.start);
         let started = Instant::now();
-        match self.client.block(peer, &request, length, head).await {
+        let fill = FillHeaders { tenant, class };
+        match self
+            .client
+            .block(peer, (&request, fill), length, head)
+            .await
+        {
             Ok(fetched) if Crc::of(Algorithm::Crc64Nvme, &fetched.body).value != fetched.crc => {
                 // Changed on the way: never used, and the block comes from elsewhere.
                 self.metrics.integrity.count_mismatch("peer");

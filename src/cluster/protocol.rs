@@ -3,7 +3,11 @@
 //!
 //! - `POST /peer/v1/block` with a JSON [`BlockRequest`]: the bytes asked for of one block
 //!   (200), as the owner's cache holds them or from the whole block it fetched from the
-//!   upstream with `If-Match` on the ETag asked for. `ETag` repeats that ETag; `x-portico-peer-result` says `hit`
+//!   upstream with `If-Match` on the ETag asked for. Such a fill is for the tenant that
+//!   `x-portico-tenant` names and of the class `x-portico-fill` names (`demand`,
+//!   `prefetch`, `warm`): it waits its turn among that tenant's fills, is charged to its
+//!   byte rate and counted in its ledger, as a fill of the asking member's would be. A
+//!   tenant the owner does not know, or no header, is the default tenant's demand. `ETag` repeats that ETag; `x-portico-peer-result` says `hit`
 //!   or `miss`; `x-portico-crc64nvme` is the CRC64NVME of the body, in hex, which the asking
 //!   member checks before it uses a byte (an answer without it is refused). A changed
 //!   object answers 412, a missing one 404 with `x-portico-missing`.
@@ -32,6 +36,18 @@ pub const ZONE_HEADER: &str = "x-portico-zone";
 pub const CRC_HEADER: &str = "x-portico-crc64nvme";
 /// What is missing in a 404: `key`, `bucket` or `version`.
 pub const MISSING_HEADER: &str = "x-portico-missing";
+/// On a block request: the tenant a fill from the origin is for.
+pub const TENANT_HEADER: &str = "x-portico-tenant";
+/// On a block request: why the block is fetched, `demand`, `prefetch` or `warm`.
+pub const FILL_HEADER: &str = "x-portico-fill";
+
+/// Who a block request's fill is for: the values of [`TENANT_HEADER`] and
+/// [`FILL_HEADER`].
+#[derive(Debug, Clone, Copy)]
+pub struct FillHeaders<'a> {
+    pub tenant: &'a str,
+    pub class: &'a str,
+}
 
 /// A block asked of its owner: the object, the version its bytes must belong to, and
 /// which block.

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use axum::body::Body;
 use axum::extract::rejection::JsonRejection;
 use axum::extract::{Request, State};
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -18,13 +18,15 @@ use tokio::net::TcpListener;
 
 use super::listener::TlsListener;
 use super::protocol::{
-    BLOCK_PATH, BlockRequest, CRC_HEADER, HEALTH_PATH, INVALIDATE_PATH, InvalidateRequest,
-    LEASE_PATH, LeaseRequest, MISSING_HEADER, PURGE_PATH, PurgeRequest, RESULT_HEADER, ZONE_HEADER,
+    BLOCK_PATH, BlockRequest, CRC_HEADER, FILL_HEADER, HEALTH_PATH, INVALIDATE_PATH,
+    InvalidateRequest, LEASE_PATH, LeaseRequest, MISSING_HEADER, PURGE_PATH, PurgeRequest,
+    RESULT_HEADER, TENANT_HEADER, ZONE_HEADER,
 };
+use crate::auth::Authenticator;
 use crate::cache::Tier;
 use crate::checksum::{Algorithm, Running};
 use crate::object::{Missing, ObjectMeta};
-use crate::read::{ReadError, ReadPath};
+use crate::read::{FillClass, FillFor, ReadError, ReadPath};
 use crate::shutdown::Shutdown;
 use crate::telemetry::{Metrics, PeerResult};
 use crate::types::ObjectRef;
@@ -43,6 +45,9 @@ pub struct PeerState {
     pub block_size: u64,
     /// Mutual TLS on the peer port (`cluster.tls_*`); plain HTTP when absent.
     pub tls: Option<crate::tls::MutualTls>,
+    /// The tenants of the credentials file (`auth.mode = "sigv4"`): a fill for another
+    /// member is charged to the tenant it names.
+    pub tenants: Option<Arc<Authenticator>>,
 }
 
 pub fn router(state: Arc<PeerState>) -> Router {
@@ -110,6 +115,7 @@ fn refusal(status: StatusCode, message: impl Into<String>) -> Response {
 /// `POST /peer/v1/block`: the bytes asked for of a block of the version asked for.
 async fn block(
     State(state): State<Arc<PeerState>>,
+    headers: HeaderMap,
     body: Result<Json<BlockRequest>, JsonRejection>,
 ) -> Response {
     let request = match body {
@@ -140,7 +146,13 @@ async fn block(
     let [first, end] = request.within;
     let part = match state
         .read
-        .serve_peer(&object, meta, request.index, first..end)
+        .serve_peer(
+            &object,
+            meta,
+            request.index,
+            first..end,
+            fill_for(&state, &headers),
+        )
         .await
     {
         Ok(part) => part,
@@ -178,6 +190,18 @@ async fn block(
         HeaderValue::from_static(if hit { "hit" } else { "miss" }),
     );
     response
+}
+
+/// Who a fill for the asking member is for: the tenant its `x-portico-tenant` names when
+/// this node knows it, and the class `x-portico-fill` names; `None` (the default tenant's
+/// demand) without them.
+fn fill_for(state: &PeerState, headers: &HeaderMap) -> Option<FillFor> {
+    let named = |name: &str| headers.get(name).and_then(|value| value.to_str().ok());
+    let tenant = state.tenants.as_ref()?.tenant_named(named(TENANT_HEADER)?);
+    let class = named(FILL_HEADER)
+        .and_then(FillClass::named)
+        .unwrap_or(FillClass::Demand);
+    Some(FillFor { tenant, class })
 }
 
 /// The status a failed block read answers a member with: 412 and 404 are the upstream's

@@ -22,7 +22,7 @@ use super::{Internal, ReadError, Target};
 use crate::budget::Charge;
 use crate::cache::{BlockCache, BlockKey, Keep, LookupError, Part, Tier};
 use crate::source::ResponseHead;
-use crate::source::{BlockAsk, BlockSource, PeerError, PeerId, Peers};
+use crate::source::{BlockSource, PeerError, PeerId, Peers};
 use crate::telemetry::{Metrics, TRACE_TARGET};
 use crate::types::{BlockIndex, ByteRange, ObjectRef};
 
@@ -80,7 +80,8 @@ impl Blocks {
         &self.inner.fills
     }
 
-    /// The tenant of fetches no request is waiting for: warm jobs, other members'.
+    /// The tenant of fetches no request's tenant is known for: warm jobs, and other
+    /// members' that name none this node knows.
     pub(super) fn default_tenant(&self) -> Arc<crate::tenant::Tenant> {
         self.inner.fills.default_fill().tenant
     }
@@ -282,20 +283,7 @@ impl Blocks {
         {
             // Nothing of it stays here: only the bytes asked for cross the network.
             let asked = within.start as u64..within.end as u64;
-            match peers
-                .fetch(
-                    peer,
-                    BlockAsk {
-                        object,
-                        meta: &target.meta,
-                        block_size: target.layout.block_size(),
-                        index,
-                        within: asked,
-                    },
-                    answered,
-                )
-                .await
-            {
+            match peers.fetch(peer, target.ask(index, asked), answered).await {
                 Ok(block) if block.bytes.len() == within.len() => {
                     return Ok(Part::whole(block.bytes, Tier::Upstream));
                 }

@@ -12,7 +12,7 @@ use super::fills::FillSlots;
 use super::integrity::Integrity;
 use crate::checksum::{Algorithm, Crc};
 use crate::object::ObjectMeta;
-use crate::source::{BlockAsk, BlockSource, PeerError, ResponseHead, UpstreamError};
+use crate::source::{BlockSource, PeerError, ResponseHead, UpstreamError};
 use crate::telemetry::{Metrics, PeerResult};
 use crate::tenant::{Charge, charged};
 use crate::types::{BlockIndex, ByteRange, ObjectRef};
@@ -77,17 +77,7 @@ impl BlockFetch {
             // or, when that is this node, to the source.
             for asked in 1.. {
                 let failure = match peers
-                    .fetch(
-                        &peer,
-                        BlockAsk {
-                            object,
-                            meta,
-                            block_size,
-                            index,
-                            within: 0..range.len_bytes(),
-                        },
-                        &head,
-                    )
+                    .fetch(&peer, target.ask(index, 0..range.len_bytes()), &head)
                     .await
                 {
                     Ok(block) if block.bytes.len() as u64 == range.len_bytes() => {

@@ -36,6 +36,13 @@ impl FillClass {
             Self::Warm => "warm",
         }
     }
+
+    /// The class named `name` (as [`Self::as_str`] names it).
+    pub fn named(name: &str) -> Option<Self> {
+        [Self::Demand, Self::Prefetch, Self::Warm]
+            .into_iter()
+            .find(|class| class.as_str() == name)
+    }
 }
 
 /// Who a block fetch is for: the tenant it is charged to and why.
@@ -62,7 +69,8 @@ pub struct FillSlots {
 
 struct Inner {
     capacity: usize,
-    /// The tenant of fetches no request waits for (warm jobs, other members').
+    /// The tenant of fetches no request's tenant is known for (warm jobs, and other
+    /// members' that name none this node knows).
     default: Arc<Tenant>,
     metrics: Arc<Metrics>,
     state: Mutex<State>,

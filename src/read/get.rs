@@ -233,15 +233,21 @@ impl ReadPath {
 
     /// The bytes `within` block `index` of the version `meta` names, for a member that
     /// asked this node (its owner) for them, charged to the budget (see
-    /// `Blocks::serve_peer`: never from another member).
+    /// `Blocks::serve_peer`: never from another member). A fill from the origin is for
+    /// `fill` (the tenant and class the member named), else the default tenant's demand.
     pub async fn serve_peer(
         &self,
         object: &ObjectRef,
         meta: Arc<ObjectMeta>,
         index: BlockIndex,
         within: std::ops::Range<u64>,
+        fill: Option<FillFor>,
     ) -> Result<Part, ReadError> {
         let target = Target::new(object, meta, self.block_size);
+        let target = match fill {
+            Some(fill) => target.for_fill(fill),
+            None => target,
+        };
         let length = within.end.saturating_sub(within.start);
         let charge = self.budget.reserve_within(length).await?;
         self.blocks.serve_peer(&target, index, within, charge).await

@@ -80,7 +80,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use crate::cache::{BlockKey, Tier};
 use crate::object::{Missing, ObjectMeta};
 use crate::rules::{Policy, Rules};
-use crate::source::UpstreamError;
+use crate::source::{BlockAsk, UpstreamError};
 use crate::telemetry::Metrics;
 use crate::tenant::Tenant;
 use crate::types::{BlockIndex, BlockLayout, ObjectRef, RangeRequest, Selection, Unsatisfiable};
@@ -368,6 +368,24 @@ impl Target {
             fill.class = class;
         }
         target
+    }
+
+    /// What to ask the block's owner for: the bytes `within` block `index`, for this
+    /// target's tenant and class.
+    fn ask(&self, index: BlockIndex, within: std::ops::Range<u64>) -> BlockAsk<'_> {
+        let (tenant, class) = match &self.fill {
+            Some(fill) => (fill.tenant.name(), fill.class),
+            None => (crate::tenant::DEFAULT_TENANT, FillClass::Demand),
+        };
+        BlockAsk {
+            object: &self.object,
+            meta: &self.meta,
+            block_size: self.layout.block_size(),
+            index,
+            within,
+            tenant,
+            class: class.as_str(),
+        }
     }
 
     fn key(&self, index: BlockIndex) -> BlockKey {

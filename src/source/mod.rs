@@ -63,7 +63,8 @@ pub trait BlockSource: Send + Sync + 'static {
 }
 
 /// What a member asks a block's owner for: the bytes `within` block `index` (of
-/// `block_size` bytes) of the version of `object` that `meta` names.
+/// `block_size` bytes) of the version of `object` that `meta` names, and who a fill from
+/// the origin is for.
 #[derive(Debug, Clone)]
 pub struct BlockAsk<'a> {
     pub object: &'a ObjectRef,
@@ -71,6 +72,11 @@ pub struct BlockAsk<'a> {
     pub block_size: u64,
     pub index: BlockIndex,
     pub within: Range<u64>,
+    /// The name of the tenant a fill is charged to: the owner's fill slots rank the fill
+    /// among that tenant's, and its ledger counts the origin request under it.
+    pub tenant: &'a str,
+    /// Why the block is fetched: `demand`, `prefetch` or `warm`.
+    pub class: &'static str,
 }
 
 /// Bytes a member sent, and their CRC64NVME, checked on arrival.

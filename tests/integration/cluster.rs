@@ -7,6 +7,7 @@
 //! versions; `cluster/writes.rs` a write through any member seen through every member.
 
 mod members;
+mod tenants;
 mod tls;
 mod writes;
 mod zones;
@@ -241,6 +242,19 @@ impl Fleet {
             .unwrap_or_else(|_| panic!("{path}: not JSON: {}", String::from_utf8_lossy(&body)));
         (status, parsed)
     }
+}
+
+/// Mutual TLS between members for a node started with `settings`, through the
+/// environment (`start_fleet_each` writes the `[cluster]` section itself): a certificate
+/// of `ca`'s for 127.0.0.1.
+fn peer_tls_env(ca: &FleetCa, settings: &mut Settings) {
+    let files = ca.issue(&["127.0.0.1"]);
+    let path = |path: &std::path::Path| path.display().to_string();
+    settings.env.extend([
+        ("PORTICO_CLUSTER_TLS_CERT".to_owned(), path(&files.cert)),
+        ("PORTICO_CLUSTER_TLS_KEY".to_owned(), path(&files.key)),
+        ("PORTICO_CLUSTER_TLS_CA".to_owned(), path(&files.ca)),
+    ]);
 }
 
 /// The one-block ranges of an object of `blocks` MiB, as the origin sees them.

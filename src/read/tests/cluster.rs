@@ -16,9 +16,10 @@ use crate::checksum::{Algorithm, Crc};
 use crate::config::ByteSize;
 use crate::object::ObjectMeta;
 use crate::read::ReadSettings;
-use crate::read::{ReadError, ReadPath};
+use crate::read::{FillClass, FillFor, ReadError, ReadPath};
 use crate::source::{BlockAsk, PeerBlock, PeerError, PeerId, Peers};
 use crate::source::{ResponseHead, UpstreamError};
+use crate::tenant::{DEFAULT_TENANT, Tenant};
 use crate::types::{BlockIndex, ObjectRef};
 
 /// The other member, as one member sees it.
@@ -60,8 +61,15 @@ impl Peers for Other {
             meta,
             index,
             within,
+            tenant,
+            class,
             ..
         } = ask;
+        // As the peer listener names them: a tenant by its name, and the class.
+        let fill = FillFor {
+            tenant: Arc::new(Tenant::unlimited(tenant)),
+            class: FillClass::named(class).expect("a class the read path names"),
+        };
         self.asked.fetch_add(1, Ordering::SeqCst);
         if self.down.load(Ordering::SeqCst) {
             return Err(PeerError::Failed {
@@ -78,7 +86,7 @@ impl Peers for Other {
             ..ObjectMeta::default()
         };
         match read
-            .serve_peer(object, Arc::new(named), index, within)
+            .serve_peer(object, Arc::new(named), index, within, Some(fill))
             .await
         {
             Ok(part) => {
@@ -160,6 +168,38 @@ async fn two_members_reading_one_object_fetch_each_block_from_the_source_once() 
         .filter(|call| matches!(call, Call::Head { .. }))
         .count();
     assert_eq!(heads, 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_owner_charges_the_fills_it_makes_for_another_member_to_the_readers_tenant() {
+    let source = Arc::new(MemorySource::default());
+    let expected = body(4 * BLOCK as usize, 1);
+    source.put("shard", expected.clone(), 1);
+    let (first, second, _, _) = pair(&source).await;
+
+    // Every read of these tests is the tenant `t`'s: the second member fills its blocks
+    // (1 and 3) for `t`, never for the default tenant.
+    assert!(get(&first, "shard", None).await.0 == expected);
+    let fills = |read: &ReadPath, tenant: &str| {
+        ["demand", "prefetch", "warm"]
+            .map(|class| read.metrics().tenants.fills(tenant, class))
+            .iter()
+            .sum::<u64>()
+    };
+    assert_eq!(
+        fills(&second, "t"),
+        2,
+        "blocks 1 and 3, for the reader's tenant"
+    );
+    assert_eq!(fills(&second, DEFAULT_TENANT), 0);
+    assert_eq!(fills(&first, "t"), 2, "blocks 0 and 2, its own");
+    for index in 0..4 {
+        assert_eq!(
+            source.gets_of("shard", &block_range(index)),
+            1,
+            "block {index}"
+        );
+    }
 }
 
 #[tokio::test(start_paused = true)]

@@ -59,6 +59,16 @@ impl TenantMetrics {
             .inc();
     }
 
+    /// Upstream fills granted a slot for `tenant`, of `class`, so far.
+    pub fn fills(&self, tenant: &str, class: &'static str) -> u64 {
+        self.fills
+            .get_or_create(&FillLabels {
+                tenant: tenant.to_owned(),
+                class,
+            })
+            .get()
+    }
+
     /// The default tenant's series, so every family is exported from the start.
     pub(super) fn start_at_zero(&self, default_tenant: &str) {
         for limit in ["requests", "bytes", "fills"] {

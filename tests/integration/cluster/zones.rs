@@ -33,10 +33,6 @@ async fn read_everywhere(nodes: &[Option<Portico>], bucket: &str, key: &str, dat
     }
 }
 
-fn path(path: &std::path::Path) -> String {
-    path.display().to_string()
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn each_zone_fetches_a_block_once_and_no_block_crosses_a_zone() {
     let minio = minio();
@@ -48,12 +44,7 @@ async fn each_zone_fetches_a_block_once_and_no_block_crosses_a_zone() {
     let tls = peer_tls_from_env().then(FleetCa::new);
     let nodes = start_fleet_each(binary(), &forwarder.endpoint(), &dirs, |at, settings| {
         if let Some(ca) = &tls {
-            let files = ca.issue(&["127.0.0.1"]);
-            settings.env.extend([
-                ("PORTICO_CLUSTER_TLS_CERT".to_owned(), path(&files.cert)),
-                ("PORTICO_CLUSTER_TLS_KEY".to_owned(), path(&files.key)),
-                ("PORTICO_CLUSTER_TLS_CA".to_owned(), path(&files.ca)),
-            ]);
+            peer_tls_env(ca, settings);
         }
         let env = [
             ("PORTICO_CLUSTER_ZONE", zone(at)),
