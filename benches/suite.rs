@@ -226,6 +226,9 @@ async fn suite() {
     settings.disk_capacity = "8GiB";
     settings.hedge_quantile = 0.95;
     settings.without_auth();
+    // As deployed: the memory tier's pages are touched at start (each start below waits
+    // for it, so that no scenario measures it; the cpu scenario prints what it cost).
+    settings.memory_pretouch = Some(true);
     // Logging as deployed (Portico's default filter), not the tests' debug logging.
     settings.debug_log = false;
     let portico = Portico::start(Path::new(env!("CARGO_BIN_EXE_portico")), &settings).await;

@@ -197,7 +197,7 @@ async fn assemble(config: &Config, stopping: &Shutdown) -> Result<Parts, AppErro
         .ledger
         .configure(config.cost.clone(), &config.ledger_buckets());
     let cache = BlockCache::open(&config.cache, metrics.clone()).await?;
-    let (origins, shared) = connect_origins(config, &metrics).await?;
+    let (origins, shared) = connect_origins(config, &cache, &metrics).await?;
     let origins = Arc::new(origins);
     let budget = MemoryBudget::new(
         config.server.max_inflight_bytes.bytes(),
@@ -392,12 +392,18 @@ impl Serving {
 /// fallbacks, and the AWS SDK configuration of `default` (the SQS consumer's too).
 async fn connect_origins(
     config: &Config,
+    cache: &BlockCache,
     metrics: &Arc<Metrics>,
 ) -> Result<(Origins, aws_config::SdkConfig), AppError> {
     let connect = async |name: &str, settings: &UpstreamConfig| {
         let tls = upstream::tls_config(settings)?;
         let shared = upstream::sdk_config(settings, &tls).await;
-        let client = Arc::new(Upstream::new(settings, &shared, metrics.clone()));
+        let client = Arc::new(Upstream::new(
+            settings,
+            &shared,
+            cache.buffers().clone(),
+            metrics.clone(),
+        ));
         let forwarder = Arc::new(upstream::Forwarder::new(
             settings,
             &shared,

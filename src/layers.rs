@@ -15,6 +15,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("source", 1),
     ("checksum", 1),
     ("tenant", 1),
+    ("buffers", 1),
     ("budget", 2),
     ("tls", 2),
     ("cache", 2),

@@ -12,6 +12,7 @@ pub mod api;
 pub mod app;
 pub mod auth;
 pub mod budget;
+pub mod buffers;
 pub mod cache;
 pub mod checksum;
 pub mod cluster;

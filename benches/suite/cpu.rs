@@ -115,12 +115,26 @@ pub(super) async fn cpu_scenario(
     let portico = Portico::start(Path::new(env!("CARGO_BIN_EXE_portico")), &settings).await;
     let baseline = match std::env::var("BENCH_BASELINE_BIN") {
         Ok(binary) if !binary.is_empty() => {
+            let mut settings = settings.clone();
             settings.cache_dir = work.join("portico-cpu-base");
+            // An earlier build, which may not know the key.
+            settings.memory_pretouch = None;
             Some(Portico::start(Path::new(&binary), &settings).await)
         }
         _ => None,
     };
     let mut targets = vec![portico_target("portico", &portico, bucket), nginx.clone()];
+    let (kept, (faults, _)) = (
+        portico
+            .metric("portico_cache_memory_kept_buffer_bytes")
+            .await,
+        targets[0].page_faults(),
+    );
+    println!(
+        "portico at start (cache.memory_pretouch): {:.2} core-s, {faults} page faults, {:.0} MiB of block buffers kept",
+        targets[0].cpu_seconds(),
+        kept / MIB as f64
+    );
     if let Some(baseline) = &baseline {
         targets.push(portico_target("portico-base", baseline, bucket));
     }

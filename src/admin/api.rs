@@ -241,6 +241,7 @@ pub(super) async fn cache_report(State(state): State<Arc<AdminState>>) -> Respon
         "memory": {
             "capacity_bytes": usage.memory_capacity_bytes,
             "used_bytes": usage.memory_used_bytes,
+            "kept_buffer_bytes": usage.memory_kept_buffer_bytes,
         },
         "disk": {
             "enabled": state.cache.has_disk_tier(),

@@ -29,6 +29,7 @@ mod codec;
 mod device;
 mod disk;
 mod doorkeeper;
+mod kept;
 mod key;
 mod memory;
 mod meta;
@@ -61,6 +62,7 @@ pub use meta::{MetaClock, MetaRecord, MetaState};
 pub use tier::{Part, Tier};
 use writer::WriteQueue;
 
+use crate::buffers::{BlockBuffers, spare_bytes};
 use crate::config::CacheConfig;
 use crate::telemetry::Metrics;
 use crate::types::ObjectRef;
@@ -119,6 +121,10 @@ pub struct BlockCache {
     doorkeeper: Arc<Doorkeeper>,
     /// Pieces on their way to the disk tier.
     writes: Arc<WriteQueue>,
+    /// The buffers whole blocks are gathered in, reused (`kept.rs`).
+    buffers: BlockBuffers,
+    /// Set by [`Self::close`]: background tasks end.
+    closed: kept::Closed,
     metrics: Arc<Metrics>,
 }
 
@@ -128,6 +134,8 @@ pub struct BlockCache {
 pub struct CacheUsage {
     pub memory_capacity_bytes: u64,
     pub memory_used_bytes: u64,
+    /// Free block buffers kept for the next fills (`crate::buffers`).
+    pub memory_kept_buffer_bytes: u64,
     /// 0 for a memory-only cache.
     pub disk_capacity_bytes: u64,
     pub disk_written_bytes: u64,
@@ -205,8 +213,14 @@ impl BlockCache {
                 piece_bytes: to_usize(format.piece_bytes),
                 doorkeeper: Arc::new(Doorkeeper::new(doorkeeper_slots(config))),
                 writes,
+                buffers: BlockBuffers::new(
+                    to_usize(config.block_size.bytes()),
+                    spare_bytes(config.memory_capacity.bytes()),
+                ),
+                closed: kept::Closed::default(),
                 metrics,
             };
+            cache.keep_buffers(config.memory_pretouch);
             let retry = {
                 let cache = cache.clone();
                 move |block: &BlockKey, kept| cache.skipped_pieces(block, kept)
@@ -224,7 +238,7 @@ impl BlockCache {
             dir: "(memory only)".to_owned(),
             cause,
         })?;
-        Ok(Self {
+        let cache = Self {
             hybrid,
             health,
             disk_capacity_bytes: 0,
@@ -232,8 +246,15 @@ impl BlockCache {
             piece_bytes: to_usize(disk::piece_bytes(config.block_size.bytes())),
             doorkeeper: Arc::new(Doorkeeper::new(1)),
             writes: Arc::new(WriteQueue::new(0, 0, metrics.clone())),
+            buffers: BlockBuffers::new(
+                to_usize(config.block_size.bytes()),
+                spare_bytes(config.memory_capacity.bytes()),
+            ),
+            closed: kept::Closed::default(),
             metrics,
-        })
+        };
+        cache.keep_buffers(config.memory_pretouch);
+        Ok(cache)
     }
 
     /// Whether the cache was opened with a disk tier (even if it has since failed).
@@ -365,6 +386,9 @@ impl BlockCache {
                 Some(fetch_error) => LookupError::Fetch(fetch_error.clone()),
                 None => LookupError::Cache(CacheError::Lookup(error)),
             })?;
+        if fetched_here.load(Ordering::Acquire) {
+            self.fit_buffers();
+        }
         let tier = match entry.source() {
             Source::Outer if fetched_here.load(Ordering::Acquire) => Tier::Upstream,
             Source::Outer => Tier::Coalesced,
@@ -383,6 +407,7 @@ impl BlockCache {
             CacheValue::Block(bytes),
             self.placement(Location::InMem),
         );
+        self.fit_buffers();
     }
 
     /// Entry properties for `location`, kept in memory while the disk tier is off.
@@ -453,6 +478,7 @@ impl BlockCache {
         CacheUsage {
             memory_capacity_bytes: memory.capacity() as u64,
             memory_used_bytes: memory.usage() as u64,
+            memory_kept_buffer_bytes: self.buffers.kept_bytes(),
             disk_capacity_bytes: self.disk_capacity_bytes,
             disk_written_bytes: disk.disk_write_bytes() as u64,
             disk_read_bytes: disk.disk_read_bytes() as u64,
@@ -461,6 +487,7 @@ impl BlockCache {
 
     /// Waits for queued disk writes and closes the disk tier.
     pub async fn close(&self) -> Result<(), CacheError> {
+        self.closed.store(true, Ordering::Relaxed);
         self.writes.close().await;
         self.health.stop_probe();
         self.hybrid.close().await.map_err(CacheError::Lookup)

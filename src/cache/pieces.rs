@@ -103,6 +103,7 @@ impl BlockCache {
                 self.placement(Location::InMem),
             );
             self.metrics.memory_admissions.inc();
+            self.fit_buffers();
         }
         Ok(Some((bytes, Tier::Disk)))
     }

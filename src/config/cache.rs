@@ -13,6 +13,10 @@ pub struct CacheConfig {
     /// Directory of the disk tier.
     pub dir: PathBuf,
     pub memory_capacity: ByteSize,
+    /// Touch the memory tier's pages at start, in the background, and keep freed block
+    /// buffers for the next fills: no fill pays for faulting in and zeroing fresh memory
+    /// (the process holds the tier's capacity from the start).
+    pub memory_pretouch: bool,
     /// Disk tier capacity; `0` runs memory-only.
     pub disk_capacity: ByteSize,
     /// Read and write the disk tier with `O_DIRECT`, past the kernel's page cache (which
@@ -49,6 +53,7 @@ impl Default for CacheConfig {
         Self {
             dir: PathBuf::from("/var/cache/portico"),
             memory_capacity: ByteSize::gib(1),
+            memory_pretouch: true,
             disk_capacity: ByteSize::gib(10),
             direct_io: true,
             disk_preallocate: true,

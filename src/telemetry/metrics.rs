@@ -144,6 +144,8 @@ pub struct Metrics {
     pub disk_skipped_blocks: Counter,
     /// Bytes of block pieces queued for the disk tier and not yet written.
     pub disk_queue_bytes: Gauge,
+    /// Free block buffers kept for the next fills (`buffers`).
+    pub kept_buffer_bytes: Gauge,
     /// Blocks that had skipped the disk tier, written once it had room again.
     pub disk_retried_blocks: Counter,
     /// Blocks that had skipped the disk tier and were gone when it had room again.
@@ -224,6 +226,7 @@ impl Metrics {
             disk_readmissions: Counter::default(),
             disk_skipped_blocks: Counter::default(),
             disk_queue_bytes: Gauge::default(),
+            kept_buffer_bytes: Gauge::default(),
             disk_retried_blocks: Counter::default(),
             disk_lost_blocks: Counter::default(),
             disk_write_duration: LatencyBuckets.new_metric(),

@@ -21,11 +21,11 @@ use aws_sdk_s3::config::{RequestChecksumCalculation, ResponseChecksumValidation}
 use aws_sdk_s3::operation::head_object::HeadObjectOutput;
 use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::types::ChecksumMode;
-use bytes::BytesMut;
 use futures::stream::StreamExt;
 use tracing::Instrument;
 use tracing::field::Empty;
 
+use crate::buffers::BlockBuffers;
 use crate::config::UpstreamConfig;
 use crate::object::{Checksums, Missing, ObjectMeta};
 pub use crate::source::{
@@ -99,12 +99,19 @@ fn checksums_of(output: &HeadObjectOutput) -> Checksums {
 
 pub struct Upstream {
     client: Client,
+    /// The buffers whole blocks are gathered in.
+    buffers: BlockBuffers,
     metrics: Arc<Metrics>,
     credential_log: crate::telemetry::LogLimit,
 }
 
 impl Upstream {
-    pub fn new(config: &UpstreamConfig, shared: &SdkConfig, metrics: Arc<Metrics>) -> Self {
+    pub fn new(
+        config: &UpstreamConfig,
+        shared: &SdkConfig,
+        buffers: BlockBuffers,
+        metrics: Arc<Metrics>,
+    ) -> Self {
         let mut builder = aws_sdk_s3::config::Builder::from(shared)
             .force_path_style(config.force_path_style)
             // Portico validates lengths itself; checksums are only needed where S3 demands them.
@@ -121,6 +128,7 @@ impl Upstream {
         }
         Self {
             client: Client::from_conf(builder.build()),
+            buffers,
             metrics,
             credential_log: crate::telemetry::LogLimit::per(Duration::from_secs(60)),
         }
@@ -178,7 +186,7 @@ impl Upstream {
             .await?;
         let mut read = self.streamed(opened);
         // `length` was checked against the caller's block-sized limit.
-        let mut body = BytesMut::with_capacity(read.length as usize);
+        let mut body = self.buffers.take(read.length as usize);
         while let Some(chunk) = read.next_chunk().await {
             body.extend_from_slice(&chunk?);
         }

@@ -26,6 +26,7 @@ mod metrics;
 mod operations;
 mod payloads;
 mod prefetch;
+mod pretouch;
 mod reads;
 mod resilience;
 mod rules;

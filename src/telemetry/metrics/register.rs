@@ -122,6 +122,11 @@ fn cache(registry: &mut Registry, metrics: &Metrics) {
         metrics.disk_write_duration.clone(),
     );
     registry.register(
+        "portico_cache_memory_kept_buffer_bytes",
+        "Free block buffers whose pages are resident, kept for the next fills: those of blocks that left the memory tier, and at start those cache.memory_pretouch touched; trimmed to the tier's free room whenever something enters the tier",
+        metrics.kept_buffer_bytes.clone(),
+    );
+    registry.register(
         "portico_cache_memory_admissions",
         "Block pieces read from disk a second time (within the doorkeeper's memory), kept in the memory tier; a piece read once is not",
         metrics.memory_admissions.clone(),
