@@ -24,7 +24,10 @@ impl BlockCache {
             let metrics = self.metrics.clone();
             tokio::task::spawn_blocking(move || {
                 let started = Instant::now();
-                let added = buffers.pretouch(|| closed.load(Ordering::Relaxed));
+                // Ends when the cache closes, or is dropped without closing (a start that
+                // failed later): then this thread holds the last handle on the flag.
+                let added = buffers
+                    .pretouch(|| closed.load(Ordering::Relaxed) || Arc::strong_count(&closed) == 1);
                 metrics.kept_buffer_bytes.set(gauge(buffers.kept_bytes()));
                 tracing::info!(bytes = added, took = ?started.elapsed(), "memory tier pretouched");
             });
