@@ -40,6 +40,15 @@ pub fn s3_client_as(endpoint: &str, key: &str, secret: &str, retries: bool) -> C
     } else {
         RetryConfig::disabled()
     };
+    s3_client_retrying(endpoint, (key, secret), retry)
+}
+
+/// An S3 client for `endpoint` signing with `key` and `secret`, retrying as `retry` says.
+pub fn s3_client_retrying(
+    endpoint: &str,
+    (key, secret): (&str, &str),
+    retry: RetryConfig,
+) -> Client {
     let config = aws_sdk_s3::config::Builder::new()
         .behavior_version(BehaviorVersion::latest())
         .region(Region::new("us-east-1"))

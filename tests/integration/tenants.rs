@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use aws_sdk_s3::Client;
 use aws_sdk_s3::error::ProvideErrorMetadata;
-use portico_testkit::s3_client_as;
+use portico_testkit::{s3_client_as, s3_client_retrying};
 
 use crate::support::{Rig, random_bytes};
 
@@ -151,8 +151,11 @@ secret_access_key = "notebook-secret"
     assert!(read <= 3, "{read} one-byte reads passed");
     assert_eq!(portico.metric(bytes).await, 2.0);
 
-    // A retrying SDK client rides the refusals out.
-    let patient = s3_client_as(&portico.s3, "batch-1", "batch-1-secret", true);
+    // A retrying SDK client rides the refusals out. With the standard three attempts,
+    // full jitter can make the waits shorter than the debt; a client that expects
+    // throttling allows more (and the back-off grows with each).
+    let retry = aws_sdk_s3::config::retry::RetryConfig::standard().with_max_attempts(10);
+    let patient = s3_client_retrying(&portico.s3, ("batch-1", "batch-1-secret"), retry);
     for _ in 0..6 {
         let read = patient
             .head_object()
