@@ -7,7 +7,8 @@
 //!   `x-portico-tenant` names and of the class `x-portico-fill` names (`demand`,
 //!   `prefetch`, `warm`): it waits its turn among that tenant's fills, is charged to its
 //!   byte rate and counted in its ledger, as a fill of the asking member's would be. A
-//!   tenant the owner does not know, or no header, is the default tenant's demand. `ETag` repeats that ETag; `x-portico-peer-result` says `hit`
+//!   tenant the owner does not know (or none named) is the default tenant; no class is
+//!   demand. `ETag` repeats that ETag; `x-portico-peer-result` says `hit`
 //!   or `miss`; `x-portico-crc64nvme` is the CRC64NVME of the body, in hex, which the asking
 //!   member checks before it uses a byte (an answer without it is refused). A changed
 //!   object answers 412, a missing one 404 with `x-portico-missing`.

@@ -193,15 +193,22 @@ async fn block(
 }
 
 /// Who a fill for the asking member is for: the tenant its `x-portico-tenant` names when
-/// this node knows it, and the class `x-portico-fill` names; `None` (the default tenant's
-/// demand) without them.
+/// this node knows it (else the default tenant), of the class `x-portico-fill` names (else
+/// demand); `None`, the default tenant's demand, without either.
 fn fill_for(state: &PeerState, headers: &HeaderMap) -> Option<FillFor> {
     let named = |name: &str| headers.get(name).and_then(|value| value.to_str().ok());
-    let tenant = state.tenants.as_ref()?.tenant_named(named(TENANT_HEADER)?);
-    let class = named(FILL_HEADER)
-        .and_then(FillClass::named)
-        .unwrap_or(FillClass::Demand);
-    Some(FillFor { tenant, class })
+    let class = named(FILL_HEADER).and_then(FillClass::named);
+    let tenant = named(TENANT_HEADER)
+        .zip(state.tenants.as_ref())
+        .map(|(name, tenants)| tenants.tenant_named(name));
+    if class.is_none() && tenant.is_none() {
+        return None;
+    }
+    let default = state.read.fill_slots().default_fill();
+    Some(FillFor {
+        tenant: tenant.unwrap_or(default.tenant),
+        class: class.unwrap_or(default.class),
+    })
 }
 
 /// The status a failed block read answers a member with: 412 and 404 are the upstream's

@@ -129,12 +129,12 @@ impl ReadPath {
         }
     }
 
-    /// What the cache does for `object`: its `[[rules]]` entry's policy, or the defaults.
     /// The upstream fill slots, shared between tenants.
     pub fn fill_slots(&self) -> &FillSlots {
         self.blocks.fill_slots()
     }
 
+    /// What the cache does for `object`: its `[[rules]]` entry's policy, or the defaults.
     pub fn policy(&self, object: &ObjectRef) -> &Arc<Policy> {
         self.metadata.policy(object)
     }
