@@ -4,7 +4,8 @@
 //! The free buffers are fitted to the tier's room whenever something enters the tier (a
 //! fetched block, a block given to the cache, a piece promoted from disk): a buffer only
 //! comes back when its block leaves the tier, so between insertions the tier and the
-//! free buffers together never hold more than the tier's capacity.
+//! free buffers together never hold more than the tier's capacity and the spare
+//! (`crate::buffers::spare_bytes`).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -34,8 +35,8 @@ impl BlockCache {
         }
     }
 
-    /// Lets the pool keep no more free buffers than the memory tier has room for; called
-    /// after something entered the tier. Nothing to do (and no shard locked) while no
+    /// Lets the pool keep no more free buffers than the memory tier has room for, and the
+    /// spare; called after something entered the tier. Nothing to do (and no shard locked) while no
     /// buffer is free.
     pub(super) fn fit_buffers(&self) {
         if self.buffers.kept_bytes() > 0 {

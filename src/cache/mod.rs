@@ -123,7 +123,7 @@ pub struct BlockCache {
     writes: Arc<WriteQueue>,
     /// The buffers whole blocks are gathered in, reused (`kept.rs`).
     buffers: BlockBuffers,
-    /// Set by [`Self::close`]: background tasks end.
+    /// Set by [`Self::close`]: a pretouch under way ends.
     closed: kept::Closed,
     metrics: Arc<Metrics>,
 }
@@ -147,6 +147,10 @@ impl BlockCache {
     /// the disk is probed every [`DISK_PROBE_INTERVAL`] while the cache is open.
     pub async fn open(config: &CacheConfig, metrics: Arc<Metrics>) -> Result<Self, CacheError> {
         let health = Arc::new(DiskHealth::new(metrics.clone()));
+        let buffers = BlockBuffers::new(
+            to_usize(config.block_size.bytes()),
+            spare_bytes(config.memory_capacity.bytes()),
+        );
         let memory = HybridCacheBuilder::new()
             .with_name("portico")
             .with_metrics_registry(metrics.foyer_registry())
@@ -213,10 +217,7 @@ impl BlockCache {
                 piece_bytes: to_usize(format.piece_bytes),
                 doorkeeper: Arc::new(Doorkeeper::new(doorkeeper_slots(config))),
                 writes,
-                buffers: BlockBuffers::new(
-                    to_usize(config.block_size.bytes()),
-                    spare_bytes(config.memory_capacity.bytes()),
-                ),
+                buffers,
                 closed: kept::Closed::default(),
                 metrics,
             };
@@ -246,10 +247,7 @@ impl BlockCache {
             piece_bytes: to_usize(disk::piece_bytes(config.block_size.bytes())),
             doorkeeper: Arc::new(Doorkeeper::new(1)),
             writes: Arc::new(WriteQueue::new(0, 0, metrics.clone())),
-            buffers: BlockBuffers::new(
-                to_usize(config.block_size.bytes()),
-                spare_bytes(config.memory_capacity.bytes()),
-            ),
+            buffers,
             closed: kept::Closed::default(),
             metrics,
         };
