@@ -209,20 +209,7 @@ impl Fleet {
 
     /// The node that owns each block of `key` (blocks of 1 MiB), as every member computes it.
     fn owners(&self, key: &str, blocks: u64) -> Vec<usize> {
-        let ring = Ring::new(self.members.iter().map(|member| peer_id(member)));
-        let object = ObjectRef::new(&self.bucket, key).expect("object");
-        (0..blocks)
-            .map(|index| {
-                let owner = ring
-                    .ranked(&object, MIB as u64, index)
-                    .next()
-                    .expect("an owner");
-                self.members
-                    .iter()
-                    .position(|member| **member == **owner)
-                    .expect("a member")
-            })
-            .collect()
+        owners_among(&self.members, &self.bucket, key, blocks)
     }
 
     async fn admin(&self, at: usize, method: &str, path: &str, body: Value) -> (u16, Value) {
@@ -242,6 +229,25 @@ impl Fleet {
             .unwrap_or_else(|_| panic!("{path}: not JSON: {}", String::from_utf8_lossy(&body)));
         (status, parsed)
     }
+}
+
+/// The position in `members` (peer addresses) of the member that owns each block of
+/// `key` (blocks of 1 MiB), as every member computes it.
+fn owners_among(members: &[String], bucket: &str, key: &str, blocks: u64) -> Vec<usize> {
+    let ring = Ring::new(members.iter().map(|member| peer_id(member)));
+    let object = ObjectRef::new(bucket, key).expect("object");
+    (0..blocks)
+        .map(|index| {
+            let owner = ring
+                .ranked(&object, MIB as u64, index)
+                .next()
+                .expect("an owner");
+            members
+                .iter()
+                .position(|member| **member == **owner)
+                .expect("a member")
+        })
+        .collect()
 }
 
 /// Mutual TLS between members for a node started with `settings`, through the

@@ -69,18 +69,9 @@ async fn fills_after_a_read_through_one_member(
                 .to_owned()
         })
         .collect();
-    let ring = Ring::new(members.iter().map(|member| peer_id(member)));
-    let object = ObjectRef::new(&bucket, "shared.bin").expect("object");
     let mut owned = vec![0; nodes.len()];
-    for index in 0..BLOCKS {
-        let owner = ring
-            .ranked(&object, MIB as u64, index)
-            .next()
-            .expect("an owner");
-        owned[members
-            .iter()
-            .position(|member| **member == **owner)
-            .expect("a member")] += 1;
+    for owner in owners_among(&members, &bucket, "shared.bin", BLOCKS) {
+        owned[owner] += 1;
     }
     (nodes, owned, forwarder, files)
 }
