@@ -17,6 +17,7 @@ use crate::cache::{BlockCache, CacheError};
 use crate::cluster::{self, Cluster, PeerState};
 use crate::config::{Config, DEFAULT_UPSTREAM, UpstreamConfig};
 use crate::events::{Invalidator, SqsConsumer};
+use crate::fill_threads::FillThreads;
 use crate::listing::ListingCache;
 use crate::read::{ReadParts, ReadPath, ReadSettings, Verify};
 use crate::rules::Rules;
@@ -49,6 +50,8 @@ pub enum AppError {
     ServerTls(upstream::TlsError),
     #[error("cluster TLS: {0}")]
     PeerTls(upstream::TlsError),
+    #[error("cannot start the fill threads: {0}")]
+    FillThreads(std::io::Error),
     #[error("cannot install the signal handler: {0}")]
     Signal(std::io::Error),
 }
@@ -197,7 +200,8 @@ async fn assemble(config: &Config, stopping: &Shutdown) -> Result<Parts, AppErro
         .ledger
         .configure(config.cost.clone(), &config.ledger_buckets());
     let cache = BlockCache::open(&config.cache, metrics.clone()).await?;
-    let (origins, shared) = connect_origins(config, &cache, &metrics).await?;
+    let fill_threads = fill_threads(config)?;
+    let (origins, shared) = connect_origins(config, &cache, &metrics, &fill_threads).await?;
     let origins = Arc::new(origins);
     let budget = MemoryBudget::new(
         config.server.max_inflight_bytes.bytes(),
@@ -226,6 +230,7 @@ async fn assemble(config: &Config, stopping: &Shutdown) -> Result<Parts, AppErro
             budget,
             shutdown: stopping.clone(),
             peers: cluster.clone().map(|cluster| cluster as Arc<dyn Peers>),
+            fill_threads,
         },
     );
     let listings =
@@ -394,10 +399,11 @@ async fn connect_origins(
     config: &Config,
     cache: &BlockCache,
     metrics: &Arc<Metrics>,
+    fill_threads: &FillThreads,
 ) -> Result<(Origins, aws_config::SdkConfig), AppError> {
     let connect = async |name: &str, settings: &UpstreamConfig| {
         let tls = upstream::tls_config(settings)?;
-        let shared = upstream::sdk_config(settings, &tls).await;
+        let shared = upstream::sdk_config(settings, &tls, fill_threads.runtime()).await;
         let client = Arc::new(Upstream::new(
             settings,
             &shared,
@@ -459,6 +465,12 @@ fn read_settings(config: &Config) -> ReadSettings {
         },
         max_concurrent_fills: config.upstream.max_concurrent_fills,
     }
+}
+
+/// The threads block fills run on: one per core, at `upstream.fill_nice`.
+fn fill_threads(config: &Config) -> Result<FillThreads, AppError> {
+    let threads = std::thread::available_parallelism().map_or(1, usize::from);
+    FillThreads::start(threads, i32::from(config.upstream.fill_nice)).map_err(AppError::FillThreads)
 }
 
 /// The S3 listener's TLS, when configured, watched for certificate changes.

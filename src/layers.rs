@@ -16,6 +16,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("checksum", 1),
     ("tenant", 1),
     ("buffers", 1),
+    ("fill_threads", 1),
     ("budget", 2),
     ("tls", 2),
     ("cache", 2),

@@ -18,6 +18,7 @@ pub mod checksum;
 pub mod cluster;
 pub mod config;
 pub mod events;
+pub mod fill_threads;
 pub mod fuzzing;
 #[cfg(test)]
 mod layers;

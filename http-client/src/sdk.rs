@@ -3,6 +3,7 @@
 //! as the SDK asks for one per client configuration.
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -18,6 +19,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector as TcpConnector;
 use hyper_util::rt::TokioExecutor;
 use parking_lot::Mutex;
+use tokio::runtime::Handle;
 
 use crate::timeout::IdleTimeoutBody;
 
@@ -32,6 +34,7 @@ type Timeouts = (Option<Duration>, Option<Duration>);
 pub struct SdkHttpClient {
     tls: rustls::ClientConfig,
     idle_timeout: Option<Duration>,
+    connections_on: SpawnOn,
     connectors: Arc<Mutex<HashMap<Timeouts, SharedHttpConnector>>>,
 }
 
@@ -40,6 +43,7 @@ impl SdkHttpClient {
         Self {
             tls,
             idle_timeout: None,
+            connections_on: SpawnOn(None),
             connectors: Arc::default(),
         }
     }
@@ -48,6 +52,31 @@ impl SdkHttpClient {
     pub fn with_idle_timeout(mut self, limit: Duration) -> Self {
         self.idle_timeout = Some(limit);
         self
+    }
+
+    /// Drives every connection (its socket reads and writes, and the HTTP framing) on
+    /// `runtime`, whichever runtime sends the request; by default, on the runtime of the
+    /// request that opened it.
+    pub fn with_connections_on(mut self, runtime: Handle) -> Self {
+        self.connections_on = SpawnOn(Some(runtime));
+        self
+    }
+}
+
+/// Spawns a connection's task on the runtime given, else on the current one.
+#[derive(Debug, Clone)]
+struct SpawnOn(Option<Handle>);
+
+impl<F> hyper::rt::Executor<F> for SpawnOn
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    fn execute(&self, future: F) {
+        match &self.0 {
+            Some(runtime) => drop(runtime.spawn(future)),
+            None => hyper::rt::Executor::execute(&TokioExecutor::new(), future),
+        }
     }
 }
 
@@ -64,7 +93,7 @@ impl HttpClient for SdkHttpClient {
             .or_insert_with(|| {
                 let https = crate::https_connector(self.tls.clone(), timeouts.0);
                 SharedHttpConnector::new(Connector {
-                    client: Client::builder(TokioExecutor::new()).build(https),
+                    client: Client::builder(self.connections_on.clone()).build(https),
                     first_byte_timeout: timeouts.1,
                     idle_timeout: self.idle_timeout.or(timeouts.1),
                 })
@@ -106,5 +135,34 @@ impl Connector {
         let response =
             response.map(|body| SdkBody::from_body_1_x(IdleTimeoutBody::new(body, idle_timeout)));
         HttpResponse::try_from(response).map_err(|error| ConnectorError::other(error.into(), None))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hyper::rt::Executor;
+
+    /// The id of the runtime `executor` runs a task on.
+    async fn runtime_of(executor: &SpawnOn) -> tokio::runtime::Id {
+        let (sender, receiver) = tokio::sync::oneshot::channel();
+        executor.execute(async move {
+            let _ = sender.send(Handle::current().id());
+        });
+        receiver.await.expect("the task ran")
+    }
+
+    #[tokio::test]
+    async fn connections_run_on_the_runtime_given_else_on_the_current_one() {
+        let other = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .expect("a runtime");
+        let given = SpawnOn(Some(other.handle().clone()));
+        assert_eq!(runtime_of(&given).await, other.handle().id());
+        let here = Handle::current().id();
+        assert_eq!(runtime_of(&SpawnOn(None)).await, here);
+        other.shutdown_background();
     }
 }

@@ -376,3 +376,23 @@ fn upstream_entries_load_and_take_their_credential_from_the_environment() {
         "{error}"
     );
 }
+
+#[test]
+fn fill_nice_takes_linux_nice_values() {
+    assert_eq!(defaults_with_credential().upstream.fill_nice, 10);
+    let config = load_text("[upstream]\nfill_nice = 19\n", &[]).unwrap();
+    assert_eq!(config.upstream.fill_nice, 19);
+    let config = load_text("", &[("PORTICO_UPSTREAM_FILL_NICE", "0")]).unwrap();
+    assert_eq!(config.upstream.fill_nice, 0);
+    let error = load_text("[upstream]\nfill_nice = 20\n", &[])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.contains("upstream.fill_nice: 20 is not accepted (expected 0 to 19)"),
+        "{error}"
+    );
+    let error = load_text("[upstream]\nfill_nice = -5\n", &[])
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("fill_nice"), "{error}");
+}

@@ -49,7 +49,14 @@ pub struct UpstreamConfig {
     /// Block fetches from the upstreams in flight at most, shared between tenants by
     /// weight (docs/operations.md, "One cache for many teams"); more wait their turn.
     pub max_concurrent_fills: usize,
+    /// The nice value of the threads block fills run on (docs/architecture.md, "Fills
+    /// on threads of their own"): 0 to 19, higher yields the CPU to hits sooner; 0 runs
+    /// fills at the serving threads' priority.
+    pub fill_nice: u8,
 }
+
+/// The highest nice value Linux accepts (`upstream.fill_nice`).
+const MAX_NICE: u8 = 19;
 
 /// The accepted `upstream.max_concurrent_fills`.
 const MAX_CONCURRENT_FILLS: usize = 65_536;
@@ -73,6 +80,7 @@ impl Default for UpstreamConfig {
             fallback: String::new(),
             fallback_bucket: String::new(),
             max_concurrent_fills: 64,
+            fill_nice: 10,
         }
     }
 }
@@ -98,6 +106,12 @@ impl UpstreamConfig {
             return Err(ConfigError::new(format_args!(
                 "config key upstream.max_concurrent_fills: {} is not accepted (expected 1 to {MAX_CONCURRENT_FILLS})",
                 upstream.max_concurrent_fills
+            )));
+        }
+        if upstream.fill_nice > MAX_NICE {
+            return Err(ConfigError::new(format_args!(
+                "config key upstream.fill_nice: {} is not accepted (expected 0 to {MAX_NICE})",
+                upstream.fill_nice
             )));
         }
         for (key, value) in [

@@ -21,8 +21,9 @@ use super::verify::Verifier;
 use super::{Internal, ReadError, Target};
 use crate::budget::Charge;
 use crate::cache::{BlockCache, BlockKey, Keep, LookupError, Part, Tier};
+use crate::fill_threads::FillThreads;
 use crate::source::ResponseHead;
-use crate::source::{BlockSource, PeerError, PeerId, Peers};
+use crate::source::{BlockSource, PeerError, PeerId, Peers, UpstreamError};
 use crate::telemetry::{Metrics, TRACE_TARGET};
 use crate::types::{BlockIndex, ByteRange, ObjectRef};
 
@@ -42,6 +43,8 @@ struct Inner {
     hedger: Hedger,
     /// The slots upstream fetches take, shared between tenants.
     fills: FillSlots,
+    /// Where the fetches run.
+    fill_threads: FillThreads,
     /// The other cluster members, in cluster mode.
     peers: Option<Arc<dyn Peers>>,
     integrity: Integrity,
@@ -57,7 +60,7 @@ impl Blocks {
         cache: BlockCache,
         source: Arc<dyn BlockSource>,
         metrics: Arc<Metrics>,
-        (hedger, fills): (Hedger, FillSlots),
+        (hedger, fills, fill_threads): (Hedger, FillSlots, FillThreads),
         peers: Option<Arc<dyn Peers>>,
         (integrity, verifier): (Integrity, Option<Verifier>),
     ) -> Self {
@@ -68,6 +71,7 @@ impl Blocks {
                 metrics,
                 hedger,
                 fills,
+                fill_threads,
                 peers,
                 integrity,
                 verifier,
@@ -321,7 +325,8 @@ impl Blocks {
                 // Created where the lookup starts the fetch, so it is the lookup's child
                 // even though the fetch runs in a task of its own.
                 let span = tracing::info_span!(target: TRACE_TARGET, "upstream.fetch", http.range = %range.header_value(), peer = owner.as_ref().map(|(_, peer)| tracing::field::display(peer.clone())));
-                async move {
+                let threads = blocks.inner.fill_threads.clone();
+                let run = async move {
                     // The owner is asked first; a hedge goes to the source.
                     let mut owner = owner;
                     blocks
@@ -330,7 +335,16 @@ impl Blocks {
                         .run(|head| fetch.clone().run(owner.take(), head))
                         .await
                 }
-                .instrument(span)
+                .instrument(span);
+                // On the fill threads, once the cache runs it (a lookup that joins a fetch
+                // in flight never polls its own).
+                async move {
+                    threads.spawn(run).await.unwrap_or_else(|stopped| {
+                        Err(UpstreamError::Unreachable {
+                            message: format!("the fill did not complete: {stopped}"),
+                        })
+                    })
+                }
             }
         };
         let wanted = within.len();

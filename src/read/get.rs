@@ -30,6 +30,7 @@ use super::{
 };
 use crate::budget::{Charge, MemoryBudget};
 use crate::cache::{BlockCache, Part};
+use crate::fill_threads::FillThreads;
 use crate::object::ObjectMeta;
 use crate::rules::{Policy, Rules};
 use crate::shutdown::Shutdown;
@@ -49,6 +50,8 @@ pub struct ReadParts {
     pub shutdown: Shutdown,
     /// The other cluster members, in cluster mode.
     pub peers: Option<Arc<dyn Peers>>,
+    /// Where block fills run (`FillThreads::serving()`: on the caller's runtime).
+    pub fill_threads: FillThreads,
 }
 
 /// The read path. Cheap to clone.
@@ -75,6 +78,7 @@ impl ReadPath {
             budget,
             shutdown,
             peers,
+            fill_threads,
         } = parts;
         let (integrity, wrong) = Integrity::new(metrics.clone());
         let lease = peers
@@ -103,7 +107,7 @@ impl ReadPath {
             cache,
             source.clone(),
             metrics.clone(),
-            (hedger, fills),
+            (hedger, fills, fill_threads),
             peers.clone(),
             (integrity.clone(), verifier),
         );

@@ -109,6 +109,7 @@ async fn tiered_read_path(
             budget,
             shutdown,
             peers,
+            fill_threads: crate::fill_threads::FillThreads::serving(),
         },
     )
 }

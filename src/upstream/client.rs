@@ -46,7 +46,13 @@ pub fn tls_config(config: &UpstreamConfig) -> Result<rustls::ClientConfig, TlsEr
     roots.client_config()
 }
 
-pub async fn sdk_config(config: &UpstreamConfig, tls: &rustls::ClientConfig) -> SdkConfig {
+/// The SDK's configuration for `config`; its connections are driven on `connections_on`
+/// when given (the fill threads), else where each opens.
+pub async fn sdk_config(
+    config: &UpstreamConfig,
+    tls: &rustls::ClientConfig,
+    connections_on: Option<tokio::runtime::Handle>,
+) -> SdkConfig {
     let timeouts = TimeoutConfig::builder()
         .connect_timeout(config.connect_timeout.get())
         .read_timeout(config.first_byte_timeout.get())
@@ -54,8 +60,12 @@ pub async fn sdk_config(config: &UpstreamConfig, tls: &rustls::ClientConfig) -> 
     let retries = RetryConfig::standard()
         .with_max_attempts(config.max_attempts)
         .with_initial_backoff(config.retry_initial_backoff.get());
+    let mut http = SdkHttpClient::new(tls.clone()).with_idle_timeout(config.idle_timeout.get());
+    if let Some(runtime) = connections_on {
+        http = http.with_connections_on(runtime);
+    }
     let mut loader = aws_config::defaults(BehaviorVersion::latest())
-        .http_client(SdkHttpClient::new(tls.clone()).with_idle_timeout(config.idle_timeout.get()))
+        .http_client(http)
         .retry_config(retries)
         .region(Region::new(config.region.clone()))
         .timeout_config(timeouts);

@@ -15,6 +15,7 @@ mod corruption;
 mod dependencies;
 mod errors;
 mod events;
+mod fill_threads;
 mod forwarding;
 mod hardening;
 mod inprocess;

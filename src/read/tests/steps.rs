@@ -68,7 +68,11 @@ fn blocks(source: &Arc<MemorySource>, cache: BlockCache, metrics: &Arc<Metrics>)
         cache,
         source.clone(),
         metrics.clone(),
-        (hedger, FillSlots::new(64, metrics.clone())),
+        (
+            hedger,
+            FillSlots::new(64, metrics.clone()),
+            crate::fill_threads::FillThreads::serving(),
+        ),
         None,
         (integrity, None),
     )
