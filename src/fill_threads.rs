@@ -12,8 +12,10 @@
 //!
 //! Invariants:
 //! - Only the work between a fill's upstream request and its block in hand runs here
-//!   (the request, the body's chunks copied into the block, the check); the cache lookup,
-//!   the disk and the response to the client stay on the serving runtime.
+//!   (the request, the body's chunks copied into the block, the check), and the upstream
+//!   connections' own tasks (socket reads and writes, HTTP framing; see
+//!   `SdkHttpClient::with_connections_on`); the cache lookup, the disk and the response
+//!   to the client stay on the serving runtime.
 //! - Every thread of the runtime (workers and blocking threads) takes the nice value as
 //!   it starts. A nice value of 0, or a system that refuses it, runs fills at the serving
 //!   threads' priority, on threads of their own still.
