@@ -338,22 +338,14 @@ impl BlockCache {
         Fut: Future<Output = Result<Bytes, E>> + Send + 'static,
         E: std::error::Error + Clone + Send + Sync + 'static,
     {
-        if within.start >= within.end || within.end > block_len {
-            return Err(LookupError::Cache(CacheError::OutsideBlock {
-                start: within.start,
-                end: within.end,
-                block_len,
-            }));
-        }
+        inside(block_len, &within).map_err(LookupError::Cache)?;
         let key = self.generational(key);
-        let cache_key = CacheKey::Block(key.clone());
         // A memory hit must not go through `get_or_fetch`, which counts and coalesces.
-        if let Some(entry) = self.hybrid.memory().get(&cache_key) {
-            let bytes = block_of(&entry, block_len)?;
-            if keep == Keep::Everywhere {
-                self.readmit(&key, &bytes);
-            }
-            return Ok(Part::whole(bytes.slice(within), Tier::Memory));
+        if let Some(part) = self
+            .memory_hit(&key, block_len, within.clone(), keep)
+            .map_err(LookupError::Cache)?
+        {
+            return Ok(part);
         }
         match self.pieces(&key, block_len, within.clone()).await {
             Ok(Some(found)) => return Ok(found),
@@ -378,7 +370,7 @@ impl BlockCache {
         let entry = self
             .hybrid
             .memory()
-            .get_or_fetch(&cache_key, fetch)
+            .get_or_fetch(&CacheKey::Block(key), fetch)
             .await
             .map_err(|error| match error.downcast_ref::<E>() {
                 Some(fetch_error) => LookupError::Fetch(fetch_error.clone()),
@@ -392,8 +384,40 @@ impl BlockCache {
             Source::Outer => Tier::Coalesced,
             _ => Tier::Memory,
         };
-        let bytes = block_of(&entry, block_len)?;
+        let bytes = block_of(&entry, block_len).map_err(LookupError::Cache)?;
         Ok(Part::whole(bytes.slice(within), tier))
+    }
+
+    /// Bytes `within` of a block of `block_len` bytes when the memory tier holds it, as
+    /// [`Self::block`] finds them there; `None` otherwise. Nothing is read from disk and
+    /// nothing waits.
+    pub fn memory_part(
+        &self,
+        key: &BlockKey,
+        block_len: usize,
+        within: Range<usize>,
+        keep: Keep,
+    ) -> Result<Option<Part>, CacheError> {
+        inside(block_len, &within)?;
+        self.memory_hit(&self.generational(key), block_len, within, keep)
+    }
+
+    /// [`Self::memory_part`] of a generational `key`.
+    fn memory_hit(
+        &self,
+        key: &BlockKey,
+        block_len: usize,
+        within: Range<usize>,
+        keep: Keep,
+    ) -> Result<Option<Part>, CacheError> {
+        let Some(entry) = self.hybrid.memory().get(&CacheKey::Block(key.clone())) else {
+            return Ok(None);
+        };
+        let bytes = block_of(&entry, block_len)?;
+        if keep == Keep::Everywhere {
+            self.readmit(key, &bytes, within.start / self.piece_bytes);
+        }
+        Ok(Some(Part::whole(bytes.slice(within), Tier::Memory)))
     }
 
     /// Caches a whole block: in memory, and its pieces on disk.
@@ -493,18 +517,30 @@ impl BlockCache {
 }
 
 /// The bytes of a whole-block entry, which must be `block_len` long.
-fn block_of<E>(
+fn block_of(
     entry: &foyer::HybridCacheEntry<CacheKey, CacheValue>,
     block_len: usize,
-) -> Result<Bytes, LookupError<E>> {
+) -> Result<Bytes, CacheError> {
     match entry.value() {
         CacheValue::Block(bytes) if bytes.len() == block_len => Ok(bytes.clone()),
-        CacheValue::Block(bytes) => Err(LookupError::Cache(CacheError::BlockLength {
+        CacheValue::Block(bytes) => Err(CacheError::BlockLength {
             expected: block_len,
             got: bytes.len(),
-        })),
-        CacheValue::Meta(_) => Err(LookupError::Cache(CacheError::WrongKind("block"))),
+        }),
+        CacheValue::Meta(_) => Err(CacheError::WrongKind("block")),
     }
+}
+
+/// Whether `within` is a non-empty range inside a block of `block_len` bytes.
+fn inside(block_len: usize, within: &Range<usize>) -> Result<(), CacheError> {
+    if within.start >= within.end || within.end > block_len {
+        return Err(CacheError::OutsideBlock {
+            start: within.start,
+            end: within.end,
+            block_len,
+        });
+    }
+    Ok(())
 }
 
 #[cfg(test)]

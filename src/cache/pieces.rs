@@ -232,7 +232,19 @@ impl BlockCache {
     /// tier does not hold them: they skipped the disk while its write queue was full.
     /// Without this, memory would evict the block and the next read would fetch it from
     /// the upstream again. Pieces on disk or in flight to it are left alone.
-    pub(super) fn readmit(&self, block: &BlockKey, bytes: &Bytes) {
+    ///
+    /// Each hit asks the disk's index for one piece, `probe` (the first the hit reads),
+    /// not all of them: a block that skipped the disk lacks every piece, and one whose
+    /// pieces the disk evicted in part is found lacking by the hits that read them.
+    pub(super) fn readmit(&self, block: &BlockKey, bytes: &Bytes, probe: usize) {
+        if !self.disk_in_use()
+            || self
+                .hybrid
+                .storage()
+                .may_contains(&self.piece_key(block, probe))
+        {
+            return;
+        }
         if self.store_pieces(block, bytes) {
             self.metrics.disk_readmissions.inc();
         }

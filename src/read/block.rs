@@ -19,7 +19,7 @@ use super::hedge::Hedger;
 use super::integrity::Integrity;
 use super::verify::Verifier;
 use super::{Internal, ReadError, Target};
-use crate::budget::Charge;
+use crate::budget::{Charge, MemoryBudget};
 use crate::cache::{BlockCache, BlockKey, Keep, LookupError, Part, Tier};
 use crate::fill_threads::FillThreads;
 use crate::source::ResponseHead;
@@ -181,20 +181,79 @@ impl Blocks {
         answered: &ResponseHead,
     ) -> Result<Part, ReadError> {
         let span = lookup_span(index);
-        let part = self
-            .cache_block(target, index, within.clone(), owner, answered)
-            .instrument(span.clone())
-            .await?;
-        self.counted(&span, part.tier);
+        // A block memory holds is sliced before anything a fetch needs is made.
+        let held = match owner {
+            None => self.held_in_memory(target, index, within.clone()),
+            Some(_) => None,
+        };
+        let part = match held {
+            Some(part) => part,
+            None => {
+                self.cache_block(target, index, within.clone(), owner, answered)
+                    .instrument(span.clone())
+                    .await?
+            }
+        };
+        Ok(self.looked_up(&span, target, (index, within), part, charge))
+    }
+
+    /// Bytes `within` block `index` of `target` when the memory tier holds the block.
+    fn held_in_memory(
+        &self,
+        target: &Target,
+        index: BlockIndex,
+        within: std::ops::Range<usize>,
+    ) -> Option<Part> {
+        let block_len = usize::try_from(target.layout.block_len(index)).ok()?;
+        let key = target.key(index);
+        let cache = &self.inner.cache;
+        cache
+            .memory_part(&key, block_len, within, Keep::Everywhere)
+            .ok()
+            .flatten()
+    }
+
+    /// The part of block `index` of `target` inside `bytes` when the memory tier holds
+    /// the block, another member does not own it, and `budget` has free room for it:
+    /// found without a task or a wait, counted as a lookup like any other. `None`
+    /// otherwise, and the block is looked up the usual way.
+    pub(super) fn in_memory(
+        &self,
+        target: &Target,
+        index: BlockIndex,
+        bytes: ByteRange,
+        budget: &MemoryBudget,
+    ) -> Option<Part> {
+        if self.owner(target, index).is_some() {
+            return None;
+        }
+        let within = target.layout.slice_within(index, bytes);
+        let charge = budget.try_reserve(within.len() as u64)?;
+        let part = self.held_in_memory(target, index, within.clone())?;
+        let span = lookup_span(index);
+        Some(self.looked_up(&span, target, (index, within), part, charge))
+    }
+
+    /// `part`, found by a lookup of the bytes `within` block `index`: counted, sampled
+    /// for verification when the cache held it, and carrying `charge`.
+    fn looked_up(
+        &self,
+        span: &tracing::Span,
+        target: &Target,
+        (index, within): (BlockIndex, std::ops::Range<usize>),
+        part: Part,
+        charge: Charge,
+    ) -> Part {
+        self.counted(span, part.tier);
         if let Some(verifier) = &self.inner.verifier
             && matches!(part.tier, Tier::Memory | Tier::Disk)
         {
             verifier.hit(target, index, within, &part);
         }
-        Ok(Part {
+        Part {
             slices: charge.attach_all(part.slices),
             ..part
-        })
+        }
     }
 
     /// The bytes `within` block `index` of the version `meta` names, for a member that

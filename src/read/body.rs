@@ -1,5 +1,6 @@
-//! Sending a GET's bytes: each block's part as soon as it is read ([`send_part`]), and
-//! for a whole-object GET whose client asked for checksums, the check of every byte sent
+//! Sending a GET's bytes ([`BodyStream`]): the first block's part in hand when the body
+//! starts ([`take_part`]), each later one as soon as it is read ([`send_part`]), and for
+//! a whole-object GET whose client asked for checksums, the check of every byte sent
 //! against the CRC S3 reports ([`ResponseCheck`]).
 //!
 //! Invariant: a checked response whose bytes disagree with S3's CRC never ends well: its
@@ -10,10 +11,9 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use tokio::sync::mpsc;
-use tokio_stream::wrappers::ReceiverStream;
 
 use super::integrity::Integrity;
-use super::{BodyStream, Internal, ReadError, Tally, abort};
+use super::{Internal, ReadError, Tally, aborting};
 use crate::cache::{Part, Tier};
 use crate::checksum::{Crc, Running, full_object};
 use crate::object::ObjectMeta;
@@ -72,16 +72,133 @@ impl ResponseCheck {
     }
 }
 
+/// What the task streaming a response's later blocks sends: the slices of one block's
+/// part together (the connection writes them with one wake-up), or the error that cuts
+/// the response off.
+pub(super) type Sent = Result<Vec<Bytes>, ReadError>;
+
+/// The sending end of a [`BodyStream`].
+pub(super) type Sender = mpsc::Sender<Sent>;
+
+/// The bytes of a GET response: the slices already in hand (a hit's first block), then
+/// those a task sends as it reads the later blocks. An `Err` item means the response
+/// must be aborted; nothing follows it.
+///
+/// A response whose blocks are all in hand needs no task: its connection finds every
+/// frame ready, and writes the head and the body in one go.
+pub struct BodyStream {
+    ready: std::vec::IntoIter<Bytes>,
+    /// Ends the ready slices: the response is cut off there.
+    failed: Option<ReadError>,
+    sent: Option<mpsc::Receiver<Sent>>,
+}
+
+impl BodyStream {
+    /// A body of `ready`, then (when it fails) `failed`, then what arrives on
+    /// `sent`.
+    pub(super) fn new(ready: Ready, sent: Option<mpsc::Receiver<Sent>>) -> Self {
+        Self {
+            ready: ready.slices.into_iter(),
+            failed: ready.failed,
+            sent,
+        }
+    }
+
+    /// A body of what arrives from `sent`.
+    pub(super) fn sent(sent: mpsc::Receiver<Sent>) -> Self {
+        Self::new(Ready::default(), Some(sent))
+    }
+}
+
+impl futures::Stream for BodyStream {
+    type Item = Result<Bytes, ReadError>;
+
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
+        use std::task::Poll;
+        loop {
+            if let Some(slice) = self.ready.next() {
+                return Poll::Ready(Some(Ok(slice)));
+            }
+            if let Some(error) = self.failed.take() {
+                self.sent = None;
+                return Poll::Ready(Some(Err(error)));
+            }
+            let Some(sent) = self.sent.as_mut() else {
+                return Poll::Ready(None);
+            };
+            match std::task::ready!(sent.poll_recv(cx)) {
+                Some(Ok(slices)) => self.ready = slices.into_iter(),
+                Some(Err(error)) => self.failed = Some(error),
+                None => self.sent = None,
+            }
+        }
+    }
+}
+
+/// The slices of a response in hand before its body starts, and the error that ends
+/// them if the response check failed.
+#[derive(Default)]
+pub(super) struct Ready {
+    slices: Vec<Bytes>,
+    failed: Option<ReadError>,
+}
+
+impl Ready {
+    /// Whether the response ends here (its check failed).
+    pub(super) fn failed(&self) -> bool {
+        self.failed.is_some()
+    }
+}
+
+/// Takes the requested part of one block into the body in hand, counted in `tally` and
+/// as served, checked by `check` when there is one.
+pub(super) fn take_part(
+    metrics: &Metrics,
+    ready: &mut Ready,
+    tally: &Tally,
+    part: Part,
+    check: &mut Option<ResponseCheck>,
+) {
+    let (slices, failed) = checked(metrics, tally, part, check);
+    ready.slices.extend(slices);
+    ready.failed = failed;
+}
+
 /// Sends the requested part of one block, counted in `tally` and as served, checked by
 /// `check` when there is one; false when the client has gone or the check failed (the
 /// response is cut off then).
 pub(super) async fn send_part(
     metrics: &Metrics,
-    sender: &mpsc::Sender<Result<Bytes, ReadError>>,
+    sender: &Sender,
     tally: &Tally,
     part: Part,
     check: &mut Option<ResponseCheck>,
 ) -> bool {
+    let (slices, failed) = checked(metrics, tally, part, check);
+    if !slices.is_empty() && sender.send(Ok(slices)).await.is_err() {
+        return false;
+    }
+    match failed {
+        Some(error) => {
+            let _ = sender.send(Err(error)).await;
+            false
+        }
+        None => true,
+    }
+}
+
+/// The slices of `part` to send, counted in `tally` and as served: all of them, or,
+/// when `check` fails on one, those before it and the error that cuts the response off
+/// (logged and counted).
+fn checked(
+    metrics: &Metrics,
+    tally: &Tally,
+    part: Part,
+    check: &mut Option<ResponseCheck>,
+) -> (Vec<Bytes>, Option<ReadError>) {
     tally.count(part.tier);
     let total = part.total_bytes() as u64;
     if part.tier == Tier::Disk {
@@ -92,22 +209,88 @@ pub(super) async fn send_part(
     } else {
         metrics.count_served(part.tier.served_from(), total);
     }
-    for slice in part.slices {
-        if let Some(checking) = check.as_mut()
-            && let Err(error) = checking.passes(&slice)
-        {
-            let object = checking.object.clone();
-            abort(metrics, sender, &object, None, error).await;
-            return false;
-        }
-        if sender.send(Ok(slice)).await.is_err() {
-            return false;
+    let mut slices = part.slices;
+    let Some(checking) = check.as_mut() else {
+        return (slices, None);
+    };
+    for (at, slice) in slices.iter().enumerate() {
+        if let Err(error) = checking.passes(slice) {
+            slices.truncate(at);
+            let error = aborting(metrics, &checking.object, None, error);
+            return (slices, Some(error));
         }
     }
-    true
+    (slices, None)
 }
 
 pub(super) fn empty_body() -> BodyStream {
-    let (_, receiver) = mpsc::channel(1);
-    ReceiverStream::new(receiver)
+    BodyStream::new(Ready::default(), None)
+}
+
+#[cfg(test)]
+mod tests {
+    use futures::{FutureExt, StreamExt};
+
+    use super::*;
+
+    fn slices(texts: &[&'static str]) -> Vec<Bytes> {
+        texts
+            .iter()
+            .map(|text| Bytes::from_static(text.as_bytes()))
+            .collect()
+    }
+
+    /// The next item of `body` if it is ready without waiting.
+    fn now(body: &mut BodyStream) -> Option<Option<Result<Bytes, ReadError>>> {
+        body.next().now_or_never()
+    }
+
+    #[tokio::test]
+    async fn the_slices_in_hand_come_first_then_each_sent_block_whole() {
+        let (sender, receiver) = mpsc::channel(1);
+        let ready = Ready {
+            slices: slices(&["a", "b"]),
+            failed: None,
+        };
+        let mut body = BodyStream::new(ready, Some(receiver));
+        assert_eq!(now(&mut body).unwrap().unwrap().unwrap(), "a");
+        assert_eq!(now(&mut body).unwrap().unwrap().unwrap(), "b");
+        assert!(now(&mut body).is_none(), "nothing was sent yet");
+        sender.send(Ok(slices(&["c", "d", "e"]))).await.unwrap();
+        // One block's slices, sent together, are all ready once the first is.
+        for expected in ["c", "d", "e"] {
+            assert_eq!(now(&mut body).unwrap().unwrap().unwrap(), expected);
+        }
+        assert!(now(&mut body).is_none());
+        drop(sender);
+        assert!(
+            now(&mut body).unwrap().is_none(),
+            "the body ends with its sender"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_body_in_hand_ends_without_a_sender_and_a_failed_one_ends_in_its_error() {
+        let mut whole = BodyStream::new(
+            Ready {
+                slices: slices(&["x"]),
+                failed: None,
+            },
+            None,
+        );
+        assert_eq!(now(&mut whole).unwrap().unwrap().unwrap(), "x");
+        assert!(now(&mut whole).unwrap().is_none());
+
+        let (sender, receiver) = mpsc::channel(1);
+        let ready = Ready {
+            slices: slices(&["y"]),
+            failed: Some(ReadError::Changed),
+        };
+        let mut cut = BodyStream::new(ready, Some(receiver));
+        assert_eq!(now(&mut cut).unwrap().unwrap().unwrap(), "y");
+        assert!(matches!(now(&mut cut), Some(Some(Err(ReadError::Changed)))));
+        // Nothing follows the error, not even what was sent after it.
+        let _ = sender.try_send(Ok(slices(&["z"])));
+        assert!(now(&mut cut).unwrap().is_none());
+    }
 }

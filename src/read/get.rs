@@ -9,11 +9,10 @@ use bytes::Bytes;
 use futures::StreamExt;
 use futures::stream::FuturesOrdered;
 use tokio::sync::mpsc;
-use tokio_stream::wrappers::ReceiverStream;
 use tracing::Instrument;
 
 use super::block::Blocks;
-use super::body::{ResponseCheck, empty_body, send_part};
+use super::body::{Ready, ResponseCheck, empty_body, send_part, take_part};
 use super::discovered::{Discovered, FirstRead};
 use super::fills::{FillClass, FillFor, FillSlots};
 use super::hedge::Hedger;
@@ -437,7 +436,9 @@ impl ReadPath {
 
     /// Streams `bytes` of `target`, starting with its already read first block, counting
     /// each block sent in `tally` and checking the bytes with `check` when there is one.
-    /// The stream's lookups belong to the request's trace.
+    /// The first block's part is in the body from the start, and so are the next ones
+    /// memory holds (up to the readahead); a task sends the rest, and a read memory holds
+    /// whole needs none. The stream's lookups belong to the request's trace.
     fn stream(
         &self,
         target: Target,
@@ -447,18 +448,34 @@ impl ReadPath {
         discovered: Discovered,
         tally: Arc<Tally>,
     ) -> BodyStream {
+        let layout = target.layout;
+        let mut blocks = layout.blocks_for(bytes).peekable();
+        let mut ready = Ready::default();
+        if blocks.next().is_some() {
+            take_part(&self.metrics, &mut ready, &tally, first_block, &mut check);
+        }
+        // The blocks after it that memory holds, as many as the stream reads ahead, are
+        // in hand from the start too: a hit in memory is written whole at once.
+        if ahead.is_empty() {
+            let mut taken = 0;
+            while taken < self.readahead_blocks
+                && !ready.failed()
+                && let Some(&index) = blocks.peek()
+                && let Some(part) = self.blocks.in_memory(&target, index, bytes, &self.budget)
+            {
+                blocks.next();
+                take_part(&self.metrics, &mut ready, &tally, part, &mut check);
+                taken += 1;
+            }
+        }
+        if ready.failed() || blocks.peek().is_none() {
+            return BodyStream::new(ready, None);
+        }
         let (sender, receiver) = mpsc::channel(1);
         let this = self.clone();
         let request = tracing::Span::current();
         let task = async move {
-            let layout = target.layout;
-            let mut blocks = layout.blocks_for(bytes);
             let metrics = &this.metrics;
-            if blocks.next().is_none()
-                || !send_part(metrics, &sender, &tally, first_block, &mut check).await
-            {
-                return;
-            }
             let readahead = this.readahead_blocks;
             let budget = &this.budget;
             let mut fetches = FuturesOrdered::new();
@@ -466,7 +483,6 @@ impl ReadPath {
                 blocks.next();
                 fetches.push_back(lookup.finish(index));
             }
-            let mut blocks = blocks.peekable();
             loop {
                 // The next block waits for room; blocks further ahead take only free room.
                 while fetches.len() < readahead
@@ -509,6 +525,6 @@ impl ReadPath {
             }
         };
         tokio::spawn(task.instrument(request));
-        ReceiverStream::new(receiver)
+        BodyStream::new(ready, Some(receiver))
     }
 }

@@ -20,11 +20,12 @@
 //!    latches) reads each block: the cache (memory, then disk), else one coalesced,
 //!    hedged (`hedge.rs`) fetch from the source or the block's owner, pinned to the
 //!    version with `If-Match`. `lookup.rs` runs the lookups started ahead of the first.
-//! 5. `get.rs` streams the blocks in order, `readahead_blocks` ahead within the budget,
-//!    each part sent by `body.rs` (which checks a checksum-mode whole-object response
-//!    against S3's CRC before its last byte); `prefetch.rs` (`Prefetcher`: its detector
-//!    and slots over the blocks) records the read and fetches the blocks a sequential
-//!    reader needs next.
+//! 5. `get.rs` streams the blocks in order, `readahead_blocks` ahead within the budget:
+//!    the first block and the next ones memory holds are in the body when it starts, a
+//!    task sends the rest (`body.rs`, which also checks a checksum-mode whole-object
+//!    response against S3's CRC before its last byte); `prefetch.rs` (`Prefetcher`: its
+//!    detector and slots over the blocks) records the read and fetches the blocks a
+//!    sequential reader needs next.
 //! 6. `status.rs` says what happened in the `Cache-Status` header; [`Tally`] counts the
 //!    blocks by tier for the access log.
 //!
@@ -73,10 +74,6 @@ mod tests;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use bytes::Bytes;
-use tokio::sync::mpsc;
-use tokio_stream::wrappers::ReceiverStream;
-
 use crate::cache::{BlockKey, Tier};
 use crate::object::{Missing, ObjectMeta};
 use crate::rules::{Policy, Rules};
@@ -84,6 +81,7 @@ use crate::source::{BlockAsk, UpstreamError};
 use crate::telemetry::Metrics;
 use crate::tenant::Tenant;
 use crate::types::{BlockIndex, BlockLayout, ObjectRef, RangeRequest, Selection, Unsatisfiable};
+pub use body::BodyStream;
 pub use fills::{FillClass, FillFor, FillSlots};
 pub use get::{ReadParts, ReadPath};
 pub use manage::KnownVersion;
@@ -327,9 +325,6 @@ impl Tally {
     }
 }
 
-/// The bytes of a GET response. An `Err` item means the response must be aborted.
-pub type BodyStream = ReceiverStream<Result<Bytes, ReadError>>;
-
 /// One version of one object, as a request reads it. Cheap to clone.
 #[derive(Clone)]
 struct Target {
@@ -402,13 +397,25 @@ impl Target {
 /// counted by cause.
 async fn abort(
     metrics: &Metrics,
-    sender: &mpsc::Sender<Result<Bytes, ReadError>>,
+    sender: &body::Sender,
     object: &ObjectRef,
     block: Option<u64>,
     error: ReadError,
 ) {
+    let error = aborting(metrics, object, block, error);
+    let _ = sender.send(Err(error)).await;
+}
+
+/// [`abort`]'s log line and count, for a response whose error is in hand: the error to
+/// end the body with.
+fn aborting(
+    metrics: &Metrics,
+    object: &ObjectRef,
+    block: Option<u64>,
+    error: ReadError,
+) -> ReadError {
     let cause = error.abort_cause();
     tracing::warn!(%object, block, cause, %error, "aborting a response after its headers were sent");
     metrics.count_read_abort(cause);
-    let _ = sender.send(Err(error)).await;
+    error
 }

@@ -134,8 +134,12 @@ fn range(first: u64, last: u64) -> Option<RangeRequest> {
 
 /// The whole body of `read`, or the error that aborted it after the bytes before it.
 async fn collect(read: ObjectRead) -> (Vec<u8>, Option<ReadError>) {
+    collect_body(read.body).await
+}
+
+/// The bytes of `body`, or the error that aborted it after the bytes before it.
+async fn collect_body(mut body: super::BodyStream) -> (Vec<u8>, Option<ReadError>) {
     let mut bytes = Vec::new();
-    let mut body = read.body;
     while let Some(item) = body.next().await {
         match item {
             Ok(chunk) => bytes.extend_from_slice(&chunk),
@@ -240,6 +244,66 @@ async fn a_discovery_caches_its_block_even_when_the_client_that_started_it_leave
     assert!(bytes == expected);
     assert_eq!(status, "Portico; hit; ttl=59; detail=memory");
     assert_eq!(source.calls().len(), 1);
+}
+
+/// The bytes of `body` that are ready now, without waiting, and whether it ended.
+fn ready_now(body: &mut super::BodyStream) -> (Vec<u8>, bool) {
+    use futures::FutureExt;
+
+    let mut bytes = Vec::new();
+    loop {
+        match body.next().now_or_never() {
+            Some(Some(Ok(chunk))) => bytes.extend_from_slice(&chunk),
+            Some(None) => return (bytes, true),
+            Some(Some(Err(error))) => panic!("the body was aborted: {error}"),
+            None => return (bytes, false),
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_hit_in_memory_is_in_the_body_when_it_starts() {
+    let source = Arc::new(MemorySource::default());
+    let expected = body(4 * BLOCK as usize, 1);
+    source.put("held", expected.clone(), 1);
+    let read = read_path(&source, settings()).await;
+    get(&read, "held", range(0, 3 * BLOCK - 1)).await;
+    let asked = source.calls().len();
+    // Within one block, and across three held blocks (the first and the two read ahead):
+    // every frame is ready without another task running, so no task sends the body.
+    for (first, last) in [(BLOCK + 10, 2 * BLOCK - 11), (10, 3 * BLOCK - 11)] {
+        let answer = get_plain(&read, &object("held"), range(first, last))
+            .await
+            .unwrap();
+        let status = answer.status.to_string();
+        assert!(
+            status.contains("; hit;") && status.ends_with("detail=memory"),
+            "{status}"
+        );
+        let mut body = answer.body;
+        let (bytes, ended) = ready_now(&mut body);
+        assert!(ended, "a frame of a hit in memory was not ready");
+        assert!(bytes == expected[first as usize..=last as usize]);
+    }
+    assert_eq!(
+        source.calls().len(),
+        asked,
+        "the hits asked the source nothing"
+    );
+
+    // Block 3 is not held: the held ones are ready, a task sends the rest.
+    let (first, last) = (2 * BLOCK + 10, 4 * BLOCK - 1);
+    let answer = get_plain(&read, &object("held"), range(first, last))
+        .await
+        .unwrap();
+    let mut body = answer.body;
+    let (mut bytes, ended) = ready_now(&mut body);
+    assert!(!ended);
+    assert!(bytes == expected[first as usize..3 * BLOCK as usize]);
+    let (rest, error) = collect_body(body).await;
+    assert_eq!(error, None);
+    bytes.extend_from_slice(&rest);
+    assert!(bytes == expected[first as usize..=last as usize]);
 }
 
 #[tokio::test(start_paused = true)]

@@ -11,7 +11,6 @@
 use std::sync::Arc;
 
 use tokio::sync::mpsc;
-use tokio_stream::wrappers::ReceiverStream;
 use tracing::Instrument;
 
 use super::{BodyStream, ReadError, Tally, abort};
@@ -64,7 +63,7 @@ pub(super) async fn stream_uncached(
             match chunk {
                 Ok(chunk) => {
                     metrics.count_served(ServedFrom::Upstream, chunk.len() as u64);
-                    if sender.send(Ok(chunk)).await.is_err() {
+                    if sender.send(Ok(vec![chunk])).await.is_err() {
                         return;
                     }
                 }
@@ -77,5 +76,5 @@ pub(super) async fn stream_uncached(
         }
     };
     tokio::spawn(task.instrument(tracing::Span::current()));
-    Ok((ReceiverStream::new(receiver), tally))
+    Ok((BodyStream::sent(receiver), tally))
 }

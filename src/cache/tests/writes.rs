@@ -2,6 +2,7 @@
 //! room, from their kept bytes or memory.
 
 use super::*;
+use pieces::{mib_block, part, patterned, piece_config};
 
 #[tokio::test]
 async fn a_block_that_skipped_the_disk_is_written_on_its_next_memory_hit() {
@@ -110,4 +111,47 @@ async fn block_0_is_on_disk_and_block_1_is_not(dir: &std::path::Path, data: &Byt
         .await
         .unwrap();
     assert_eq!(tier, Tier::Upstream, "block 1 stayed off the disk");
+}
+
+#[tokio::test]
+async fn a_memory_hit_rewrites_a_piece_the_disk_lost_when_it_reads_from_that_piece() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = piece_config(dir.path());
+    let piece = PIECE_BYTES as usize;
+    let data = patterned(1 << 20, 9);
+    let metrics = Arc::new(Metrics::new());
+    let cache = BlockCache::open(&config, metrics.clone()).await.unwrap();
+    cache.insert_block(mib_block(0), data.clone());
+    cache.writes.drained().await;
+    let block = cache.generational(&mib_block(0));
+    // The disk lost piece 2; memory still holds the block.
+    cache.hybrid.storage().delete(&cache.piece_key(&block, 2));
+    assert!(
+        !cache
+            .hybrid
+            .storage()
+            .may_contains(&cache.piece_key(&block, 2))
+    );
+    // Hits that read from other pieces ask the disk only for the one they start in.
+    for within in [0..piece, piece + 1..3 * piece, 3 * piece..4 * piece] {
+        let (bytes, tier, _) = part(&cache, 0, 1 << 20, within.clone()).await;
+        assert_eq!((bytes, tier), (data.slice(within), Tier::Memory));
+    }
+    assert_eq!(metrics.disk_readmissions.get(), 0);
+    // A hit that starts in it queues the block's missing piece again.
+    let (_, tier, _) = part(&cache, 0, 1 << 20, 2 * piece + 7..2 * piece + 9).await;
+    assert_eq!(tier, Tier::Memory);
+    assert_eq!(metrics.disk_readmissions.get(), 1);
+    cache.writes.drained().await;
+    assert!(
+        cache
+            .hybrid
+            .storage()
+            .may_contains(&cache.piece_key(&block, 2))
+    );
+    // With the block gone from memory, the disk answers over the rewritten piece.
+    cache.hybrid.memory().remove(&CacheKey::Block(block));
+    let within = piece..3 * piece + 1;
+    let (bytes, tier, _) = part(&cache, 0, 1 << 20, within.clone()).await;
+    assert_eq!((bytes, tier), (data.slice(within), Tier::Disk));
 }
