@@ -228,3 +228,35 @@ async fn a_block_missing_a_piece_is_fetched_whole_and_its_pieces_rewritten() {
     assert!(cache.remove_block(&mib_block(0)));
     assert!(!cache.holds(&mib_block(0), 1 << 20));
 }
+
+#[tokio::test]
+async fn a_buffered_disk_tier_reads_pieces_exactly_from_the_page_cache_and_past_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = CacheConfig {
+        direct_io: false,
+        ..piece_config(dir.path())
+    };
+    let piece = PIECE_BYTES as usize;
+    let data = patterned(1 << 20, 11);
+    let cache = BlockCache::open(&config, Arc::new(Metrics::new()))
+        .await
+        .unwrap();
+    cache.insert_block(mib_block(0), data.clone());
+    cache.writes.drained().await;
+    cache
+        .hybrid
+        .memory()
+        .remove(&CacheKey::Block(cache.generational(&mib_block(0))));
+    // Just written: the page cache holds the pieces, and they are read from it.
+    let within = 10..2 * piece - 10;
+    let (bytes, tier, _) = part(&cache, 0, 1 << 20, within.clone()).await;
+    assert_eq!((bytes, tier), (data.slice(within), Tier::Disk));
+    // Out of the page cache (where the file system drops pages on request), they are read
+    // from the device.
+    let file = std::fs::File::open(dir.path().join(super::super::disk::DATA_FILE)).unwrap();
+    file.sync_all().unwrap();
+    rustix::fs::fadvise(&file, 0, None, rustix::fs::Advice::DontNeed).unwrap();
+    let within = 2 * piece + 10..4 * piece - 10;
+    let (bytes, tier, _) = part(&cache, 0, 1 << 20, within.clone()).await;
+    assert_eq!((bytes, tier), (data.slice(within), Tier::Disk));
+}

@@ -140,6 +140,26 @@ impl IoEngineConfig for PsyncIoEngineConfig {
     }
 }
 
+/// Portico: reads all of `buf` from `file` at `offset` with `preadv2(RWF_NOWAIT)`, which
+/// the kernel answers only from the page cache and never blocks in: true when it read all
+/// of it. A file opened with `O_DIRECT` is never tried (its reads go to the device), nor
+/// one whose flags cannot be read. A read that finds a page missing (EAGAIN, or a short
+/// read) is left to the blocking pool, which reads it all again.
+#[cfg(target_os = "linux")]
+fn read_cached(file: &File, buf: &mut [u8], offset: u64) -> bool {
+    use rustix::{
+        fs::OFlags,
+        io::{IoSliceMut, ReadWriteFlags},
+    };
+    let buffered = rustix::fs::fcntl_getfl(file).is_ok_and(|flags| !flags.contains(OFlags::DIRECT));
+    if !buffered || buf.is_empty() {
+        return false;
+    }
+    let len = buf.len();
+    let read = rustix::io::preadv2(file, &mut [IoSliceMut::new(buf)], offset, ReadWriteFlags::NOWAIT);
+    matches!(read, Ok(read) if read == len)
+}
+
 /// The synchronous I/O engine that uses pread(2)/pwrite(2) and tokio thread pool for reading and writing.
 pub struct PsyncIoEngine {
     spawner: Spawner,
@@ -172,6 +192,15 @@ impl IoEngine for PsyncIoEngine {
         #[cfg(any(test, feature = "test_utils"))]
         let read_io_latency = self.read_io_latency.clone();
         async move {
+            // Portico: a read the page cache can answer whole is done here, on the calling
+            // thread, without a round trip through the blocking pool (see `read_cached`).
+            #[cfg(target_os = "linux")]
+            let mut buf = buf;
+            #[cfg(target_os = "linux")]
+            if read_cached(&file, &mut buf[..], offset) {
+                let buf: Box<dyn IoB> = buf.into_iob();
+                return (buf, Ok(()));
+            }
             let (buf, res) = match runtime
                 .spawn_blocking(move || {
                     let (ptr, len) = buf.as_raw_parts();
