@@ -436,9 +436,9 @@ impl ReadPath {
 
     /// Streams `bytes` of `target`, starting with its already read first block, counting
     /// each block sent in `tally` and checking the bytes with `check` when there is one.
-    /// The first block's part is in the body from the start, and so are the next ones
-    /// memory holds (up to the readahead); a task sends the rest, and a read memory holds
-    /// whole needs none. The stream's lookups belong to the request's trace.
+    /// The first block's part is in the body from the start, and so is the rest when
+    /// memory holds it (up to the readahead); otherwise a task sends the rest. The
+    /// stream's lookups belong to the request's trace.
     fn stream(
         &self,
         target: Target,
@@ -449,26 +449,37 @@ impl ReadPath {
         tally: Arc<Tally>,
     ) -> BodyStream {
         let layout = target.layout;
-        let mut blocks = layout.blocks_for(bytes).peekable();
+        let mut blocks = layout.blocks_for(bytes);
         let mut ready = Ready::default();
         if blocks.next().is_some() {
             take_part(&self.metrics, &mut ready, &tally, first_block, &mut check);
         }
-        // The blocks after it that memory holds, as many as the stream reads ahead, are
-        // in hand from the start too: a hit in memory is written whole at once.
-        if ahead.is_empty() {
-            let mut taken = 0;
-            while taken < self.readahead_blocks
-                && !ready.failed()
-                && let Some(&index) = blocks.peek()
-                && let Some(part) = self.blocks.in_memory(&target, index, bytes, &self.budget)
-            {
-                blocks.next();
-                take_part(&self.metrics, &mut ready, &tally, part, &mut check);
-                taken += 1;
+        // The next blocks memory holds, as many as the stream reads ahead: when they are
+        // all the rest, the body holds them from the start and is written whole at once;
+        // otherwise the stream takes them as lookups already ended, within its readahead.
+        let mut ahead = ahead;
+        if ahead.is_empty() && !ready.failed() {
+            let held = self.held_ahead(&target, blocks.clone(), bytes);
+            let rest = if blocks.is_empty() {
+                0
+            } else {
+                blocks.end() - blocks.start() + 1
+            };
+            if held.len() as u64 == rest {
+                for (_, part) in held {
+                    take_part(&self.metrics, &mut ready, &tally, part, &mut check);
+                    if ready.failed() {
+                        break;
+                    }
+                }
+                return BodyStream::new(ready, None);
             }
+            ahead = held
+                .into_iter()
+                .map(|(index, part)| (index, Lookup::Ended(Ok(part))))
+                .collect();
         }
-        if ready.failed() || blocks.peek().is_none() {
+        if ready.failed() || blocks.is_empty() {
             return BodyStream::new(ready, None);
         }
         let (sender, receiver) = mpsc::channel(1);
@@ -479,6 +490,7 @@ impl ReadPath {
             let readahead = this.readahead_blocks;
             let budget = &this.budget;
             let mut fetches = FuturesOrdered::new();
+            let mut blocks = blocks.peekable();
             for (index, lookup) in ahead {
                 blocks.next();
                 fetches.push_back(lookup.finish(index));
@@ -526,5 +538,21 @@ impl ReadPath {
         };
         tokio::spawn(task.instrument(request));
         BodyStream::new(ready, Some(receiver))
+    }
+
+    /// The parts of the blocks of `next` (of `bytes` of `target`) that memory holds, in
+    /// order from the first, up to the readahead and while the budget has room.
+    fn held_ahead(
+        &self,
+        target: &Target,
+        next: std::ops::RangeInclusive<BlockIndex>,
+        bytes: ByteRange,
+    ) -> Vec<(BlockIndex, Part)> {
+        next.take(self.readahead_blocks)
+            .map_while(|index| {
+                let part = self.blocks.in_memory(target, index, bytes, &self.budget)?;
+                Some((index, part))
+            })
+            .collect()
     }
 }

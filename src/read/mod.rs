@@ -21,11 +21,11 @@
 //!    hedged (`hedge.rs`) fetch from the source or the block's owner, pinned to the
 //!    version with `If-Match`. `lookup.rs` runs the lookups started ahead of the first.
 //! 5. `get.rs` streams the blocks in order, `readahead_blocks` ahead within the budget:
-//!    the first block and the next ones memory holds are in the body when it starts, a
-//!    task sends the rest (`body.rs`, which also checks a checksum-mode whole-object
-//!    response against S3's CRC before its last byte); `prefetch.rs` (`Prefetcher`: its
-//!    detector and slots over the blocks) records the read and fetches the blocks a
-//!    sequential reader needs next.
+//!    the first block is in the body when it starts (the rest too, when memory holds it
+//!    within the readahead), and a task sends the rest (`body.rs`, which also checks a
+//!    checksum-mode whole-object response against S3's CRC before its last byte);
+//!    `prefetch.rs` (`Prefetcher`: its detector and slots over the blocks) records the
+//!    read and fetches the blocks a sequential reader needs next.
 //! 6. `status.rs` says what happened in the `Cache-Status` header; [`Tally`] counts the
 //!    blocks by tier for the access log.
 //!

@@ -269,8 +269,8 @@ async fn a_hit_in_memory_is_in_the_body_when_it_starts() {
     let read = read_path(&source, settings()).await;
     get(&read, "held", range(0, 3 * BLOCK - 1)).await;
     let asked = source.calls().len();
-    // Within one block, and across three held blocks (the first and the two read ahead):
-    // every frame is ready without another task running, so no task sends the body.
+    // Within one block, and across three held blocks (the first and the readahead of
+    // two): every frame is ready without another task running, so no task sends the body.
     for (first, last) in [(BLOCK + 10, 2 * BLOCK - 11), (10, 3 * BLOCK - 11)] {
         let answer = get_plain(&read, &object("held"), range(first, last))
             .await
@@ -304,6 +304,19 @@ async fn a_hit_in_memory_is_in_the_body_when_it_starts() {
     assert_eq!(error, None);
     bytes.extend_from_slice(&rest);
     assert!(bytes == expected[first as usize..=last as usize]);
+
+    // All four held, but more than the first and the readahead (two): the first is in
+    // hand, and a task sends the rest, holding no more than the readahead at once.
+    let answer = get_plain(&read, &object("held"), None).await.unwrap();
+    let mut body = answer.body;
+    let (mut bytes, ended) = ready_now(&mut body);
+    assert!(!ended);
+    assert!(bytes == expected[..BLOCK as usize]);
+    let (rest, error) = collect_body(body).await;
+    assert_eq!(error, None);
+    bytes.extend_from_slice(&rest);
+    assert!(bytes == expected);
+    assert_eq!(source.calls().len(), asked + 1, "block 3, once");
 }
 
 #[tokio::test(start_paused = true)]

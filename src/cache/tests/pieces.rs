@@ -67,6 +67,21 @@ pub(super) async fn reopened_with(
     (cache, metrics)
 }
 
+/// A cache opened with `config` whose block 0, `data`, is on its disk tier and not in
+/// memory.
+async fn on_disk_only(config: &CacheConfig, data: &Bytes) -> BlockCache {
+    let cache = BlockCache::open(config, Arc::new(Metrics::new()))
+        .await
+        .unwrap();
+    cache.insert_block(mib_block(0), data.clone());
+    cache.writes.drained().await;
+    cache
+        .hybrid
+        .memory()
+        .remove(&CacheKey::Block(cache.generational(&mib_block(0))));
+    cache
+}
+
 #[tokio::test]
 async fn a_range_is_read_from_the_pieces_it_overlaps_byte_exact_after_a_restart() {
     let dir = tempfile::tempdir().unwrap();
@@ -175,15 +190,7 @@ async fn a_block_missing_a_piece_is_fetched_whole_and_its_pieces_rewritten() {
     let config = piece_config(dir.path());
     let piece = PIECE_BYTES as usize;
     let data = patterned(1 << 20, 4);
-    let cache = BlockCache::open(&config, Arc::new(Metrics::new()))
-        .await
-        .unwrap();
-    cache.insert_block(mib_block(0), data.clone());
-    cache.writes.drained().await;
-    cache
-        .hybrid
-        .memory()
-        .remove(&CacheKey::Block(cache.generational(&mib_block(0))));
+    let cache = on_disk_only(&config, &data).await;
     cache
         .hybrid
         .remove(&cache.piece_key(&cache.generational(&mib_block(0)), 2));
@@ -238,15 +245,7 @@ async fn a_buffered_disk_tier_reads_pieces_exactly_from_the_page_cache_and_past_
     };
     let piece = PIECE_BYTES as usize;
     let data = patterned(1 << 20, 11);
-    let cache = BlockCache::open(&config, Arc::new(Metrics::new()))
-        .await
-        .unwrap();
-    cache.insert_block(mib_block(0), data.clone());
-    cache.writes.drained().await;
-    cache
-        .hybrid
-        .memory()
-        .remove(&CacheKey::Block(cache.generational(&mib_block(0))));
+    let cache = on_disk_only(&config, &data).await;
     // Just written: the page cache holds the pieces, and they are read from it.
     let within = 10..2 * piece - 10;
     let (bytes, tier, _) = part(&cache, 0, 1 << 20, within.clone()).await;
