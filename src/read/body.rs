@@ -85,7 +85,7 @@ pub(super) type Sender = mpsc::Sender<Sent>;
 /// must be aborted; nothing follows it.
 ///
 /// A response whose blocks are all in hand needs no task: its connection finds every
-/// frame ready, and writes the head and the body in one go.
+/// frame ready and writes them with the head, without waiting for a wake-up between.
 pub struct BodyStream {
     ready: std::vec::IntoIter<Bytes>,
     /// Ends the ready slices: the response is cut off there.
@@ -94,8 +94,8 @@ pub struct BodyStream {
 }
 
 impl BodyStream {
-    /// A body of `ready`, then (when it fails) `failed`, then what arrives on
-    /// `sent`.
+    /// A body of the slices in `ready`, then the error that cuts it off there when its
+    /// check failed, else what arrives on `sent`.
     pub(super) fn new(ready: Ready, sent: Option<mpsc::Receiver<Sent>>) -> Self {
         Self {
             ready: ready.slices.into_iter(),
