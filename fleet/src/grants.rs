@@ -1,0 +1,355 @@
+//! The granting side of the fleet lease: which members this node grants a lease, which
+//! members a write through this node must tell, and how long it may have to wait for
+//! each.
+//!
+//! A member may serve cached metadata only while it holds a grant from each of its
+//! lessors (see [`crate::Holder`]). So when a write cannot tell a member that needs this
+//! node's grants, this node stops granting it leases (it is *cut*) and the write waits
+//! until the last grant it gave has surely run out. A cut member is granted leases again
+//! only once that has happened and it has confirmed an invalidation since (it has *caught
+//! up*): a member that is slow rather than dead costs one write a wait, not every write.
+//!
+//! That a member needs this node's grants is known two ways ([`Grants::dependence`]):
+//! it answered one of this node's lease requests within `remember` (it keeps this node
+//! as a lessor that long after each), or this node is a member itself, listed by its own
+//! latest view, and has been for `view_lag` (every member's view lists it, and a member
+//! keeps a lessor `remember` after it left its view). Where neither holds (this node left
+//! the membership, and has not heard from the member for long), the write waits for the
+//! member's own confirmation, however long that takes ([`crate::Round`]).
+//!
+//! A member joins in two steps: a resolution lists it, then every view must list it too
+//! (`view_lag` later). Until then members it does not know may not know it either: its
+//! lease does not hold ([`Grants::may_hold_lease`]), and its rounds end no earlier than a
+//! lease after that ([`Grants::floor`]).
+//!
+//! Invariants: a cut is lifted only after its lease end, so a member that missed a write
+//! renews its lease only after it ran out (and its epoch moves); a member that may hold a
+//! grant of this node is a target of every write, in this node's view or not; and a lease
+//! end is trusted only for a member known to need this node's grants.
+
+use std::collections::{BTreeSet, HashMap};
+
+use crate::clock::Moment;
+use crate::{Member, Timing};
+
+/// What a member asking for a lease is answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Answer {
+    Granted,
+    /// Refused: it missed a write and its lease from this node has not run out, or it has
+    /// not confirmed an invalidation since.
+    Refused,
+    /// Refused, and its lease has run out: send it an empty invalidation (a probe), whose
+    /// confirmation lets it back ([`Grants::probed`]).
+    RefusedProbe,
+}
+
+/// How long a write waits for one member.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Wait {
+    /// For its confirmation, up to [`Timing::confirm_within`]; without one, it is cut and
+    /// the write waits for its lease to end.
+    Confirmation,
+    /// It is cut: for its confirmation or until then, whichever comes first.
+    LeaseEnd(Moment),
+    /// Not at all: it holds no lease of this node (it is still told).
+    Nothing,
+    /// For its confirmation, however long: it may not need this node's grants, so no
+    /// lease end says when it stops serving what it cached.
+    Required,
+}
+
+/// What this node granted one member.
+#[derive(Debug, Clone, Copy, Default)]
+struct Granted {
+    /// When this node last granted it a lease.
+    last: Option<Moment>,
+    /// Set while this node refuses it leases.
+    cut: Option<Cut>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Cut {
+    /// When the write that could not tell it began.
+    since: Moment,
+    /// When the latest lease it may hold from this node ends.
+    lease_ends: Moment,
+    /// It confirmed an invalidation sent after the cut.
+    caught_up: bool,
+    /// A probe is on its way to it.
+    probing: bool,
+}
+
+/// That a member answered this node's lease requests, without a gap it could have
+/// forgotten this node in.
+#[derive(Debug, Clone, Copy)]
+struct Heard {
+    /// When the first answer of the run came: it needs this node's grants since then.
+    since: Moment,
+    /// When the latest request it answered was sent.
+    asked: Moment,
+}
+
+/// Whether this node is a member in its own view, and since when.
+#[derive(Debug, Clone, Copy, Default)]
+struct Membership {
+    /// The first resolution of the current run that listed this node.
+    since: Option<Moment>,
+    /// The latest resolution that listed it.
+    latest: Option<Moment>,
+    /// A resolution has listed it before: unlisted now, it is leaving, not joining.
+    listed_before: bool,
+}
+
+/// The leases this node granted, the members it cut off, and what it knows of who needs
+/// its grants.
+#[derive(Debug)]
+pub struct Grants<M: Member> {
+    timing: Timing,
+    /// When this process started: a member may hold a grant of an earlier process of this
+    /// node until `timing.grant_ends(started)`.
+    started: Moment,
+    members: HashMap<M, Granted>,
+    heard: HashMap<M, Heard>,
+    membership: Membership,
+}
+
+impl<M: Member> Grants<M> {
+    pub fn new(timing: Timing, started: Moment) -> Self {
+        Self {
+            timing,
+            started,
+            members: HashMap::new(),
+            heard: HashMap::new(),
+            membership: Membership::default(),
+        }
+    }
+
+    pub fn timing(&self) -> &Timing {
+        &self.timing
+    }
+
+    /// This node resolved the membership at `now`; `listed` says whether it is in it.
+    pub fn resolved(&mut self, listed: bool, now: Moment) {
+        if listed {
+            self.membership.since.get_or_insert(now);
+            self.membership.latest = Some(now);
+            self.membership.listed_before = true;
+        } else {
+            self.membership.since = None;
+            self.membership.latest = None;
+        }
+    }
+
+    /// Whether this node's lease may hold: it is a member every view lists (it has been
+    /// one for `view_lag`), or it is leaving. A member that joins (or joins again) may
+    /// be unknown to members it does not know either: until every view lists it, it
+    /// revalidates what it caches rather than trust a lease they may not be bound by.
+    pub fn may_hold_lease(&self, now: Moment) -> bool {
+        match self.membership.since {
+            Some(since) => now >= since + self.timing.view_lag,
+            None => self.membership.listed_before,
+        }
+    }
+
+    /// `member` answered (granted or refused) a lease request of this node sent at
+    /// `asked`, at `answered`: it keeps this node as a lessor until `remember` after it
+    /// got the request.
+    pub fn heard_from(&mut self, member: &M, asked: Moment, answered: Moment) {
+        let remembered_until = self.timing.remembered_until(asked);
+        let heard = self.heard.entry(member.clone()).or_insert(Heard {
+            since: answered,
+            asked,
+        });
+        // A request answered after the previous one may have been forgotten starts anew.
+        if answered >= self.timing.remembered_until(heard.asked) {
+            heard.since = answered;
+        }
+        if remembered_until > self.timing.remembered_until(heard.asked) {
+            heard.asked = asked;
+        }
+    }
+
+    /// Grants `member` a lease now, unless it is cut (see [`Answer`]).
+    pub fn grant(&mut self, member: &M, now: Moment) -> Answer {
+        let granted = self.members.entry(member.clone()).or_default();
+        if let Some(cut) = &mut granted.cut {
+            if now < cut.lease_ends || (!cut.caught_up && cut.probing) {
+                return Answer::Refused;
+            }
+            if !cut.caught_up {
+                cut.probing = true;
+                return Answer::RefusedProbe;
+            }
+            granted.cut = None;
+        }
+        granted.last = Some(now);
+        Answer::Granted
+    }
+
+    /// A probe sent at `sent` to `member` ended, confirmed or not.
+    pub fn probed(&mut self, member: &M, sent: Moment, confirmed: bool) {
+        if confirmed {
+            self.confirmed(member, sent);
+        }
+        if let Some(cut) = self.cut_mut(member) {
+            cut.probing = false;
+        }
+    }
+
+    /// The members a write must tell: `view` (but `me`), and every member that may hold a
+    /// lease from this node, in the view or not.
+    pub fn targets(&self, view: &[M], me: &M, now: Moment) -> Vec<M> {
+        let mut targets: BTreeSet<M> = view
+            .iter()
+            .filter(|member| *member != me)
+            .cloned()
+            .collect();
+        for (member, granted) in &self.members {
+            let holds = granted
+                .last
+                .is_some_and(|last| now < self.timing.grant_ends(last))
+                || granted.cut.is_some_and(|cut| now < cut.lease_ends);
+            if member != me && holds {
+                targets.insert(member.clone());
+            }
+        }
+        targets.into_iter().collect()
+    }
+
+    /// Since when `member` surely needs this node's grants to hold its lease, if it does
+    /// now (see the module's documentation).
+    pub(crate) fn dependence(&self, member: &M, now: Moment) -> Option<Moment> {
+        let heard = self
+            .heard
+            .get(member)
+            .filter(|heard| now < self.timing.remembered_until(heard.asked))
+            .map(|heard| heard.since);
+        let lag = self.timing.view_lag;
+        let listed = match (self.membership.since, self.membership.latest) {
+            (Some(since), Some(latest))
+                if now >= since + lag && now + lag < self.timing.remembered_until(latest) =>
+            {
+                Some(since + lag)
+            }
+            _ => None,
+        };
+        match (heard, listed) {
+            (Some(heard), Some(listed)) => Some(heard.min(listed)),
+            (one, other) => one.or(other),
+        }
+    }
+
+    /// How long a write that begins `now` waits for `member`.
+    pub(crate) fn wait_for(&self, member: &M, now: Moment) -> Wait {
+        let Some(since) = self.dependence(member, now) else {
+            return Wait::Required;
+        };
+        let cut = self.members.get(member).and_then(|granted| granted.cut);
+        match (cut, self.lease_end(member, since, now)) {
+            (Some(_), Some(ends)) => Wait::LeaseEnd(ends),
+            (None, Some(_)) => Wait::Confirmation,
+            (_, None) => Wait::Nothing,
+        }
+    }
+
+    /// The latest moment a lease `member` may hold ends, if after `now`, for a member that
+    /// needs this node's grants since `since`: the lease it held when it began to (made
+    /// without this node) runs a lease past that at most, one this node or an earlier
+    /// process of it granted a lease past the grant.
+    fn lease_end(&self, member: &M, since: Moment, now: Moment) -> Option<Moment> {
+        let granted = self.members.get(member).copied().unwrap_or_default();
+        let mut ends = self
+            .timing
+            .grant_ends(self.started)
+            .max(self.timing.grant_ends(since));
+        if let Some(last) = granted.last {
+            ends = ends.max(self.timing.grant_ends(last));
+        }
+        if let Some(cut) = granted.cut {
+            ends = ends.max(cut.lease_ends);
+        }
+        (ends > now).then_some(ends)
+    }
+
+    /// `member`, which needs this node's grants since `since`, did not confirm a write
+    /// that began at `began`: refuse it leases until the one it may hold has run out and
+    /// it has caught up. Returns when that lease ends.
+    pub(crate) fn cut(&mut self, member: &M, since: Moment, began: Moment, now: Moment) -> Moment {
+        let ends = self.lease_end(member, since, now).unwrap_or(now);
+        let granted = self.members.entry(member.clone()).or_default();
+        let cut = granted.cut.get_or_insert(Cut {
+            since: began,
+            lease_ends: ends,
+            caught_up: false,
+            probing: false,
+        });
+        cut.lease_ends = cut.lease_ends.max(ends);
+        cut.since = cut.since.max(began);
+        cut.caught_up = false;
+        cut.lease_ends
+    }
+
+    /// `member` confirmed an invalidation sent at `sent`.
+    pub(crate) fn confirmed(&mut self, member: &M, sent: Moment) {
+        if let Some(cut) = self.cut_mut(member)
+            && sent >= cut.since
+        {
+            cut.caught_up = true;
+        }
+    }
+
+    fn cut_mut(&mut self, member: &M) -> Option<&mut Cut> {
+        self.members.get_mut(member)?.cut.as_mut()
+    }
+
+    /// The members this node refuses leases now.
+    pub fn cut_members(&self) -> usize {
+        self.members
+            .values()
+            .filter(|granted| granted.cut.is_some())
+            .count()
+    }
+
+    /// Whether `member` is cut.
+    pub fn is_cut(&self, member: &M) -> bool {
+        self.members
+            .get(member)
+            .is_some_and(|granted| granted.cut.is_some())
+    }
+
+    /// The earliest moment a round of this process may end, if one is known yet. A member
+    /// may hold a grant of an earlier process of this node until a lease after the start,
+    /// which this one cannot see. And a member this node does not know may not know it
+    /// either, until this node has been a member for `view_lag`, and hold a lease made
+    /// without it until a lease after that; a node no resolution has listed yet knows no
+    /// such moment. A node that was listed and left does not wait: members that knew it
+    /// keep it as a lessor for `remember`, and members that joined since trust no lease
+    /// until every view lists them ([`Grants::may_hold_lease`]).
+    pub(crate) fn floor(&self) -> Option<Moment> {
+        let restarted = self.timing.grant_ends(self.started);
+        match (self.membership.since, self.membership.listed_before) {
+            (Some(since), _) => {
+                Some(restarted.max(self.timing.grant_ends(since + self.timing.view_lag)))
+            }
+            (None, true) => Some(restarted),
+            (None, false) => None,
+        }
+    }
+
+    /// Forgets members outside `view` that can hold no lease from this node any more and
+    /// have not answered it for long, so what it keeps is bounded by the members it knows.
+    pub fn forget_departed(&mut self, view: &[M], now: Moment) {
+        let timing = self.timing;
+        self.members.retain(|member, granted| {
+            view.contains(member)
+                || granted
+                    .last
+                    .is_some_and(|last| now < timing.grant_ends(last))
+                || granted.cut.is_some_and(|cut| now < cut.lease_ends)
+        });
+        self.heard.retain(|member, heard| {
+            view.contains(member) || now < timing.remembered_until(heard.asked)
+        });
+    }
+}
