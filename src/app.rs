@@ -21,7 +21,7 @@ use crate::fill_threads::FillThreads;
 use crate::listing::ListingCache;
 use crate::read::{ReadParts, ReadPath, ReadSettings, Verify};
 use crate::rules::Rules;
-use crate::shutdown::{self, Shutdown};
+use crate::shutdown::{self, Shutdown, Tasks};
 use crate::source::Peers;
 use crate::telemetry::Metrics;
 use crate::tls::MutualTls;
@@ -155,7 +155,8 @@ pub async fn run(
     let open_files = crate::cache::raise_open_file_limit();
     tracing::debug!(?open_files, "open-file limit (ulimit -n)");
     let (trigger, stopping) = shutdown::channel();
-    let parts = assemble(&config, &stopping).await?;
+    let tasks = Tasks::new();
+    let parts = assemble(&config, &stopping, &tasks).await?;
     let cache = parts.cache.clone();
     let server_tls = server_tls(&config, &stopping)?;
     let bound = listeners.bound(&config, server_tls.is_some());
@@ -170,6 +171,14 @@ pub async fn run(
     );
     trigger.fire();
     serving.finish().await;
+    // Writes whose clients hung up, and fleet rounds, end rather than stop.
+    let unfinished = tasks.finish(config.server.shutdown_grace.get()).await;
+    if unfinished > 0 {
+        tracing::warn!(
+            unfinished,
+            "writes or fleet rounds still ran when the grace period ended"
+        );
+    }
     cache.close().await?;
     tracing::info!("cache closed; goodbye");
     Ok(())
@@ -190,11 +199,13 @@ struct Parts {
     listings: Option<Arc<ListingCache>>,
     maintenance: Maintenance,
     invalidator: Invalidator,
+    /// Writes and fleet rounds, which end rather than stop at shutdown.
+    tasks: Tasks,
 }
 
 /// Opens the cache, connects the upstreams, joins the cluster and builds the read path
 /// and what stands on it; `stopping` ends their background work.
-async fn assemble(config: &Config, stopping: &Shutdown) -> Result<Parts, AppError> {
+async fn assemble(config: &Config, stopping: &Shutdown, tasks: &Tasks) -> Result<Parts, AppError> {
     let metrics = Arc::new(Metrics::new());
     metrics
         .ledger
@@ -216,6 +227,7 @@ async fn assemble(config: &Config, stopping: &Shutdown) -> Result<Parts, AppErro
                 peer_tls.as_ref(),
                 metrics.clone(),
                 stopping.clone(),
+                tasks.clone(),
             )
             .await,
         ),
@@ -259,6 +271,7 @@ async fn assemble(config: &Config, stopping: &Shutdown) -> Result<Parts, AppErro
         listings,
         maintenance,
         invalidator,
+        tasks: tasks.clone(),
     })
 }
 
@@ -292,6 +305,7 @@ impl Serving {
             listings,
             maintenance,
             invalidator,
+            tasks,
         } = parts;
         let auth = api::authenticator(config, stopping.clone())?;
         let peers = listeners
@@ -322,12 +336,15 @@ impl Serving {
         });
         let front = api::service(
             config,
-            read,
-            origins.clone(),
-            listings,
-            cluster.clone(),
-            metrics.clone(),
-            auth,
+            api::ServiceParts {
+                read,
+                upstreams: origins.clone(),
+                listings,
+                cluster: cluster.clone(),
+                tasks,
+                metrics: metrics.clone(),
+                auth,
+            },
         );
         let s3 = tokio::spawn(api::serve(
             listeners.s3,

@@ -34,11 +34,11 @@ use crate::cluster::Cluster;
 use crate::config::{AuthMode, Config};
 use crate::listing::ListingCache;
 use crate::read::ReadPath;
-use crate::shutdown::Shutdown;
+use crate::shutdown::{Shutdown, Tasks};
 use crate::telemetry::Metrics;
 use crate::upstream::Origins;
 use limits::RequestLimits;
-use passthrough::{Passthrough, WriteThrough};
+use passthrough::{Passthrough, PassthroughParts, WriteThrough};
 
 /// The verifier of client signatures `config` asks for (`None` with `auth.mode =
 /// "none"`), its credentials file watched until `shutdown`; fails when the file cannot be
@@ -70,16 +70,30 @@ pub fn authenticator(
     }
 }
 
-/// Builds the S3 service for `config`, verifying signatures with `auth` when given.
-pub fn service(
-    config: &Config,
-    read: ReadPath,
-    upstreams: Arc<Origins>,
-    listings: Option<Arc<ListingCache>>,
-    cluster: Option<Arc<Cluster>>,
-    metrics: Arc<Metrics>,
-    auth: Option<Arc<Authenticator>>,
-) -> Front {
+/// What the S3 service stands on.
+pub struct ServiceParts {
+    pub read: ReadPath,
+    pub upstreams: Arc<Origins>,
+    pub listings: Option<Arc<ListingCache>>,
+    pub cluster: Option<Arc<Cluster>>,
+    /// Writes run as tasks that end whether their client waits or not.
+    pub tasks: Tasks,
+    pub metrics: Arc<Metrics>,
+    /// Verifies signatures, when given.
+    pub auth: Option<Arc<Authenticator>>,
+}
+
+/// Builds the S3 service for `config`.
+pub fn service(config: &Config, parts: ServiceParts) -> Front {
+    let ServiceParts {
+        read,
+        upstreams,
+        listings,
+        cluster,
+        tasks,
+        metrics,
+        auth,
+    } = parts;
     let mut builder = S3ServiceBuilder::new(s3::PorticoS3::new(read.clone()));
     let hosts =
         (!config.server.domains.is_empty()).then(|| VirtualHosts::new(&config.server.domains));
@@ -91,13 +105,15 @@ pub fn service(
         max_object_bytes: config.cache.memory_capacity.bytes() / 4,
     });
     let fills = read.fill_slots().clone();
-    let passthrough = Arc::new(Passthrough::new(
+    let passthrough = Arc::new(Passthrough::new(PassthroughParts {
         upstreams,
         read,
         write_through,
         listings,
         cluster,
-    ));
+        tasks,
+        metrics: metrics.clone(),
+    }));
     Front::new(
         builder.build(),
         passthrough,

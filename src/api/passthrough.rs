@@ -12,7 +12,9 @@
 //! After every write attempt, before its answer: an accepted write is invalidated, one
 //! that may have happened (no answer, a 5xx) is revalidated before the cached version is
 //! served again, and one that cannot have happened (refused, never sent) changes nothing;
-//! in cluster mode, on every member that confirms it within a bound (docs/cluster.md).
+//! in cluster mode, through the write's fleet round (docs/cluster.md). A write runs as a
+//! task of its own once its body has been sent: a client that hangs up while the origin
+//! or the fleet answers leaves it to end as it would have, never half done.
 
 mod capture;
 mod delete;
@@ -35,6 +37,8 @@ use crate::cluster::{Cluster, InvalidateRequest, WrittenObject};
 use crate::listing::{ListingCache, Page, PageKey, WriteMark};
 use crate::read::ReadPath;
 use crate::rules::Rules;
+use crate::shutdown::Tasks;
+use crate::telemetry::Metrics;
 use crate::types::ObjectRef;
 use crate::upstream::{ForwardRequest, Origins, Payload, UpstreamError};
 use capture::Capture;
@@ -68,6 +72,20 @@ pub struct Passthrough {
     listings: Option<Arc<ListingCache>>,
     /// The other members, told of every write, in cluster mode.
     cluster: Option<Arc<Cluster>>,
+    /// Writes run to their end whoever waits: shutdown waits for them.
+    tasks: Tasks,
+    metrics: Arc<Metrics>,
+}
+
+/// What a forwarded request needs besides the request, shared by every one.
+pub struct PassthroughParts {
+    pub upstreams: Arc<Origins>,
+    pub read: ReadPath,
+    pub write_through: Option<WriteThrough>,
+    pub listings: Option<Arc<ListingCache>>,
+    pub cluster: Option<Arc<Cluster>>,
+    pub tasks: Tasks,
+    pub metrics: Arc<Metrics>,
 }
 
 /// A forwarded request as the front classified it.
@@ -79,19 +97,24 @@ pub struct Forwarded {
 }
 
 impl Passthrough {
-    pub fn new(
-        upstreams: Arc<Origins>,
-        read: ReadPath,
-        write_through: Option<WriteThrough>,
-        listings: Option<Arc<ListingCache>>,
-        cluster: Option<Arc<Cluster>>,
-    ) -> Self {
+    pub fn new(parts: PassthroughParts) -> Self {
+        let PassthroughParts {
+            upstreams,
+            read,
+            write_through,
+            listings,
+            cluster,
+            tasks,
+            metrics,
+        } = parts;
         Self {
             upstreams,
             read,
             write_through,
             listings,
             cluster,
+            tasks,
+            metrics,
         }
     }
 
@@ -101,12 +124,30 @@ impl Passthrough {
     }
 
     pub async fn handle(
-        &self,
+        self: &Arc<Self>,
         request: Request<Incoming>,
         forwarded: Forwarded,
     ) -> Response<s3s::Body> {
         let request_id = forwarded.request_id.clone();
-        match self.forward(request, forwarded).await {
+        let result = match forwarded.effect {
+            Effect::None => self.forward(request, forwarded).await,
+            // A write ends as it would have if its client hangs up: once the origin may
+            // have applied it, every member must hear of it.
+            Effect::WriteObject | Effect::ChangeKey | Effect::DeleteListed => {
+                let passthrough = self.clone();
+                let write = self
+                    .tasks
+                    .spawn(async move { passthrough.forward(request, forwarded).await });
+                let waiting = ClientWaits(Some(&self.metrics));
+                let result = write.await;
+                waiting.answered();
+                result.unwrap_or_else(|error| {
+                    tracing::error!(%error, "a write's task failed");
+                    Err(s3s::s3_error!(InternalError, "the write's task failed"))
+                })
+            }
+        };
+        match result {
             Ok(response) => response,
             Err(error) => error_response(error, &request_id),
         }
@@ -253,9 +294,12 @@ impl Passthrough {
                 .collect(),
             unknown,
         };
-        for (member, error) in cluster.invalidate_members(&request).await {
-            tracing::warn!(%member, %error, objects = changed.len(), "a member did not confirm a write's invalidation; it may serve the old version until its metadata expires");
-        }
+        let report = cluster.tell_members(request).await;
+        tracing::debug!(
+            ?report,
+            objects = changed.len(),
+            "the fleet heard of a write"
+        );
     }
 
     /// Write-through: caches the bytes just written, if the upstream holds exactly them.
@@ -273,6 +317,25 @@ impl Passthrough {
         match self.read.admit_written(object, etag, data).await {
             Ok(()) => tracing::debug!(%object, etag, "written object admitted to the cache"),
             Err(error) => tracing::debug!(%object, %error, "written object not cached"),
+        }
+    }
+}
+
+/// While a write's client waits for its answer: dropped before [`ClientWaits::answered`]
+/// (the client hung up, and hyper dropped its request), it counts the write as one whose
+/// client left; the write runs on.
+struct ClientWaits<'a>(Option<&'a Metrics>);
+
+impl ClientWaits<'_> {
+    fn answered(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for ClientWaits<'_> {
+    fn drop(&mut self) {
+        if let Some(metrics) = self.0 {
+            metrics.writes.count_client_gone();
         }
     }
 }

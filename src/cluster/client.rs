@@ -25,8 +25,24 @@ use crate::tls::MutualTls;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 /// Longest a health check or a passed-on purge answer may take beyond `peer_timeout`.
 const HEALTH_TIMEOUT: Duration = Duration::from_secs(2);
-/// Longest a write waits for a member to confirm an invalidation (docs/cluster.md).
-pub const INVALIDATE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Why a member did not confirm an invalidation.
+#[derive(Debug)]
+pub enum Untold {
+    /// Its peer port refused the connection: no process listens there.
+    Refused,
+    /// No answer in time, or not the one asked for.
+    Failed(String),
+}
+
+/// A member's answer to a lease request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LeaseAnswer {
+    /// Granted; the member's `cluster.zone`, when it has one.
+    Granted { zone: Option<String> },
+    /// Refused: this node missed a write the member could not tell it of.
+    Refused,
+}
 
 /// The TLS configuration of a plain-HTTP client, which never uses it: it trusts no one.
 fn plain() -> rustls::ClientConfig {
@@ -187,56 +203,60 @@ impl PeerClient {
             .unwrap_or_else(|_| Err("no answer in time".to_owned()))
     }
 
-    /// Has `peer` forget the objects of `request`; fails unless it confirms within
-    /// [`INVALIDATE_TIMEOUT`].
+    /// Has `peer` forget the objects of `request`; fails unless it confirms `within`.
     pub async fn invalidate(
         &self,
         peer: &PeerId,
         request: &InvalidateRequest,
-    ) -> Result<(), String> {
-        self.confirmed(peer, INVALIDATE_PATH, request, INVALIDATE_TIMEOUT)
+        within: Duration,
+    ) -> Result<(), Untold> {
+        let body =
+            serde_json::to_vec(request).map_err(|error| Untold::Failed(error.to_string()))?;
+        let exchange = async {
+            let response = self
+                .exchange(peer, (Method::POST, INVALIDATE_PATH), &[], body)
+                .await
+                .map_err(|error| match error {
+                    SendError::Refused => Untold::Refused,
+                    SendError::Other(error) => Untold::Failed(error),
+                })?;
+            match response.status() {
+                StatusCode::NO_CONTENT => Ok(()),
+                other => Err(Untold::Failed(format!("answered {other}"))),
+            }
+        };
+        tokio::time::timeout(within, exchange)
             .await
-            .map(drop)
+            .unwrap_or_else(|_| Err(Untold::Failed(format!("no answer within {within:?}"))))
     }
 
     /// Asks `peer` for a lease for this node, known to the members as `identity`; fails
-    /// unless it is granted within a quarter of `lease_for`.
+    /// unless it answers `within`.
     pub async fn lease(
         &self,
         peer: &PeerId,
         identity: &str,
-        lease_for: Duration,
-    ) -> Result<Option<String>, String> {
+        within: Duration,
+    ) -> Result<LeaseAnswer, String> {
         let request = LeaseRequest {
             member: identity.to_owned(),
         };
-        let granted = self
-            .confirmed(peer, LEASE_PATH, &request, lease_for / 4)
-            .await?;
-        let zone = granted
-            .get(ZONE_HEADER)
-            .and_then(|zone| zone.to_str().ok())
-            .map(str::to_owned);
-        Ok(zone)
-    }
-
-    /// POSTs `request` to `path` on `peer`; fails unless it answers 204 within `within`.
-    /// The answer's headers.
-    async fn confirmed(
-        &self,
-        peer: &PeerId,
-        path: &str,
-        request: &impl serde::Serialize,
-        within: Duration,
-    ) -> Result<http::HeaderMap, String> {
-        let body = serde_json::to_vec(request).map_err(|error| error.to_string())?;
+        let body = serde_json::to_vec(&request).map_err(|error| error.to_string())?;
         let exchange = async {
             let response = self
-                .send(peer, (Method::POST, path), &[], body)
+                .send(peer, (Method::POST, LEASE_PATH), &[], body)
                 .await
                 .map_err(|error| error.to_string())?;
             match response.status() {
-                StatusCode::NO_CONTENT => Ok(response.headers().clone()),
+                StatusCode::NO_CONTENT => {
+                    let zone = response
+                        .headers()
+                        .get(ZONE_HEADER)
+                        .and_then(|zone| zone.to_str().ok())
+                        .map(str::to_owned);
+                    Ok(LeaseAnswer::Granted { zone })
+                }
+                StatusCode::CONFLICT => Ok(LeaseAnswer::Refused),
                 other => Err(format!("answered {other}")),
             }
         };
@@ -272,10 +292,22 @@ impl PeerClient {
         headers: &[(&'static str, &str)],
         body: Vec<u8>,
     ) -> Result<http::Response<hyper::body::Incoming>, PeerError> {
-        let failed = |reason: String| PeerError::Failed {
-            peer: peer.clone(),
-            reason,
-        };
+        self.exchange(peer, (method, path), headers, body)
+            .await
+            .map_err(|error| PeerError::Failed {
+                peer: peer.clone(),
+                reason: error.to_string(),
+            })
+    }
+
+    /// [`PeerClient::send`], telling a refused connection apart.
+    async fn exchange(
+        &self,
+        peer: &PeerId,
+        (method, path): (Method, &str),
+        headers: &[(&'static str, &str)],
+        body: Vec<u8>,
+    ) -> Result<http::Response<hyper::body::Incoming>, SendError> {
         let mut request = Request::builder()
             .method(method)
             .uri(format!("{}://{peer}{path}", self.scheme))
@@ -288,10 +320,44 @@ impl PeerClient {
         }
         let request = request
             .body(Full::new(Bytes::from(body)))
-            .map_err(|error| failed(format!("request: {error}")))?;
+            .map_err(|error| SendError::Other(format!("request: {error}")))?;
         self.client
             .request(request)
             .await
-            .map_err(|error| failed(crate::telemetry::error_chain(&error)))
+            .map_err(|error| match refused(&error) {
+                true => SendError::Refused,
+                false => SendError::Other(crate::telemetry::error_chain(&error)),
+            })
     }
+}
+
+/// Why a request to a member got no response.
+#[derive(Debug)]
+enum SendError {
+    /// The connection was refused: nothing listens at the member's peer port.
+    Refused,
+    Other(String),
+}
+
+impl std::fmt::Display for SendError {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Refused => formatter.write_str("connection refused"),
+            Self::Other(reason) => formatter.write_str(reason),
+        }
+    }
+}
+
+/// Whether `error` is a connection the member's host refused.
+fn refused(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cause = Some(error);
+    while let Some(error) = cause {
+        if let Some(io) = error.downcast_ref::<std::io::Error>()
+            && io.kind() == std::io::ErrorKind::ConnectionRefused
+        {
+            return true;
+        }
+        cause = error.source();
+    }
+    false
 }

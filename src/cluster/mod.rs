@@ -4,41 +4,44 @@
 //! reads the blocks it owns through its own cache and upstream, and asks the owner for the
 //! others over the peer protocol ([`protocol`]); the owner's coalescing makes the whole
 //! fleet fetch each block from the upstream once. Nothing is replicated and there is no
-//! consensus: the membership is a static list or what a DNS name resolves to (a
+//! consensus: the membership is a static list, a file, or what a DNS name resolves to (a
 //! Kubernetes headless Service), and a member that fails a request is passed over for
 //! `cluster.suspect_for` — its blocks go to the next member in their order — so a dead
 //! node never fails a client request.
 //!
-//! Writes: a write through any member is answered once every other member confirmed that
-//! it forgot the objects, or once the fleet lease of each member that did not has run
-//! out ([`crate::source::Lease`]). Every member renews its lease by asking every other one
-//! for a grant every quarter of `cluster.lease`; a member stops granting a member it
-//! could not tell of a write until that member's lease has surely run out.
+//! Writes: a write through any member is answered once every member that may hold the
+//! objects' metadata confirmed that it forgot them, or can no longer serve them: the fleet
+//! protocol of `portico_fleet`, driven over the peer port by [`fleet`].
 
 mod client;
+mod fleet;
 mod listener;
 mod protocol;
 mod ring;
 mod server;
 
 use std::collections::HashMap;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use parking_lot::{Mutex, RwLock};
+use portico_fleet::Timing;
 
 pub use client::PeerClient;
+pub use portico_fleet::RoundReport;
 pub use protocol::{BlockRequest, FillHeaders, InvalidateRequest, PurgeRequest, WrittenObject};
 pub use ring::{Ring, peer_id};
 pub use server::{PeerState, serve};
 
 use crate::checksum::{Algorithm, Crc};
 use crate::config::ClusterConfig;
-use crate::shutdown::Shutdown;
+use crate::shutdown::{Shutdown, Tasks};
 use crate::source::{BlockAsk, Lease, PeerBlock, PeerError, PeerId, Peers, ResponseHead};
-use crate::telemetry::{InvalidationResult, Metrics, PeerResult};
+use crate::telemetry::{Metrics, PeerResult};
 use crate::types::{BlockIndex, ObjectRef};
+use fleet::Fleet;
 
 /// Blocks sampled to report each member's share of ownership.
 const SHARE_SAMPLES: u64 = 4096;
@@ -53,36 +56,65 @@ pub struct Cluster {
     suspect_for: Duration,
     keep_in_memory: bool,
     metrics: Arc<Metrics>,
-    /// This node's fleet lease, renewed by [`heartbeat`].
-    lease: Arc<Lease>,
-    /// `cluster.lease`.
-    lease_for: Duration,
-    /// What this node granted each member that asked it for a lease.
-    grants: Mutex<HashMap<PeerId, Grant>>,
+    /// Leases and write rounds.
+    fleet: Fleet,
     /// `cluster.zone`; empty: none.
     zone: Arc<str>,
     /// The other members' zones, as their last granted leases named them.
     zones: RwLock<HashMap<PeerId, Arc<str>>>,
 }
 
-/// The leases this node granted one member.
-#[derive(Debug, Default, Clone, Copy)]
-struct Grant {
-    /// When this node last granted it one: it holds until at most `lease_for` after.
-    last: Option<Instant>,
-    /// No lease is granted to it before then: a write could not tell it.
-    refused_until: Option<Instant>,
+/// Where the membership comes from.
+#[derive(Debug, Clone)]
+enum Members {
+    /// `cluster.members`.
+    Listed(Vec<PeerId>),
+    /// `cluster.members_dns`.
+    Dns(String),
+    /// `cluster.members_file`.
+    File(PathBuf),
+}
+
+impl Members {
+    fn of(config: &ClusterConfig) -> Self {
+        if !config.members_dns.is_empty() {
+            Self::Dns(config.members_dns.clone())
+        } else if !config.members_file.as_os_str().is_empty() {
+            Self::File(config.members_file.clone())
+        } else {
+            Self::Listed(
+                config
+                    .members
+                    .iter()
+                    .map(|member| peer_id(member))
+                    .collect(),
+            )
+        }
+    }
+
+    /// The members now; `None` (logged) when they cannot be learnt, and the last ones
+    /// stand.
+    async fn resolve(&self) -> Option<Vec<PeerId>> {
+        match self {
+            Self::Listed(members) => Some(members.clone()),
+            Self::Dns(name) => resolve(name).await,
+            Self::File(path) => read_members(path),
+        }
+    }
 }
 
 impl Cluster {
-    /// The cluster `config` describes, its membership from `cluster.members`, or resolved
-    /// from `cluster.members_dns` now and every `refresh_interval` until `shutdown`.
+    /// The cluster `config` describes, its membership resolved now and every
+    /// `refresh_interval` (and, from a file, when it changes or on SIGHUP) until
+    /// `shutdown`. Write rounds run as `tasks`.
     pub async fn start(
         config: &ClusterConfig,
         tls: Option<&crate::tls::MutualTls>,
         metrics: Arc<Metrics>,
         shutdown: Shutdown,
+        tasks: Tasks,
     ) -> Arc<Self> {
+        let timing = Timing::new(config.lease.get(), config.refresh_interval.get());
         let cluster = Arc::new(Self {
             identity: peer_id(&config.identity()),
             ring: RwLock::new(Arc::new(Ring::new([]))),
@@ -91,26 +123,30 @@ impl Cluster {
             suspect_for: config.suspect_for.get(),
             keep_in_memory: config.keep_peer_blocks_in_memory,
             metrics,
-            lease: Arc::new(Lease::lapsed()),
-            lease_for: config.lease.get(),
-            grants: Mutex::new(HashMap::new()),
+            fleet: Fleet::new(timing, tasks),
             zone: Arc::from(config.zone.as_str()),
             zones: RwLock::new(HashMap::new()),
         });
-        if config.members_dns.is_empty() {
-            cluster.set_members(config.members.iter().map(|member| peer_id(member)));
-        } else {
-            let name = config.members_dns.clone();
-            if let Some(members) = resolve(&name).await {
-                cluster.set_members(members);
-            }
-            tokio::spawn(refresh(
-                cluster.clone(),
-                name,
-                config.refresh_interval.get(),
-                shutdown.clone(),
-            ));
+        let members = Members::of(config);
+        if let Some(resolved) = members.resolve().await {
+            cluster.set_members(resolved);
         }
+        if let Members::File(path) = &members {
+            let (cluster, members) = (cluster.clone(), members.clone());
+            crate::reload::on_change(vec![path.clone()], shutdown.clone(), move || {
+                if let Members::File(path) = &members
+                    && let Some(resolved) = read_members(path)
+                {
+                    cluster.set_members(resolved);
+                }
+            });
+        }
+        tokio::spawn(refresh(
+            cluster.clone(),
+            members,
+            config.refresh_interval.get(),
+            shutdown.clone(),
+        ));
         tokio::spawn(heartbeat(cluster.clone(), shutdown));
         cluster
     }
@@ -144,6 +180,7 @@ impl Cluster {
     /// Replaces the membership, logging who came and went.
     pub fn set_members(&self, members: impl IntoIterator<Item = PeerId>) {
         let ring = Ring::new(members);
+        self.fleet.resolved(ring.members(), &self.identity);
         let before = self.ring();
         if before.members() == ring.members() {
             return;
@@ -222,6 +259,7 @@ impl Cluster {
                     "zone": zone.as_deref(),
                     "self": *member == self.identity,
                     "suspect": self.is_suspect(member),
+                    "cut": self.fleet.is_cut(member),
                     "share": share,
                 });
                 match health {
@@ -247,93 +285,6 @@ impl Cluster {
     ) -> Vec<(PeerId, Result<serde_json::Value, String>)> {
         self.to_others(|member| async move { self.client.purge(&member, request).await })
             .await
-    }
-
-    /// Has every other member forget the objects of `request`, at once, and returns once
-    /// each has confirmed it or its lease has run out (at most [`client::INVALIDATE_TIMEOUT`]
-    /// plus `cluster.lease`); the members that did not confirm it, with why.
-    pub async fn invalidate_members(&self, request: &InvalidateRequest) -> Vec<(PeerId, String)> {
-        let answers = self
-            .to_others(|member| async move { self.client.invalidate(&member, request).await })
-            .await;
-        let mut failed = Vec::new();
-        let mut wait_until = Instant::now();
-        for (member, answer) in answers {
-            let result = match answer {
-                Ok(()) => InvalidationResult::Confirmed,
-                Err(error) => {
-                    wait_until = wait_until.max(self.refuse(&member));
-                    failed.push((member, error));
-                    InvalidationResult::Failed
-                }
-            };
-            self.metrics.count_invalidation(result);
-        }
-        tokio::time::sleep_until(wait_until.into()).await;
-        failed
-    }
-
-    /// Stops granting `member` a lease until the one it may hold now has run out; returns
-    /// when that is. A member never granted one is given a whole lease from now: it may
-    /// know this node by another name.
-    fn refuse(&self, member: &PeerId) -> Instant {
-        let mut grants = self.grants.lock();
-        let grant = grants.entry(member.clone()).or_default();
-        let ends = grant.last.unwrap_or_else(Instant::now) + self.lease_for;
-        grant.refused_until = Some(grant.refused_until.map_or(ends, |until| until.max(ends)));
-        ends
-    }
-
-    /// Grants `member` a lease, unless it is not a member in this node's view or a write
-    /// could not tell it of a change since its last one ran out.
-    pub fn grant(&self, member: &str) -> bool {
-        let member = peer_id(member);
-        if member == self.identity || !self.ring().members().contains(&member) {
-            return false;
-        }
-        let now = Instant::now();
-        let mut grants = self.grants.lock();
-        let grant = grants.entry(member).or_default();
-        if grant.refused_until.is_some_and(|until| until > now) {
-            return false;
-        }
-        grant.refused_until = None;
-        grant.last = Some(now);
-        true
-    }
-
-    /// Asks every other member for a lease at once, and renews this node's with the
-    /// grants: it holds until `cluster.lease` after the oldest latest request each member
-    /// granted.
-    async fn renew_lease(&self, granted: &mut HashMap<PeerId, Instant>) {
-        let asked = Instant::now();
-        let identity: &str = &self.identity;
-        let answers = self
-            .to_others(|member| async move {
-                self.client.lease(&member, identity, self.lease_for).await
-            })
-            .await;
-        let mut until = asked + self.lease_for;
-        for (member, answer) in answers {
-            match answer {
-                Ok(zone) => {
-                    let zone = Arc::from(zone.unwrap_or_default().as_str());
-                    self.zones.write().insert(member.clone(), zone);
-                    granted.insert(member, asked);
-                }
-                Err(error) => {
-                    tracing::debug!(%member, %error, "no lease granted");
-                    let last = granted.get(&member).copied();
-                    until = until.min(last.map_or(asked, |last| last + self.lease_for));
-                }
-            }
-        }
-        let members = self.ring();
-        granted.retain(|member, _| members.members().contains(member));
-        self.lease.renew(until.into());
-        self.metrics
-            .cluster_lease_held
-            .set(i64::from(self.lease.holds()));
     }
 
     /// `exchange` with every other member at once; each member's result.
@@ -471,7 +422,7 @@ impl Peers for Cluster {
     }
 
     fn lease(&self) -> Arc<Lease> {
-        self.lease.clone()
+        self.fleet.lease().clone()
     }
 }
 
@@ -491,12 +442,30 @@ async fn resolve(name: &str) -> Option<Vec<PeerId>> {
     }
 }
 
+/// The members `path` lists, one `host:port` a line (blank lines and `#` comments
+/// skipped); `None` (logged) when it cannot be read or a line is not a member.
+fn read_members(path: &Path) -> Option<Vec<PeerId>> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(text) => text,
+        Err(error) => {
+            tracing::warn!(path = %path.display(), %error, "cluster.members_file cannot be read; keeping the last membership");
+            return None;
+        }
+    };
+    match crate::config::parse_members(&text) {
+        Ok(members) => Some(members.iter().map(|member| peer_id(member)).collect()),
+        Err(error) => {
+            tracing::warn!(path = %path.display(), %error, "cluster.members_file is not a list of members; keeping the last membership");
+            None
+        }
+    }
+}
+
 /// Renews this node's lease every quarter of `cluster.lease` until `shutdown`.
 async fn heartbeat(cluster: Arc<Cluster>, shutdown: Shutdown) {
-    let mut granted = HashMap::new();
-    let interval = cluster.lease_for / 4;
+    let interval = cluster.fleet.timing().renew_every;
     loop {
-        cluster.renew_lease(&mut granted).await;
+        cluster.renew_lease().await;
         tokio::select! {
             () = shutdown.fired() => return,
             () = tokio::time::sleep(interval) => {}
@@ -504,15 +473,16 @@ async fn heartbeat(cluster: Arc<Cluster>, shutdown: Shutdown) {
     }
 }
 
-/// Resolves `name` every `interval` until `shutdown`, updating the membership.
-async fn refresh(cluster: Arc<Cluster>, name: String, interval: Duration, shutdown: Shutdown) {
+/// Resolves the membership every `interval` until `shutdown`: a list or a file too, so
+/// this node knows how fresh its view is (see `portico_fleet::Grants::resolved`).
+async fn refresh(cluster: Arc<Cluster>, members: Members, interval: Duration, shutdown: Shutdown) {
     loop {
         tokio::select! {
             () = shutdown.fired() => return,
             () = tokio::time::sleep(interval) => {}
         }
-        if let Some(members) = resolve(&name).await {
-            cluster.set_members(members);
+        if let Some(resolved) = members.resolve().await {
+            cluster.set_members(resolved);
         }
     }
 }

@@ -291,7 +291,7 @@ async fn invalidate(
 }
 
 /// `POST /peer/v1/lease`: a lease for the asking member (204), or 409 when this node does
-/// not grant it one (see `Cluster::grant`).
+/// not grant it one (see `Cluster::lease_asked`).
 async fn lease(
     State(state): State<Arc<PeerState>>,
     body: Result<Json<LeaseRequest>, JsonRejection>,
@@ -300,7 +300,7 @@ async fn lease(
         Ok(Json(request)) => request,
         Err(rejection) => return refusal(rejection.status(), rejection.body_text()),
     };
-    if state.cluster.grant(&request.member) {
+    if state.cluster.lease_asked(&request.member) {
         let mut granted = StatusCode::NO_CONTENT.into_response();
         if let Ok(zone) = HeaderValue::from_str(state.cluster.zone())
             && !zone.is_empty()

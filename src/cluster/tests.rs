@@ -20,6 +20,7 @@ async fn members_come_from_a_dns_name_with_its_port() {
         None,
         Arc::new(Metrics::new()),
         Shutdown::never(),
+        Tasks::new(),
     )
     .await;
     let ring = cluster.ring();
@@ -41,6 +42,7 @@ async fn a_suspect_member_hands_its_blocks_to_the_next_and_this_node_owns_its_ow
         None,
         metrics.clone(),
         Shutdown::never(),
+        Tasks::new(),
     )
     .await;
     assert_eq!(metrics.cluster_members.get(), 3);
@@ -86,7 +88,14 @@ async fn with_a_zone_blocks_are_owned_within_it_and_unknown_zones_own_nothing() 
         zone: "a".to_owned(),
         ..config(&members, "")
     };
-    let cluster = Cluster::start(&zoned, None, Arc::new(Metrics::new()), Shutdown::never()).await;
+    let cluster = Cluster::start(
+        &zoned,
+        None,
+        Arc::new(Metrics::new()),
+        Shutdown::never(),
+        Tasks::new(),
+    )
+    .await;
     let object = ObjectRef::new("bucket", "key").unwrap();
     let owners = |cluster: &Cluster| -> Vec<Option<PeerId>> {
         (0..64)
@@ -127,6 +136,7 @@ async fn with_a_zone_blocks_are_owned_within_it_and_unknown_zones_own_nothing() 
         None,
         Arc::new(Metrics::new()),
         Shutdown::never(),
+        Tasks::new(),
     )
     .await;
     let spread: Vec<Option<PeerId>> = owners(&plain);

@@ -26,7 +26,11 @@ pub struct ClusterConfig {
     /// A DNS name and port (`name:port`) whose addresses are the members, resolved every
     /// `refresh_interval` (a Kubernetes headless Service).
     pub members_dns: String,
-    /// How often `members_dns` is resolved again.
+    /// A file listing the members (`host:port` a line, `#` comments), read again every
+    /// `refresh_interval`, when it changes and on SIGHUP.
+    pub members_file: PathBuf,
+    /// How often the membership is resolved again (`members_dns`, `members_file`); views
+    /// of it may disagree for twice this long (docs/cluster.md).
     pub refresh_interval: HumanDuration,
     /// Shared secret every peer request carries (at least 16 bytes).
     pub secret: String,
@@ -62,6 +66,7 @@ impl Default for ClusterConfig {
             advertise: String::new(),
             members: Vec::new(),
             members_dns: String::new(),
+            members_file: PathBuf::new(),
             refresh_interval: HumanDuration::secs(5),
             secret: String::new(),
             suspect_for: HumanDuration::secs(10),
@@ -108,24 +113,41 @@ impl ClusterConfig {
             )));
         }
         host_port("cluster.advertise", &self.identity())?;
-        match (self.members.is_empty(), self.members_dns.is_empty()) {
-            (true, true) | (false, false) => {
-                return Err(ConfigError::new(
-                    "config keys cluster.members and cluster.members_dns: set exactly one (a list of host:port, or a DNS name:port)",
-                ));
+        let sources = [
+            !self.members.is_empty(),
+            !self.members_dns.is_empty(),
+            !self.members_file.as_os_str().is_empty(),
+        ];
+        if sources.iter().filter(|set| **set).count() != 1 {
+            return Err(ConfigError::new(
+                "config keys cluster.members, cluster.members_dns and cluster.members_file: set exactly one (a list of host:port, a DNS name:port, or a file listing host:port a line)",
+            ));
+        }
+        if !self.members.is_empty() {
+            for member in &self.members {
+                host_port("cluster.members", member)?;
             }
-            (false, true) => {
-                for member in &self.members {
-                    host_port("cluster.members", member)?;
-                }
-                let identity = self.identity();
-                if !self.members.contains(&identity) {
-                    return Err(ConfigError::new(format_args!(
-                        "config key cluster.members: this node ({identity}, cluster.advertise or cluster.listen) is not among them"
-                    )));
-                }
+            let identity = self.identity();
+            if !self.members.contains(&identity) {
+                return Err(ConfigError::new(format_args!(
+                    "config key cluster.members: this node ({identity}, cluster.advertise or cluster.listen) is not among them"
+                )));
             }
-            (true, false) => host_port("cluster.members_dns", &self.members_dns)?,
+        } else if !self.members_dns.is_empty() {
+            host_port("cluster.members_dns", &self.members_dns)?;
+        } else {
+            let text = std::fs::read_to_string(&self.members_file).map_err(|error| {
+                ConfigError::new(format_args!(
+                    "config key cluster.members_file: {} cannot be read: {error}",
+                    self.members_file.display()
+                ))
+            })?;
+            parse_members(&text).map_err(|error| {
+                ConfigError::new(format_args!(
+                    "config key cluster.members_file: {}: {error}",
+                    self.members_file.display()
+                ))
+            })?;
         }
         if self.secret.len() < MIN_SECRET_BYTES {
             return Err(ConfigError::new(format_args!(
@@ -197,14 +219,37 @@ impl ClusterConfig {
 const MIN_LEASE: std::time::Duration = std::time::Duration::from_secs(1);
 const MAX_LEASE: std::time::Duration = std::time::Duration::from_secs(60);
 
-/// Checks that `text` is `host:port` with a port above 0.
-fn host_port(key: &str, text: &str) -> Result<(), ConfigError> {
-    let valid = text.rsplit_once(':').is_some_and(|(host, port)| {
+/// The members a `cluster.members_file` lists: `host:port` a line, blank lines and text
+/// after `#` left out. An error names the first line that is not a member.
+pub fn parse_members(text: &str) -> Result<Vec<String>, String> {
+    let mut members = Vec::new();
+    for (number, line) in text.lines().enumerate() {
+        let member = line.split('#').next().unwrap_or_default().trim();
+        if member.is_empty() {
+            continue;
+        }
+        if !is_host_port(member) {
+            return Err(format!(
+                "line {}: {member:?} is not accepted (expected host:port, like \"10.0.0.5:9100\")",
+                number + 1
+            ));
+        }
+        members.push(member.to_owned());
+    }
+    Ok(members)
+}
+
+fn is_host_port(text: &str) -> bool {
+    text.rsplit_once(':').is_some_and(|(host, port)| {
         !host.is_empty()
             && !host.contains(char::is_whitespace)
             && port.parse::<u16>().is_ok_and(|port| port > 0)
-    });
-    if valid {
+    })
+}
+
+/// Checks that `text` is `host:port` with a port above 0.
+fn host_port(key: &str, text: &str) -> Result<(), ConfigError> {
+    if is_host_port(text) {
         Ok(())
     } else {
         Err(ConfigError::new(format_args!(

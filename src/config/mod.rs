@@ -30,7 +30,7 @@ use serde::{Deserialize, Serialize};
 
 pub use auth::{AuthConfig, AuthMode};
 pub use cache::{CacheConfig, PrefetchConfig};
-pub use cluster::{ClusterConfig, MIN_SECRET_BYTES};
+pub use cluster::{ClusterConfig, MIN_SECRET_BYTES, parse_members};
 pub use cost::CostConfig;
 pub use events::EventsConfig;
 pub use listing::ListingConfig;

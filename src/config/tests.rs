@@ -243,6 +243,48 @@ fn every_key_has_an_environment_name() {
 }
 
 #[test]
+fn cluster_members_can_come_from_a_file_of_one_member_a_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("members");
+    std::fs::write(
+        &file,
+        "# the fleet\n127.0.0.1:9100\n\n127.0.0.1:9101  # the second\n",
+    )
+    .unwrap();
+    let section = |path: &std::path::Path| {
+        format!(
+            "[cluster]\nenabled = true\nlisten = \"127.0.0.1:9100\"\nmembers_file = \"{}\"\nsecret = \"sixteen-bytes-or-more\"\n",
+            path.display()
+        )
+    };
+    let config = load_text(&section(&file), &[]).unwrap();
+    assert_eq!(config.cluster.members_file, file);
+    assert_eq!(
+        crate::config::parse_members(&std::fs::read_to_string(&file).unwrap()).unwrap(),
+        ["127.0.0.1:9100", "127.0.0.1:9101"]
+    );
+    let env = [("PORTICO_CLUSTER_MEMBERS_FILE", file.to_str().unwrap())];
+    let from_env = "[cluster]\nenabled = true\nlisten = \"127.0.0.1:9100\"\nsecret = \"sixteen-bytes-or-more\"\n";
+    assert_eq!(
+        load_text(from_env, &env).unwrap().cluster.members_file,
+        file
+    );
+
+    std::fs::write(&file, "127.0.0.1:9100\nnot-a-member\n").unwrap();
+    let error = load_text(&section(&file), &[]).unwrap_err().to_string();
+    assert!(
+        error.contains("cluster.members_file") && error.contains("line 2"),
+        "{error}"
+    );
+    let missing = dir.path().join("missing");
+    let error = load_text(&section(&missing), &[]).unwrap_err().to_string();
+    assert!(error.contains("cannot be read"), "{error}");
+    let both = format!("{}members = [\"127.0.0.1:9100\"]\n", section(&file));
+    let error = load_text(&both, &[]).unwrap_err().to_string();
+    assert!(error.contains("set exactly one"), "{error}");
+}
+
+#[test]
 fn cluster_mode_needs_members_an_identity_among_them_and_a_secret() {
     let member_env = [
         ("PORTICO_CLUSTER_ENABLED", "true"),
@@ -265,7 +307,7 @@ fn cluster_mode_needs_members_an_identity_among_them_and_a_secret() {
         ("zone = \"eu west\"\n", "cluster.zone"),
         (
             "members_dns = \"portico-peers:9100\"\n",
-            "cluster.members and cluster.members_dns",
+            "cluster.members, cluster.members_dns and cluster.members_file",
         ),
         ("members = [\"127.0.0.1:9101\"]\n", "is not among them"),
         ("members = [\"127.0.0.1\"]\n", "cluster.members"),

@@ -22,11 +22,12 @@ use crate::types::{BlockIndex, ByteRange, ObjectRef, RangeRequest};
 
 mod answers;
 mod error;
-mod lease;
 
 pub use answers::{HeadOutcome, RangeRead, ResponseHead, StreamedRead};
 pub use error::{CredentialProblem, UpstreamError};
-pub use lease::Lease;
+/// The fleet lease: whether this member may serve its cached metadata as it is (see
+/// [`portico_fleet::Lease`]).
+pub use portico_fleet::Lease;
 
 /// A producer of object metadata and byte ranges for the read path.
 #[async_trait]

@@ -184,6 +184,8 @@ pub struct Metrics {
     pub integrity: IntegrityMetrics,
     /// Tenants: refusals over their limits, fills by class.
     pub tenants: TenantMetrics,
+    /// Writes: clients that hung up, fleet rounds, members cut off.
+    pub writes: WriteMetrics,
     /// The cost ledger: origin traffic against what was served, by bucket and tenant.
     pub ledger: Ledger,
 }
@@ -248,6 +250,7 @@ impl Metrics {
             event_rejections: Family::default(),
             integrity: IntegrityMetrics::default(),
             tenants: TenantMetrics::default(),
+            writes: WriteMetrics::default(),
             ledger: Ledger::default(),
         };
         register::register_all(&mut registry, &metrics);
@@ -490,10 +493,12 @@ mod integrity;
 mod ledger;
 mod register;
 mod tenants;
+mod writes;
 
 pub use integrity::IntegrityMetrics;
 pub use ledger::{Ledger, RequestKind};
 pub use tenants::TenantMetrics;
+pub use writes::WriteMetrics;
 
 #[cfg(test)]
 mod tests;

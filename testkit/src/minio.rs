@@ -25,11 +25,56 @@ impl Minio {
     }
 }
 
+/// A loopback port for a server the test starts, that nothing listens on now and that the
+/// kernel will not hand out on its own: ports are taken in turn, from a place drawn for
+/// each process, outside the range the kernel picks outgoing connections' ports from
+/// (`net.ipv4.ip_local_port_range`). A port picked by binding port 0 and closing it could
+/// be taken by any outgoing connection on the machine before the server binds it.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|listener| listener.local_addr())
-        .map(|address| address.port())
-        .expect("no free loopback port")
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let (low, high) = outside_ephemeral();
+    let span = u32::from(high - low);
+    if NEXT.load(std::sync::atomic::Ordering::Relaxed) == 0 {
+        // Another test process draws another place to start from.
+        let seed = std::process::id().wrapping_mul(2_654_435_761)
+            ^ std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |since| since.subsec_nanos());
+        let _ = NEXT.compare_exchange(
+            0,
+            seed % span + 1,
+            std::sync::atomic::Ordering::Relaxed,
+            std::sync::atomic::Ordering::Relaxed,
+        );
+    }
+    for _ in 0..span {
+        let turn = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let port = low + (turn % span) as u16;
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free loopback port in {low}..{high}");
+}
+
+/// The ports below the kernel's ephemeral range (down to 10000), or above it when that
+/// leaves more room.
+fn outside_ephemeral() -> (u16, u16) {
+    let range = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").ok();
+    let (first, last) = range
+        .as_deref()
+        .and_then(|text| {
+            let mut bounds = text.split_whitespace().map(str::parse::<u16>);
+            Some((bounds.next()?.ok()?, bounds.next()?.ok()?))
+        })
+        .unwrap_or((32768, 60999));
+    let below = first.saturating_sub(10_000);
+    let above = u16::MAX - last;
+    if below >= above {
+        (10_000, first)
+    } else {
+        (last + 1, u16::MAX)
+    }
 }
 
 /// `PORTICO_MINIO`, or the MinIO that `make tools` installed in ~/.cache/portico-tools.

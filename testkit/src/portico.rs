@@ -444,11 +444,16 @@ async fn start_members(
 }
 
 /// The `[cluster]` section of a member listening for peers on `listen`, known to the
-/// others as `advertise`, in a fleet of `members` (their advertised addresses).
+/// others as `advertise`, in a fleet of `members` (their advertised addresses). The
+/// membership is resolved every second ([`TEST_REFRESH`]): a member trusts its lease two
+/// refreshes after it is listed, so the fleets of the tests settle in seconds.
 pub fn cluster_section(listen: &str, advertise: &str, members: &[String]) -> String {
     let listed: Vec<String> = members.iter().map(|peer| format!("{peer:?}")).collect();
     format!(
-        "enabled = true\nlisten = \"{listen}\"\nadvertise = \"{advertise}\"\nmembers = [{}]\nsecret = \"a-secret-of-the-test-fleet\"\n",
+        "enabled = true\nlisten = \"{listen}\"\nadvertise = \"{advertise}\"\nmembers = [{}]\nsecret = \"a-secret-of-the-test-fleet\"\nrefresh_interval = \"{TEST_REFRESH}\"\n",
         listed.join(", ")
     )
 }
+
+/// The `cluster.refresh_interval` of test fleets.
+pub const TEST_REFRESH: &str = "1s";

@@ -23,7 +23,7 @@ use portico_testkit::create_bucket;
 use portico_testkit::forwarder::Forwarder;
 use portico_testkit::http_send;
 use portico_testkit::minio::{free_port, minio};
-use portico_testkit::portico::{Portico, Settings};
+use portico_testkit::portico::{Portico, Settings, TEST_REFRESH};
 use portico_testkit::tls::{FleetCa, peer_tls_from_env};
 use serde_json::{Value, json};
 
@@ -149,7 +149,7 @@ impl Fleet {
                     .map(|ca| ca.issue(&["127.0.0.1"]).cluster_lines())
                     .unwrap_or_default();
                 settings.cluster = format!(
-                    "enabled = true\nlisten = \"{member}\"\nmembers = [{}]\nsecret = \"{secret}\"\nsuspect_for = \"60s\"\n{tls}{}",
+                    "enabled = true\nlisten = \"{member}\"\nmembers = [{}]\nsecret = \"{secret}\"\nsuspect_for = \"60s\"\nrefresh_interval = \"{TEST_REFRESH}\"\n{tls}{}",
                     listed.join(", "),
                     self.extra
                 );

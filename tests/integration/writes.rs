@@ -33,6 +33,13 @@ async fn put_through_portico(rig: &Rig, key: &str, data: &[u8]) -> String {
     output.e_tag().expect("ETag").to_owned()
 }
 
+/// Whether the origin holds `data` under `key`.
+async fn exists_upstream_as(rig: &Rig, key: &str, data: &[u8]) -> bool {
+    crate::support::try_get(&rig.direct, &rig.bucket, key, None)
+        .await
+        .is_ok_and(|stored| stored == data)
+}
+
 async fn exists_upstream(rig: &Rig, key: &str) -> bool {
     rig.direct
         .head_object()
@@ -63,6 +70,45 @@ async fn a_write_through_portico_is_read_back_at_once() {
         "the GET after the second PUT returns the second version"
     );
     assert!(rig.get("object", Some("bytes=2097152-")).await == second[2 * MIB..]);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_write_whose_client_hangs_up_before_the_origin_answers_is_read_back_all_the_same() {
+    let rig = Rig::start("hang-up", |_| {}).await;
+    let first = random_bytes(50_000, 11);
+    let second = random_bytes(60_000, 12);
+    put_through_portico(&rig, "left", &first).await;
+    assert!(rig.get("left", None).await == first, "cached");
+    // The origin takes 1.5 s to answer; the client gives up after 0.3 s.
+    rig.forwarder.set_latency(Duration::from_millis(1_500));
+    let put = rig
+        .client
+        .put_object()
+        .bucket(&rig.bucket)
+        .key("left")
+        .body(ByteStream::from(second.clone()))
+        .send();
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), put)
+            .await
+            .is_err()
+    );
+    let portico = rig.portico.as_ref().expect("portico runs");
+    eventually(
+        "the write ran to its end",
+        Duration::from_secs(10),
+        || async {
+            (portico.metric("portico_writes_client_gone_total").await == 1.0
+                && exists_upstream_as(&rig, "left", &second).await)
+                .then_some(())
+        },
+    )
+    .await;
+    rig.forwarder.set_latency(Duration::ZERO);
+    assert!(
+        rig.get("left", None).await == second,
+        "the write its client left is read back, not the cached version"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -140,19 +140,20 @@ async fn a_lease_renewed_while_a_read_looks_up_does_not_vouch_for_what_was_cache
  {
     let source = Arc::new(MemorySource::default());
     source.put("key", body(100, 1), 1);
-    let lease = Arc::new(Lease::lapsed());
-    lease.renew(tokio::time::Instant::now() + Duration::from_secs(600));
+    let clock = portico_fleet::Clock::Boot;
+    let lease = Arc::new(Lease::lapsed(clock.clone()));
+    lease.renew(clock.now() + Duration::from_secs(600));
     let peers: Arc<dyn Peers> = Arc::new(Leased(lease.clone()));
     let read = member_read_path(&source, settings(), Some(peers)).await;
     let first = head_plain(&read, &object("key")).await.unwrap();
     assert_eq!(version(&first.etag), 1);
     // A write through another member that could not tell this one: the lease runs out.
     source.put("key", body(100, 2), 2);
-    lease.renew(tokio::time::Instant::now());
+    lease.renew(clock.now());
     assert!(!lease.holds());
     let renewed = lease.clone();
     *read.metadata().generations().after_read.lock() = Some(Box::new(move || {
-        renewed.renew(tokio::time::Instant::now() + Duration::from_secs(600));
+        renewed.renew(clock.now() + Duration::from_secs(600));
     }));
     let after = head_plain(&read, &object("key")).await.unwrap();
     assert!(

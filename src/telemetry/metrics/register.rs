@@ -16,6 +16,7 @@ pub(super) fn register_all(registry: &mut Registry, metrics: &Metrics) {
     cluster(registry, metrics);
     listings_and_events(registry, metrics);
     metrics.integrity.register(registry);
+    metrics.writes.register(registry);
     metrics.tenants.register(registry);
     metrics.ledger.register(registry);
 }
@@ -363,6 +364,7 @@ pub(super) fn start_known_series_at_zero(metrics: &Metrics) {
         reason: "per_client",
     }));
     metrics.integrity.start_at_zero();
+    metrics.writes.start_at_zero();
     // The tenant of requests without a credential (`crate::tenant::DEFAULT_TENANT`).
     metrics.tenants.start_at_zero("default");
 }

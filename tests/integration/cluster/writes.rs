@@ -2,11 +2,14 @@
 //! once (PUT, overwrite, DELETE, multipart, copy); a write waits a bounded time for a
 //! paused member, which never serves the old version once it runs again; a member cut off
 //! from the others (not from the origin) revalidates instead of serving what it cached.
+//! At the seams: a write whose client hangs up while the fleet confirms it still reaches
+//! every member; a member that is paused or killed costs one write a wait, not every
+//! write.
 
 use std::time::{Duration, Instant};
 
 use super::{Fleet, MIB};
-use crate::support::{multipart_upload, put_object, random_bytes};
+use crate::support::{eventually, multipart_upload, put_object, random_bytes, try_get};
 
 /// `cluster.lease`'s default, and the longest a write waits for a member's confirmation.
 const LEASE: Duration = Duration::from_secs(3);
@@ -26,6 +29,30 @@ impl Fleet {
             .filter(|seen| seen.is_object())
             .count()
     }
+}
+
+/// PUTs `count` versions of `key` through node `at`, one after another: how long each
+/// took, and the last version.
+async fn timed_puts(fleet: &Fleet, at: usize, key: &str, count: u64) -> (Vec<Duration>, Vec<u8>) {
+    let mut took = Vec::new();
+    let mut last = Vec::new();
+    for version in 0..count {
+        last = random_bytes(32_000, 500 + version);
+        let started = Instant::now();
+        fleet.put_via(at, key, &last).await;
+        took.push(started.elapsed());
+    }
+    (took, last)
+}
+
+/// The fleet rounds node `at` has ended.
+async fn rounds_ended(fleet: &Fleet, at: usize) -> f64 {
+    let node = fleet.node(at);
+    node.metric("portico_cluster_write_rounds_total{result=\"confirmed\"}")
+        .await
+        + node
+            .metric("portico_cluster_write_rounds_total{result=\"waited\"}")
+            .await
 }
 
 /// Sends `signal` (`STOP`, `CONT`) to node `at`.
@@ -173,4 +200,150 @@ async fn a_member_cut_off_from_the_others_revalidates_instead_of_serving_what_it
         fleet.node(2).metric("portico_cluster_lease_held").await,
         0.0
     );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_write_whose_client_hangs_up_while_the_fleet_confirms_it_reaches_every_member() {
+    let fleet = Fleet::start("fleet-hang-up", 3).await;
+    let first = random_bytes(64_000, 41);
+    let second = random_bytes(64_000, 42);
+    fleet.put_via(0, "left.bin", &first).await;
+    for at in [1, 2] {
+        assert!(fleet.get(at, "left.bin", None).await.expect("read") == first);
+    }
+    let ended_before = rounds_ended(&fleet, 0).await;
+    // Member 2 is paused for 1.5 s; the writer's client gives up after 0.5 s, while the
+    // fleet confirms the write.
+    signal(&fleet, 2, "STOP");
+    let put = fleet.clients[0]
+        .put_object()
+        .bucket(&fleet.bucket)
+        .key("left.bin")
+        .body(second.clone().into())
+        .send();
+    let hung_up = Instant::now();
+    assert!(
+        tokio::time::timeout(Duration::from_millis(500), put)
+            .await
+            .is_err(),
+        "the client gave up before the answer"
+    );
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    signal(&fleet, 2, "CONT");
+    // The round ran to its end without the client, within its bound.
+    eventually(
+        "the write's fleet round ends",
+        CONFIRMATION + LEASE + Duration::from_secs(2),
+        || async { (rounds_ended(&fleet, 0).await > ended_before).then_some(()) },
+    )
+    .await;
+    assert!(hung_up.elapsed() <= CONFIRMATION + LEASE + Duration::from_secs(2));
+    for at in [2, 1, 0] {
+        let read = fleet.get(at, "left.bin", None).await.expect("read");
+        assert!(read == second, "node {at} serves the write its client left");
+    }
+    assert_eq!(
+        fleet
+            .node(0)
+            .metric("portico_writes_client_gone_total")
+            .await,
+        1.0
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_paused_member_costs_the_first_write_a_wait_and_the_next_ones_nothing() {
+    let fleet = Fleet::start("fleet-paused-five", 3).await;
+    fleet
+        .put_via(0, "five.bin", &random_bytes(32_000, 51))
+        .await;
+    assert!(fleet.get(2, "five.bin", None).await.is_ok());
+    signal(&fleet, 2, "STOP");
+    let (took, last) = timed_puts(&fleet, 0, "five.bin", 5).await;
+    let cut = fleet.node(0).metric("portico_cluster_members_cut").await;
+    signal(&fleet, 2, "CONT");
+    assert!(
+        took[0] >= CONFIRMATION && took[0] <= CONFIRMATION + LEASE + Duration::from_secs(1),
+        "the first write waited for the paused member, within its bound: {took:?}"
+    );
+    assert!(
+        took[1..].iter().all(|took| *took < Duration::from_secs(1)),
+        "the next writes did not wait for it: {took:?}"
+    );
+    assert_eq!(cut, 1.0, "node 0 refused the paused member leases");
+    let read = fleet.get(2, "five.bin", None).await.expect("read");
+    assert!(
+        read == last,
+        "the paused member serves the last write once it runs again"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_killed_member_costs_the_first_write_a_wait_and_the_next_ones_nothing() {
+    let mut fleet = Fleet::start("fleet-killed-five", 3).await;
+    fleet
+        .put_via(0, "dead.bin", &random_bytes(32_000, 61))
+        .await;
+    assert!(fleet.get(1, "dead.bin", None).await.is_ok());
+    fleet.nodes[2].take().expect("node 2 runs").kill().await;
+    let (took, last) = timed_puts(&fleet, 0, "dead.bin", 5).await;
+    assert!(
+        took[0] <= LEASE + Duration::from_secs(1),
+        "refused at once, the first write waited for the dead member's lease at most: {took:?}"
+    );
+    assert!(
+        took[1..].iter().all(|took| *took < Duration::from_secs(1)),
+        "the next writes did not wait for it: {took:?}"
+    );
+    let read = try_get(&fleet.clients[1], &fleet.bucket, "dead.bin", None)
+        .await
+        .expect("read");
+    assert!(read == last);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_write_whose_client_hangs_up_before_the_origin_answers_still_reaches_every_member() {
+    let fleet = Fleet::start("fleet-hang-up-early", 3).await;
+    let first = random_bytes(64_000, 71);
+    let second = random_bytes(64_000, 72);
+    fleet.put_via(0, "early.bin", &first).await;
+    for at in 0..3 {
+        assert!(fleet.get(at, "early.bin", None).await.expect("read") == first);
+    }
+    let ended_before = rounds_ended(&fleet, 0).await;
+    // The origin takes 1.5 s to answer; the client gives up after 0.3 s.
+    fleet.forwarder.set_latency(Duration::from_millis(1_500));
+    let put = fleet.clients[0]
+        .put_object()
+        .bucket(&fleet.bucket)
+        .key("early.bin")
+        .body(second.clone().into())
+        .send();
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), put)
+            .await
+            .is_err(),
+        "the client gave up before the answer"
+    );
+    // The write went on without its client: the origin took it, and the fleet heard.
+    eventually(
+        "the origin holds the write",
+        Duration::from_secs(10),
+        || async {
+            let stored = try_get(&fleet.direct, &fleet.bucket, "early.bin", None).await;
+            stored.is_ok_and(|stored| stored == second).then_some(())
+        },
+    )
+    .await;
+    fleet.forwarder.set_latency(Duration::ZERO);
+    eventually(
+        "the write's fleet round ends",
+        CONFIRMATION + LEASE,
+        || async { (rounds_ended(&fleet, 0).await > ended_before).then_some(()) },
+    )
+    .await;
+    for at in 0..3 {
+        let read = fleet.get(at, "early.bin", None).await.expect("read");
+        assert!(read == second, "node {at} serves the write its client left");
+    }
 }
