@@ -7,6 +7,7 @@
 //! versions; `cluster/writes.rs` a write through any member seen through every member.
 
 mod members;
+mod membership;
 mod tenants;
 mod tls;
 mod writes;
@@ -53,6 +54,32 @@ struct Fleet {
     /// The CA of mutual TLS between the members, when the tests run with it
     /// (`PORTICO_TEST_PEER_TLS=1`).
     tls: Option<FleetCa>,
+    /// With `cluster.members_file`, the members the files list (positions in
+    /// `members`); `None`: `cluster.members`, every member.
+    listed: Option<Vec<usize>>,
+}
+
+/// How a fleet starts, beyond its size.
+struct Launch {
+    /// Extra lines of every node's `[cluster]` section.
+    extra: String,
+    /// A member with another `cluster.secret`.
+    outsider: Option<usize>,
+    /// Mutual TLS between the members.
+    tls: bool,
+    /// Members files listing these members, instead of `cluster.members`.
+    listed: Option<Vec<usize>>,
+}
+
+impl Default for Launch {
+    fn default() -> Self {
+        Self {
+            extra: String::new(),
+            outsider: None,
+            tls: peer_tls_from_env(),
+            listed: None,
+        }
+    }
 }
 
 impl Fleet {
@@ -62,22 +89,34 @@ impl Fleet {
 
     /// A fleet whose `[cluster]` sections have `extra` lines too.
     async fn start_with(prefix: &str, count: usize, extra: &str) -> Self {
-        Self::launch(prefix, count, extra, None, peer_tls_from_env()).await
+        let how = Launch {
+            extra: extra.to_owned(),
+            ..Launch::default()
+        };
+        Self::launch(prefix, count, how).await
+    }
+
+    /// A fleet whose members read the membership from files of their own
+    /// (`cluster.members_file`), every member listed.
+    async fn start_with_member_files(prefix: &str, count: usize) -> Self {
+        let how = Launch {
+            listed: Some((0..count).collect()),
+            ..Launch::default()
+        };
+        Self::launch(prefix, count, how).await
     }
 
     /// A fleet whose member `outsider` has another `cluster.secret`: it reaches the origin
     /// but none of the others, and they do not reach it.
     async fn start_with_outsider(prefix: &str, count: usize, outsider: usize) -> Self {
-        Self::launch(prefix, count, "", Some(outsider), peer_tls_from_env()).await
+        let how = Launch {
+            outsider: Some(outsider),
+            ..Launch::default()
+        };
+        Self::launch(prefix, count, how).await
     }
 
-    async fn launch(
-        prefix: &str,
-        count: usize,
-        extra: &str,
-        outsider: Option<usize>,
-        tls: bool,
-    ) -> Self {
+    async fn launch(prefix: &str, count: usize, how: Launch) -> Self {
         let minio = minio();
         let direct = s3_client(&minio.endpoint(), true);
         let bucket = create_bucket(&direct, prefix).await;
@@ -86,16 +125,17 @@ impl Fleet {
             nodes: Vec::new(),
             clients: Vec::new(),
             members: Vec::new(),
-            extra: extra.to_owned(),
-            outsider,
+            extra: how.extra,
+            outsider: how.outsider,
             direct,
             bucket,
             dirs: Vec::new(),
-            tls: tls.then(FleetCa::new),
+            tls: how.tls.then(FleetCa::new),
+            listed: how.listed,
         };
         fleet.add_members(count);
         fleet.start_nodes().await;
-        if outsider.is_none() {
+        if how.outsider.is_none() {
             fleet.wait_for_leases().await;
         }
         fleet
@@ -148,9 +188,15 @@ impl Fleet {
                     .as_ref()
                     .map(|ca| ca.issue(&["127.0.0.1"]).cluster_lines())
                     .unwrap_or_default();
+                let membership = match &self.listed {
+                    Some(_) => {
+                        let file = self.write_members_file(at);
+                        format!("members_file = \"{}\"", file.display())
+                    }
+                    None => format!("members = [{}]", listed.join(", ")),
+                };
                 settings.cluster = format!(
-                    "enabled = true\nlisten = \"{member}\"\nmembers = [{}]\nsecret = \"{secret}\"\nsuspect_for = \"60s\"\nrefresh_interval = \"{TEST_REFRESH}\"\n{tls}{}",
-                    listed.join(", "),
+                    "enabled = true\nlisten = \"{member}\"\n{membership}\nsecret = \"{secret}\"\nsuspect_for = \"60s\"\nrefresh_interval = \"{TEST_REFRESH}\"\n{tls}{}",
                     self.extra
                 );
                 let node = Portico::start(binary(), &settings).await;
@@ -162,6 +208,46 @@ impl Fleet {
                 self.nodes[at] = Some(node);
             }
             self.clients.push(s3_client(&self.node(at).s3, true));
+        }
+    }
+
+    /// Writes node `at`'s `cluster.members_file`, listing the members of `listed`; its
+    /// path.
+    fn write_members_file(&self, at: usize) -> std::path::PathBuf {
+        let listed = self.listed.as_deref().unwrap_or_default();
+        let lines: Vec<&str> = listed.iter().map(|at| self.members[*at].as_str()).collect();
+        let file = self.dirs[at].path().join("members");
+        std::fs::write(&file, lines.join("\n") + "\n").expect("write the members file");
+        file
+    }
+
+    /// Lists the members of `listed` in every running node's members file, and has each
+    /// read it again (SIGHUP).
+    async fn list(&mut self, listed: &[usize]) {
+        self.listed = Some(listed.to_vec());
+        for at in 0..self.nodes.len() {
+            if let Some(node) = &self.nodes[at] {
+                self.write_members_file(at);
+                let pid = node.pid().expect("the node runs");
+                let status = std::process::Command::new("kill")
+                    .args(["-HUP", &pid.to_string()])
+                    .status()
+                    .expect("kill");
+                assert!(status.success());
+            }
+        }
+        for at in 0..self.nodes.len() {
+            if let Some(node) = &self.nodes[at] {
+                eventually(
+                    "every node reads its members file",
+                    std::time::Duration::from_secs(10),
+                    || async {
+                        (node.metric("portico_cluster_members").await == listed.len() as f64)
+                            .then_some(())
+                    },
+                )
+                .await;
+            }
         }
     }
 

@@ -67,7 +67,11 @@ impl Fleet {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn with_mutual_tls_blocks_cross_once_and_only_a_member_with_the_secret_is_served() {
-    let fleet = Fleet::launch("cluster-tls", 2, "", None, true).await;
+    let how = Launch {
+        tls: true,
+        ..Launch::default()
+    };
+    let fleet = Fleet::launch("cluster-tls", 2, how).await;
     const BLOCKS: usize = 16;
     let data = random_bytes(BLOCKS * MIB, 157);
     fleet.put("tls.bin", &data).await;
