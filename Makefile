@@ -38,7 +38,7 @@ APT_UPDATE := $(SUDO) apt-get update -q
 # Lists are refreshed first: on a fresh machine they are empty or stale.
 APT_INSTALL := $(APT_UPDATE) && $(SUDO) apt-get install -y -q
 
-.PHONY: run test ci fmt-check clippy build release bench soak soak-overwrites fleet-writes fuzz conformance tools java-client clean-demo
+.PHONY: run test ci fmt-check clippy build release bench fleet-scale soak soak-overwrites fleet-writes fuzz conformance tools java-client clean-demo
 
 ## run: build Portico and start it in front of a local MinIO with demo data (Ctrl-C stops
 ## both). Needs only MinIO (built once) and curl: nothing the tests need is installed.
@@ -75,6 +75,13 @@ build:
 release:
 	cargo build --release --locked --bin portico
 
+## fleet-scale: what the fleet protocol costs at 3, 10, 100 and 1,000 members, by
+## simulation (fleet/benches/scale.rs), and what one lease exchange costs each member in
+## CPU (benches/peer_leases.rs); prints the tables in docs/benchmarks.md
+fleet-scale: $(MINIO)
+	cargo bench -p portico-fleet --bench scale
+	cargo bench --bench peer_leases
+
 ## bench: the suite (cold-sequential, cold-herd, random-cold, hot-random against direct,
 ## nginx and Portico behind a 20 ms origin, direct-parallel, mixed, and hot-random-disk with
 ## a working set 4x the memory tier, repeated listings, cluster mode), then hot hits vs MinIO direct with the cost of
@@ -87,17 +94,23 @@ bench: tools $(NGINX)
 	cargo build --release --bin portico
 	scripts/bench-writes.sh
 
-## soak: the read path's simulation (SIMULATION_CASES generated schedules, default 10,000;
-## src/read/tests/simulation.rs), then the soak (testkit/src/bin/soak): a single node and a
-## 3-member fleet in front of MinIO under a randomized load and faults drawn from SOAK_SEED
-## (default: drawn and printed) for SOAK_DURATION (default 10m), every answer checked
-## against a model; prints a report per deployment and exits non-zero when an invariant
-## broke. docs/operations.md says what it proves. Not part of `make test` (which runs 75 s).
+## soak: the read path's simulation and the fleet protocol's (SIMULATION_CASES generated
+## schedules each, default 10,000; src/read/tests/simulation.rs, fleet/src/simulation),
+## fleets of 3 to 1,000 simulated members under every fault (fleet/benches/scale.rs), then
+## the soak (testkit/src/bin/soak): a single node and a fleet of SOAK_FLEET_MEMBERS
+## (default 5 here) in front of MinIO under a randomized load and faults drawn from
+## SOAK_SEED (default: drawn and printed) for SOAK_DURATION (default 10m), every answer
+## checked against a model; prints a report per deployment and exits non-zero when an
+## invariant broke. docs/operations.md says what it proves. Not part of `make test`
+## (which runs 500 schedules of each simulation and a 75 s soak with a fleet of three).
 SIMULATION_CASES ?= 10000
 SOAK_DURATION ?= 10m
+SOAK_FLEET_MEMBERS ?= 5
 soak: $(MINIO) build
 	SIMULATION_CASES=$(SIMULATION_CASES) cargo test -q --lib read::tests::simulation
-	SOAK_DURATION=$(SOAK_DURATION) cargo run -q -p portico-testkit --bin soak
+	SIMULATION_CASES=$(SIMULATION_CASES) cargo test -q -p portico-fleet
+	cargo bench -q -p portico-fleet --bench scale -- --check
+	SOAK_FLEET_MEMBERS=$(SOAK_FLEET_MEMBERS) SOAK_DURATION=$(SOAK_DURATION) cargo run -q -p portico-testkit --bin soak
 
 ## soak-overwrites: the overwrite soak (testkit/src/bin/overwrites.rs): 3 writers and 12
 ## readers on 12 keys, every body checked against its version, against MinIO direct and

@@ -10,6 +10,15 @@
 //! member (see [`crate::Grants`]). The lease holds until a lease after the moment this
 //! node asked for the oldest of its lessors' latest grants.
 //!
+//! Two members lease to each other in one exchange each period, not two: the member with
+//! the lower name asks; its request carries its grant to the other, and the answer carries
+//! the other's grant to it. An answer is also the answering member's request for the next
+//! grant, so the grant a request carries rests on that answer: the answering member names
+//! the moment it answered, on its own clock, in a *token* the asking member echoes back
+//! with its grant ([`Holder::to_grant`]). A member that hears no such request from a
+//! lessor for two periods (the lessor does not know it, runs an older release, or is down)
+//! asks it itself.
+//!
 //! Invariant: when a member stops being a lessor, the epoch must move
 //! ([`Renewal::dropped`], [`crate::Lease::distrust`]): a write through it may have
 //! counted on this node's lease running out, and from now on it never will for that
@@ -29,6 +38,14 @@ pub struct Renewal {
     pub dropped: bool,
 }
 
+/// An answer's token: which process answered (a number it drew when it started) and
+/// when, on its lease clock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Token {
+    pub process: u64,
+    pub answered: Moment,
+}
+
 /// The grants this node holds, and who its lessors are.
 #[derive(Debug)]
 pub struct Holder<M: Member> {
@@ -39,6 +56,12 @@ pub struct Holder<M: Member> {
     granted_at: HashMap<M, Moment>,
     /// The lessors of the latest renewal.
     lessors: BTreeSet<M>,
+    /// Each member's latest answer token, not granted back yet.
+    tokens: HashMap<M, Token>,
+    /// When each member last sent this node a request that carried a grant.
+    asking_us: HashMap<M, Moment>,
+    /// This node, once [`Holder::lessors`] named it.
+    me: Option<M>,
 }
 
 impl<M: Member> Holder<M> {
@@ -48,10 +71,14 @@ impl<M: Member> Holder<M> {
             seen: HashMap::new(),
             granted_at: HashMap::new(),
             lessors: BTreeSet::new(),
+            tokens: HashMap::new(),
+            asking_us: HashMap::new(),
+            me: None,
         }
     }
 
-    /// `member` asked this node for a lease at `now`: it is a lessor for `remember` more.
+    /// `member` asked this node for a lease at `now` (a request, or an answer that asks
+    /// for the next grant): it is a lessor for `remember` more.
     pub fn asked_by(&mut self, member: &M, now: Moment) {
         self.seen.insert(member.clone(), now);
     }
@@ -59,6 +86,7 @@ impl<M: Member> Holder<M> {
     /// The members to ask for a grant at `now`: `view` (but `me`), and every member that
     /// was in it or asked this node for one within `remember`.
     pub fn lessors(&mut self, view: &[M], me: &M, now: Moment) -> Vec<M> {
+        self.me = Some(me.clone());
         for member in view {
             self.seen.insert(member.clone(), now);
         }
@@ -70,26 +98,86 @@ impl<M: Member> Holder<M> {
             .filter(|member| *member != me)
             .cloned()
             .collect();
+        self.tokens.retain(|member, _| lessors.contains(member));
+        self.asking_us.retain(|member, _| lessors.contains(member));
         lessors.into_iter().collect()
     }
 
-    /// The lease after asking `lessors` (from [`Holder::lessors`]) for a grant at `asked`,
-    /// `granted` by those that granted it.
-    pub fn renewed(&mut self, lessors: &[M], asked: Moment, granted: &[M]) -> Renewal {
-        for member in granted {
-            self.granted_at.insert(member.clone(), asked);
-        }
-        let lease = self.timing.lease;
-        let until = lessors
+    /// Which of `lessors` this node sends a request to at `now`: those whose name is
+    /// greater than `me`'s, and any other that has sent none carrying a grant for two
+    /// periods.
+    pub fn to_ask(&self, lessors: &[M], me: &M, now: Moment) -> Vec<M> {
+        let quiet = self.timing.renew_every * 2;
+        lessors
             .iter()
-            .map(|member| self.granted_at.get(member).map_or(asked, |at| *at + lease))
+            .filter(|member| {
+                *member > me
+                    || self
+                        .asking_us
+                        .get(*member)
+                        .is_none_or(|last| now >= *last + quiet)
+            })
+            .cloned()
+            .collect()
+    }
+
+    /// `member` answered a request of this node with `token`: this node's next request to
+    /// it carries a grant resting on it.
+    pub fn answered_with(&mut self, member: &M, token: Token) {
+        self.tokens.insert(member.clone(), token);
+    }
+
+    /// The token this node's next request to `member` grants back, if it holds one (each
+    /// is granted back once).
+    pub fn to_grant(&mut self, member: &M) -> Option<Token> {
+        self.tokens.remove(member)
+    }
+
+    /// `member` sent a request carrying a grant at `now`: it asks this node, so this node
+    /// need not ask it.
+    pub fn asks_us(&mut self, member: &M, now: Moment) {
+        self.asking_us.insert(member.clone(), now);
+    }
+
+    /// `member` granted this node a lease resting on a request this node made at `asked`
+    /// (a request sent then, or an answer given then).
+    pub fn granted(&mut self, member: &M, asked: Moment) {
+        let at = self.granted_at.entry(member.clone()).or_insert(asked);
+        *at = (*at).max(asked);
+    }
+
+    /// The lease at `now` from the grants of `lessors` (from [`Holder::lessors`]).
+    pub fn renew(&mut self, lessors: &[M], now: Moment) -> Renewal {
+        let current: BTreeSet<M> = lessors.iter().cloned().collect();
+        let dropped = self.lessors.difference(&current).next().is_some();
+        let seen = &self.seen;
+        self.granted_at
+            .retain(|member, _| current.contains(member) || seen.contains_key(member));
+        self.lessors = current;
+        Renewal {
+            until: self.until(now),
+            dropped,
+        }
+    }
+
+    /// Until when the lease holds at `now` with the grants so far: a grant that arrives
+    /// between renewals counts at once. Every member this node has seen since counts too,
+    /// so a member that asked it meanwhile (and may count on its lease ending) holds it
+    /// back until that member grants one; none leaves before a renewal, which moves the
+    /// epoch when one does.
+    pub fn until(&self, now: Moment) -> Moment {
+        let lease = self.timing.lease;
+        self.lessors
+            .iter()
+            .chain(
+                self.seen
+                    .keys()
+                    .filter(|member| !self.lessors.contains(*member)),
+            )
+            .filter(|member| Some(*member) != self.me.as_ref())
+            .map(|member| self.granted_at.get(member).map_or(now, |at| *at + lease))
             .min()
-            .unwrap_or(asked + lease);
-        let now: BTreeSet<M> = lessors.iter().cloned().collect();
-        let dropped = self.lessors.difference(&now).next().is_some();
-        self.granted_at.retain(|member, _| now.contains(member));
-        self.lessors = now;
-        Renewal { until, dropped }
+            .unwrap_or(now + lease)
     }
 }
 
@@ -98,61 +186,106 @@ mod tests {
     use super::*;
     use std::time::Duration;
 
-    /// `remember` is 20 s.
+    /// `remember` is 20 s, a period 0.75 s.
     fn timing() -> Timing {
         Timing::new(Duration::from_secs(3), Duration::from_secs(5))
     }
 
-    fn at(seconds: u64) -> Moment {
-        Moment::ZERO + Duration::from_secs(seconds)
+    fn at(millis: u64) -> Moment {
+        Moment::ZERO + Duration::from_millis(millis)
     }
 
     #[test]
     fn the_lease_holds_a_lease_after_the_oldest_latest_grant() {
         let mut holder = Holder::new(timing());
-        let view = [0, 1, 2];
-        let lessors = holder.lessors(&view, &0, at(10));
+        let lessors = holder.lessors(&[0, 1, 2], &0, at(10_000));
         assert_eq!(lessors, [1, 2]);
-        let renewal = holder.renewed(&lessors, at(10), &[1, 2]);
-        assert_eq!(renewal.until, at(13));
-        // Member 2 does not answer the next time: the lease rests on its grant of 10 s.
-        let renewal = holder.renewed(&lessors, at(11), &[1]);
-        assert_eq!(renewal.until, at(13));
+        holder.granted(&1, at(10_000));
+        holder.granted(&2, at(9_500));
+        assert_eq!(holder.renew(&lessors, at(10_100)).until, at(12_500));
+        // Member 2 answers the next time, member 1 does not: the lease rests on member
+        // 1's grant of 10 s.
+        holder.granted(&2, at(11_000));
+        let renewal = holder.renew(&lessors, at(11_100));
+        assert_eq!(renewal.until, at(13_000));
         assert!(!renewal.dropped);
         // A lessor that never granted one leaves no lease at all.
-        let renewal = holder.renewed(&[1, 2, 3], at(12), &[1, 2]);
-        assert_eq!(renewal.until, at(12));
+        assert_eq!(holder.renew(&[1, 2, 3], at(12_000)).until, at(12_000));
     }
 
     #[test]
     fn a_member_that_asks_is_a_lessor_until_it_stops_asking_and_then_the_epoch_moves() {
         let mut holder = Holder::new(timing());
-        let view = [0, 1];
-        holder.asked_by(&7, at(1));
-        let lessors = holder.lessors(&view, &0, at(2));
+        holder.asked_by(&7, at(1_000));
+        let lessors = holder.lessors(&[0, 1], &0, at(2_000));
         assert_eq!(
             lessors,
             [1, 7],
             "the member that asked, though not in the view"
         );
-        assert!(!holder.renewed(&lessors, at(2), &[1, 7]).dropped);
+        holder.granted(&1, at(2_000));
+        holder.granted(&7, at(2_000));
+        assert!(!holder.renew(&lessors, at(2_000)).dropped);
         // At 22 s member 7 has not asked for 21 s.
-        let lessors = holder.lessors(&view, &0, at(22));
+        let lessors = holder.lessors(&[0, 1], &0, at(22_000));
         assert_eq!(lessors, [1]);
-        let renewal = holder.renewed(&lessors, at(22), &[1]);
+        holder.granted(&1, at(22_000));
+        let renewal = holder.renew(&lessors, at(22_000));
         assert!(renewal.dropped, "a lessor left");
-        assert_eq!(renewal.until, at(25));
+        assert_eq!(renewal.until, at(25_000));
     }
 
     #[test]
     fn a_member_that_left_the_view_stays_a_lessor_for_a_while() {
         let mut holder = Holder::new(timing());
-        assert_eq!(holder.lessors(&[0, 1, 2], &0, at(1)), [1, 2]);
+        assert_eq!(holder.lessors(&[0, 1, 2], &0, at(1_000)), [1, 2]);
         assert_eq!(
-            holder.lessors(&[0, 1], &0, at(20)),
+            holder.lessors(&[0, 1], &0, at(20_000)),
             [1, 2],
             "19 s after it left"
         );
-        assert_eq!(holder.lessors(&[0, 1], &0, at(21)), [1]);
+        assert_eq!(holder.lessors(&[0, 1], &0, at(21_000)), [1]);
+    }
+
+    #[test]
+    fn a_member_that_asks_between_renewals_holds_the_lease_back_until_it_grants_one() {
+        let mut holder = Holder::new(timing());
+        let lessors = holder.lessors(&[0, 1], &0, at(0));
+        holder.granted(&1, at(0));
+        holder.renew(&lessors, at(0));
+        assert_eq!(holder.until(at(500)), at(3_000));
+        // Member 5 asks: it may count on this lease ending a lease after that, so a grant
+        // from member 1 does not carry the lease past it.
+        holder.asked_by(&5, at(600));
+        holder.granted(&1, at(700));
+        assert_eq!(holder.until(at(800)), at(800), "no grant of member 5's yet");
+        holder.granted(&5, at(900));
+        assert_eq!(holder.until(at(1_000)), at(3_700));
+    }
+
+    #[test]
+    fn the_lower_name_asks_and_the_other_asks_only_when_it_hears_nothing() {
+        let mut holder = Holder::new(timing());
+        let lessors = holder.lessors(&[1, 2, 3], &2, at(0));
+        assert_eq!(
+            holder.to_ask(&lessors, &2, at(0)),
+            [1, 3],
+            "nothing heard from 1 yet"
+        );
+        holder.asks_us(&1, at(100));
+        assert_eq!(holder.to_ask(&lessors, &2, at(1_000)), [3]);
+        assert_eq!(
+            holder.to_ask(&lessors, &2, at(1_600)),
+            [1, 3],
+            "two periods of silence"
+        );
+        // A token is granted back once.
+        let token = Token {
+            process: 9,
+            answered: at(500),
+        };
+        holder.answered_with(&3, token);
+        assert_eq!(holder.to_grant(&3), Some(token));
+        assert_eq!(holder.to_grant(&3), None);
     }
 }

@@ -25,7 +25,7 @@ use std::time::Duration;
 
 pub use clock::{Clock, ManualClock, Moment};
 pub use grants::{Answer, Grants};
-pub use holder::{Holder, Renewal};
+pub use holder::{Holder, Renewal, Token};
 pub use lease::Lease;
 pub use round::{Round, RoundReport, Told};
 

@@ -10,10 +10,12 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use portico_http_client::Connector;
 
+use portico_fleet::Token;
+
 use super::protocol::{
     BLOCK_PATH, BlockRequest, CRC_HEADER, FILL_HEADER, FillHeaders, HEALTH_PATH, INVALIDATE_PATH,
-    InvalidateRequest, LEASE_PATH, LeaseRequest, MISSING_HEADER, PURGE_PATH, PurgeRequest,
-    RESULT_HEADER, TENANT_HEADER, ZONE_HEADER,
+    InvalidateRequest, LEASE_PATH, LEASE_TOKEN_HEADER, LeaseGrant, LeaseRequest, MISSING_HEADER,
+    PURGE_PATH, PurgeRequest, RESULT_HEADER, TENANT_HEADER, ZONE_HEADER, parse_token,
 };
 use crate::object::Missing;
 use crate::source::{PeerError, PeerId};
@@ -35,13 +37,17 @@ pub enum Untold {
     Failed(String),
 }
 
-/// A member's answer to a lease request.
+/// A member's answer to a lease request, and its token (none from a member of an older
+/// release).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LeaseAnswer {
     /// Granted; the member's `cluster.zone`, when it has one.
-    Granted { zone: Option<String> },
+    Granted {
+        zone: Option<String>,
+        token: Option<Token>,
+    },
     /// Refused: this node missed a write the member could not tell it of.
-    Refused,
+    Refused { token: Option<Token> },
 }
 
 /// The TLS configuration of a plain-HTTP client, which never uses it: it trusts no one.
@@ -230,16 +236,18 @@ impl PeerClient {
             .unwrap_or_else(|_| Err(Untold::Failed(format!("no answer within {within:?}"))))
     }
 
-    /// Asks `peer` for a lease for this node, known to the members as `identity`; fails
-    /// unless it answers `within`.
+    /// Asks `peer` for a lease for this node, known to the members as `identity`, granting
+    /// it one back with `grant`; fails unless it answers `within`.
     pub async fn lease(
         &self,
         peer: &PeerId,
         identity: &str,
+        grant: Option<LeaseGrant>,
         within: Duration,
     ) -> Result<LeaseAnswer, String> {
         let request = LeaseRequest {
             member: identity.to_owned(),
+            grant,
         };
         let body = serde_json::to_vec(&request).map_err(|error| error.to_string())?;
         let exchange = async {
@@ -247,16 +255,19 @@ impl PeerClient {
                 .send(peer, (Method::POST, LEASE_PATH), &[], body)
                 .await
                 .map_err(|error| error.to_string())?;
+            let header = |name| {
+                response
+                    .headers()
+                    .get(name)
+                    .and_then(|value: &HeaderValue| value.to_str().ok())
+            };
+            let token = header(LEASE_TOKEN_HEADER).and_then(parse_token);
             match response.status() {
                 StatusCode::NO_CONTENT => {
-                    let zone = response
-                        .headers()
-                        .get(ZONE_HEADER)
-                        .and_then(|zone| zone.to_str().ok())
-                        .map(str::to_owned);
-                    Ok(LeaseAnswer::Granted { zone })
+                    let zone = header(ZONE_HEADER).map(str::to_owned);
+                    Ok(LeaseAnswer::Granted { zone, token })
                 }
-                StatusCode::CONFLICT => Ok(LeaseAnswer::Refused),
+                StatusCode::CONFLICT => Ok(LeaseAnswer::Refused { token }),
                 other => Err(format!("answered {other}")),
             }
         };

@@ -16,13 +16,13 @@ use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 use parking_lot::Mutex;
 use portico_fleet::{
-    Answer, Clock, Grants, Holder, Lease, Moment, Round, RoundReport, Timing, Told,
+    Answer, Clock, Grants, Holder, Lease, Moment, Round, RoundReport, Timing, Token, Told,
 };
 use tokio::sync::oneshot;
 
 use super::Cluster;
 use super::client::{LeaseAnswer, Untold};
-use super::protocol::InvalidateRequest;
+use super::protocol::{InvalidateRequest, LeaseGrant};
 use crate::shutdown::Tasks;
 use crate::source::PeerId;
 use crate::telemetry::InvalidationResult;
@@ -33,6 +33,8 @@ const UNLISTED_RECHECK: Duration = Duration::from_secs(1);
 /// This node's part of the fleet protocol.
 pub(super) struct Fleet {
     clock: Clock,
+    /// Drawn at start: tells this process's lease tokens from an earlier one's.
+    process: u64,
     timing: Timing,
     lease: Arc<Lease>,
     state: Mutex<State>,
@@ -52,6 +54,7 @@ impl Fleet {
         let clock = Clock::Boot;
         let started = clock.now();
         Self {
+            process: rand::random(),
             lease: Arc::new(Lease::lapsed(clock.clone())),
             state: Mutex::new(State {
                 grants: Grants::new(timing, started),
@@ -208,27 +211,53 @@ impl Cluster {
         self.metrics.writes.members_cut.set(cut as i64);
     }
 
-    /// A member asks this node for a lease: it is one of this node's lessors from now on
-    /// (for `remember` at least), and is granted one unless a write could not tell it. A
-    /// cut member whose lease has run out is sent a probe, whose confirmation lets it back.
-    pub fn lease_asked(self: &Arc<Self>, member: &str) -> bool {
+    /// A member asks this node for a lease, granting it one back with `grant` when the
+    /// member held a token of this node's: the member is one of this node's lessors from
+    /// now on (for `remember` at least), and is granted one unless a write could not tell
+    /// it. A cut member whose lease has run out is sent a probe, whose confirmation lets
+    /// it back. Returns whether it granted, and this node's token for the member's next
+    /// grant.
+    pub fn lease_asked(self: &Arc<Self>, member: &str, grant: Option<LeaseGrant>) -> (bool, Token) {
         let member = super::peer_id(member);
+        let fleet = &self.fleet;
+        let now = fleet.clock.now();
+        let token = Token {
+            process: fleet.process,
+            answered: now,
+        };
         if member == self.identity {
-            return false;
+            return (false, token);
         }
-        let now = self.fleet.clock.now();
         let answer = {
-            let mut state = self.fleet.state.lock();
+            let mut state = fleet.state.lock();
             state.holder.asked_by(&member, now);
+            if let Some(grant) = grant {
+                // A grant resting on an answer of this process, given then.
+                let answered = Moment::from_nanos(grant.answered);
+                if grant.process == fleet.process && answered <= now {
+                    state.grants.heard_from(&member, answered, now);
+                    if grant.granted {
+                        state.holder.granted(&member, answered);
+                        if state.grants.may_hold_lease(now) {
+                            fleet.lease.renew(state.holder.until(now));
+                        }
+                    }
+                }
+                state.holder.asks_us(&member, now);
+            }
             state.grants.grant(&member, now)
         };
         if answer == Answer::RefusedProbe {
-            let cluster = self.clone();
-            self.fleet
-                .tasks
-                .spawn(async move { cluster.probe(member, now).await });
+            self.spawn_probe(member, now);
         }
-        answer == Answer::Granted
+        (answer == Answer::Granted, token)
+    }
+
+    fn spawn_probe(self: &Arc<Self>, member: PeerId, sent: Moment) {
+        let cluster = self.clone();
+        self.fleet
+            .tasks
+            .spawn(async move { cluster.probe(member, sent).await });
     }
 
     /// An empty invalidation to a cut member: confirmed in time, it has caught up.
@@ -253,41 +282,81 @@ impl Cluster {
         }
     }
 
-    /// Asks every lessor for a grant at once, and renews this node's lease with the
-    /// answers (see `portico_fleet::Holder`).
-    pub(super) async fn renew_lease(&self) {
+    /// Sends a lease request to every lessor this node asks (see
+    /// `portico_fleet::Holder::to_ask`), each with its grant back when this node holds a
+    /// token of that lessor's, and renews this node's lease with the grants so far.
+    pub(super) async fn renew_lease(self: &Arc<Self>) {
         let fleet = &self.fleet;
         let asked = fleet.clock.now();
-        let lessors = {
+        let mut probes = Vec::new();
+        let (lessors, requests) = {
             let mut state = fleet.state.lock();
-            let State { holder, view, .. } = &mut *state;
-            holder.lessors(view, &self.identity, asked)
+            let State {
+                holder,
+                view,
+                grants,
+            } = &mut *state;
+            let lessors = holder.lessors(view, &self.identity, asked);
+            let requests: Vec<(PeerId, Option<LeaseGrant>)> = holder
+                .to_ask(&lessors, &self.identity, asked)
+                .into_iter()
+                .map(|member| {
+                    let grant = holder.to_grant(&member).map(|token| {
+                        let answer = grants.grant(&member, asked);
+                        if answer == Answer::RefusedProbe {
+                            probes.push(member.clone());
+                        }
+                        LeaseGrant {
+                            process: token.process,
+                            answered: token.answered.as_nanos(),
+                            granted: answer == Answer::Granted,
+                        }
+                    });
+                    (member, grant)
+                })
+                .collect();
+            (lessors, requests)
         };
+        for member in probes {
+            self.spawn_probe(member, asked);
+        }
         let identity: &str = &self.identity;
         let within = fleet.timing.renew_every;
-        let answers = futures::future::join_all(lessors.iter().map(|member| async move {
-            (member, self.client.lease(member, identity, within).await)
-        }))
-        .await;
+        let answers =
+            futures::future::join_all(requests.iter().map(|(member, grant)| async move {
+                (
+                    member,
+                    self.client.lease(member, identity, *grant, within).await,
+                )
+            }))
+            .await;
         let answered = fleet.clock.now();
-        let mut granted = Vec::with_capacity(answers.len());
         let mut state = fleet.state.lock();
         for (member, answer) in answers {
-            match answer {
-                Ok(LeaseAnswer::Granted { zone }) => {
-                    state.grants.heard_from(member, asked, answered);
+            let token = match answer {
+                Ok(LeaseAnswer::Granted { zone, token }) => {
+                    state.holder.granted(member, asked);
                     let zone = Arc::from(zone.unwrap_or_default().as_str());
                     self.zones.write().insert(member.clone(), zone);
-                    granted.push(member.clone());
+                    token
                 }
-                Ok(LeaseAnswer::Refused) => {
-                    state.grants.heard_from(member, asked, answered);
+                Ok(LeaseAnswer::Refused { token }) => {
                     tracing::debug!(%member, "no lease granted: this node missed a write it could not be told of");
+                    token
                 }
-                Err(error) => tracing::debug!(%member, %error, "no lease granted"),
+                Err(error) => {
+                    tracing::debug!(%member, %error, "no lease granted");
+                    continue;
+                }
+            };
+            state.grants.heard_from(member, asked, answered);
+            // The answer asks this node for its next grant.
+            state.holder.asked_by(member, answered);
+            if let Some(token) = token {
+                state.holder.answered_with(member, token);
             }
         }
-        let renewal = state.holder.renewed(&lessors, asked, &granted);
+        let renewal = state.holder.renew(&lessors, answered);
         if renewal.dropped {
             // A lessor is one no more: a write through it may have counted on this
             // lease running out, and from now on it never will for that member.

@@ -29,7 +29,7 @@ use async_trait::async_trait;
 use parking_lot::{Mutex, RwLock};
 use portico_fleet::Timing;
 
-pub use client::PeerClient;
+pub use client::{LeaseAnswer, PeerClient};
 pub use portico_fleet::RoundReport;
 pub use protocol::{BlockRequest, FillHeaders, InvalidateRequest, PurgeRequest, WrittenObject};
 pub use ring::{Ring, peer_id};

@@ -17,9 +17,12 @@
 //!   knows of objects a write through another member changed (204), before that member
 //!   answers its client.
 //! - `POST /peer/v1/lease` with a JSON [`LeaseRequest`]: a lease for the asking member
-//!   (204), or 409 when this member does not grant it one. A 204 names the member's
-//!   `cluster.zone` in `x-portico-zone` (absent when it has none): the members learn each
-//!   other's zones from their leases.
+//!   (204), or 409 when this member does not grant it one (a write could not tell it). A
+//!   204 names the member's `cluster.zone` in `x-portico-zone` (absent when it has none):
+//!   the members learn each other's zones from their leases. Either answer carries
+//!   `x-portico-lease-token`: the answer is also the answering member's request for a
+//!   lease from the asking one, which grants it back in its next request
+//!   ([`LeaseRequest::grant`]), so two members lease to each other in one exchange.
 //! - `GET /peer/v1/health`: 200 `ok`.
 
 use serde::{Deserialize, Serialize};
@@ -98,9 +101,83 @@ pub struct WrittenObject {
     pub version_id: Option<String>,
 }
 
-/// A member asking for a lease: how the members know it (its `cluster.advertise`).
+/// The header of a lease answer that carries the answering member's token.
+pub const LEASE_TOKEN_HEADER: &str = "x-portico-lease-token";
+
+/// A member asking for a lease: how the members know it (its `cluster.advertise`), and its
+/// grant to the member it asks, when it holds a token of that member's answer.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct LeaseRequest {
     pub member: String,
+    /// Absent from the requests of members of older releases, which send no grants.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grant: Option<LeaseGrant>,
+}
+
+/// A grant to the member asked, resting on the answer its token names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LeaseGrant {
+    /// The token's process number.
+    pub process: u64,
+    /// The token's moment, in nanoseconds of the answering member's lease clock.
+    pub answered: u64,
+    pub granted: bool,
+}
+
+/// An answer's token as `x-portico-lease-token` carries it: `<process>.<nanoseconds>`.
+pub fn token_header(token: portico_fleet::Token) -> String {
+    format!("{}.{}", token.process, token.answered.as_nanos())
+}
+
+/// The token an `x-portico-lease-token` value names.
+pub fn parse_token(value: &str) -> Option<portico_fleet::Token> {
+    let (process, answered) = value.split_once('.')?;
+    Some(portico_fleet::Token {
+        process: process.parse().ok()?,
+        answered: portico_fleet::Moment::from_nanos(answered.parse().ok()?),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use portico_fleet::{Moment, Token};
+
+    #[test]
+    fn a_lease_request_of_an_older_release_carries_no_grant_and_is_understood() {
+        let older: LeaseRequest = serde_json::from_str(r#"{"member":"10.0.0.5:9100"}"#).unwrap();
+        assert_eq!(older.grant, None);
+        let plain = serde_json::to_string(&older).unwrap();
+        assert_eq!(
+            plain, r#"{"member":"10.0.0.5:9100"}"#,
+            "what an older release reads"
+        );
+        let granting = LeaseRequest {
+            member: "10.0.0.5:9100".to_owned(),
+            grant: Some(LeaseGrant {
+                process: 7,
+                answered: 123,
+                granted: true,
+            }),
+        };
+        let text = serde_json::to_string(&granting).unwrap();
+        assert_eq!(
+            serde_json::from_str::<LeaseRequest>(&text).unwrap(),
+            granting
+        );
+    }
+
+    #[test]
+    fn a_token_header_names_the_process_and_the_moment() {
+        let token = Token {
+            process: u64::MAX,
+            answered: Moment::from_nanos(1_234_567_890),
+        };
+        assert_eq!(parse_token(&token_header(token)), Some(token));
+        for bad in ["", "1", "1.", ".2", "a.2", "1.b", "1.2.3"] {
+            assert_eq!(parse_token(bad), None, "{bad:?}");
+        }
+    }
 }

@@ -19,8 +19,8 @@ use tokio::net::TcpListener;
 use super::listener::TlsListener;
 use super::protocol::{
     BLOCK_PATH, BlockRequest, CRC_HEADER, FILL_HEADER, HEALTH_PATH, INVALIDATE_PATH,
-    InvalidateRequest, LEASE_PATH, LeaseRequest, MISSING_HEADER, PURGE_PATH, PurgeRequest,
-    RESULT_HEADER, TENANT_HEADER, ZONE_HEADER,
+    InvalidateRequest, LEASE_PATH, LEASE_TOKEN_HEADER, LeaseRequest, MISSING_HEADER, PURGE_PATH,
+    PurgeRequest, RESULT_HEADER, TENANT_HEADER, ZONE_HEADER, token_header,
 };
 use crate::auth::Authenticator;
 use crate::cache::Tier;
@@ -291,7 +291,7 @@ async fn invalidate(
 }
 
 /// `POST /peer/v1/lease`: a lease for the asking member (204), or 409 when this node does
-/// not grant it one (see `Cluster::lease_asked`).
+/// not grant it one (see `Cluster::lease_asked`); either with this node's token.
 async fn lease(
     State(state): State<Arc<PeerState>>,
     body: Result<Json<LeaseRequest>, JsonRejection>,
@@ -300,18 +300,23 @@ async fn lease(
         Ok(Json(request)) => request,
         Err(rejection) => return refusal(rejection.status(), rejection.body_text()),
     };
-    if state.cluster.lease_asked(&request.member) {
-        let mut granted = StatusCode::NO_CONTENT.into_response();
-        if let Ok(zone) = HeaderValue::from_str(state.cluster.zone())
-            && !zone.is_empty()
-        {
-            granted.headers_mut().insert(ZONE_HEADER, zone);
-        }
-        granted
-    } else {
-        refusal(
+    let (granted, token) = state.cluster.lease_asked(&request.member, request.grant);
+    let mut answer = match granted {
+        true => StatusCode::NO_CONTENT.into_response(),
+        false => refusal(
             StatusCode::CONFLICT,
             format!("no lease for {}", request.member),
-        )
+        ),
+    };
+    let headers = answer.headers_mut();
+    if let Ok(token) = HeaderValue::from_str(&token_header(token)) {
+        headers.insert(LEASE_TOKEN_HEADER, token);
     }
+    if granted
+        && let Ok(zone) = HeaderValue::from_str(state.cluster.zone())
+        && !zone.is_empty()
+    {
+        headers.insert(ZONE_HEADER, zone);
+    }
+    answer
 }

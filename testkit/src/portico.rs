@@ -455,5 +455,14 @@ pub fn cluster_section(listen: &str, advertise: &str, members: &[String]) -> Str
     )
 }
 
+/// [`cluster_section`] for a member that reads the membership from `file`
+/// (`cluster.members_file`).
+pub fn cluster_section_with_file(listen: &str, advertise: &str, file: &Path) -> String {
+    format!(
+        "enabled = true\nlisten = \"{listen}\"\nadvertise = \"{advertise}\"\nmembers_file = \"{}\"\nsecret = \"a-secret-of-the-test-fleet\"\nrefresh_interval = \"{TEST_REFRESH}\"\n",
+        file.display()
+    )
+}
+
 /// The `cluster.refresh_interval` of test fleets.
 pub const TEST_REFRESH: &str = "1s";

@@ -99,13 +99,13 @@ pub(super) enum Request {
     Put { write: u64, key: u32, leaves: bool },
 }
 
-/// A heartbeat under way: whom it asked, when, and who granted.
+/// A heartbeat under way: the lessors it renews the lease from, when it asked, and the
+/// requests not answered yet.
 #[derive(Debug)]
 pub(super) struct Heartbeat {
     pub(super) lessors: Vec<u32>,
     pub(super) asked: Moment,
     pub(super) waiting: BTreeSet<u64>,
-    pub(super) granted: Vec<u32>,
 }
 
 /// A round under way.
@@ -190,6 +190,11 @@ impl Node {
     pub(super) fn fresh(&self, key: u32) -> Option<u64> {
         let record = self.records.get(&key)?;
         (self.lease.holds() && record.generation == self.generation(key)).then_some(record.version)
+    }
+
+    /// The number that tells this process's tokens from another's.
+    pub(super) fn process_number(&self) -> u64 {
+        u64::from(self.id) << 32 | u64::from(self.incarnation)
     }
 
     pub(super) fn runs(&self) -> bool {

@@ -14,7 +14,7 @@ use super::net::Partitions;
 use super::node::{Heartbeat, Node, NodeClock, Record, Request, Run, RunningRound};
 use super::{Flaw, Op, Outcome, RoundTaken, Scenario, Stats};
 use crate::clock::Moment;
-use crate::{Answer, Round, Timing, Told};
+use crate::{Answer, Round, Timing, Token, Told};
 
 /// How long a member that left the membership still gets requests routed to it (a
 /// Service's endpoints catching up).
@@ -28,7 +28,9 @@ type Process = (u32, u32);
 
 #[derive(Debug, Clone, Copy)]
 enum Body {
-    LeaseAsk,
+    /// A lease request, with the asking member's grant to the one it asks when it holds a
+    /// token of that member's.
+    LeaseAsk(Option<(Token, bool)>),
     /// `None`: a probe of a cut member.
     Invalidate(Option<u32>),
 }
@@ -36,7 +38,7 @@ enum Body {
 impl Body {
     fn kind(self) -> &'static str {
         match self {
-            Self::LeaseAsk => "lease",
+            Self::LeaseAsk(_) => "lease",
             Self::Invalidate(Some(_)) => "invalidate",
             Self::Invalidate(None) => "probe",
         }
@@ -47,6 +49,7 @@ impl Body {
 enum Reply {
     Lease {
         granted: bool,
+        token: Token,
     },
     Confirmed,
     /// The connection was refused: nothing listens at the member's peer port.
@@ -273,7 +276,15 @@ impl<'s> World<'s> {
             view.push(member);
             view.sort_unstable();
         }
-        let node = Node::start(member, incarnation, clock, self.timing, view, self.now);
+        let mut node = Node::start(member, incarnation, clock, self.timing, view, self.now);
+        if self.scenario.flaw == Some(Flaw::ViewOnlyLessors) {
+            // A member counts as a lessor only while its view lists it.
+            let timing = Timing {
+                remember: Duration::from_nanos(1),
+                ..self.timing
+            };
+            node.holder = crate::Holder::new(timing);
+        }
         self.nodes.insert(member, node);
         let process = (member, incarnation);
         let beat = self
@@ -682,7 +693,6 @@ impl<'s> World<'s> {
     }
 
     fn heartbeat(&mut self, process: Process) {
-        let flaw = self.scenario.flaw;
         let Some(now) = self.tick(process) else {
             return;
         };
@@ -693,18 +703,28 @@ impl<'s> World<'s> {
             return;
         }
         let view = node.view.clone();
-        let mut lessors = node.holder.lessors(&view, &process.0, now);
-        if flaw == Some(Flaw::ViewOnlyLessors) {
-            lessors.retain(|member| view.contains(member));
+        let lessors = node.holder.lessors(&view, &process.0, now);
+        let asked = node.holder.to_ask(&lessors, &process.0, now);
+        let mut requests = Vec::with_capacity(asked.len());
+        let mut probes = Vec::new();
+        for to in asked {
+            let grant = node.holder.to_grant(&to).map(|token| {
+                let answer = node.grants.grant(&to, now);
+                if answer == Answer::RefusedProbe {
+                    probes.push(to);
+                }
+                (token, answer == Answer::Granted)
+            });
+            requests.push((to, grant));
         }
-        let mut ids = Vec::with_capacity(lessors.len());
-        for to in &lessors {
-            ids.push((self.id(), *to));
+        let mut ids = Vec::with_capacity(requests.len());
+        for (to, grant) in requests {
+            ids.push((self.id(), to, grant));
         }
         let Some(node) = self.node(process) else {
             return;
         };
-        for (id, to) in &ids {
+        for (id, to, _) in &ids {
             node.requests.insert(
                 *id,
                 Request::Lease {
@@ -716,14 +736,28 @@ impl<'s> World<'s> {
         node.heartbeat = Some(Heartbeat {
             lessors,
             asked: now,
-            waiting: ids.iter().map(|(id, _)| *id).collect(),
-            granted: Vec::new(),
+            waiting: ids.iter().map(|(id, ..)| *id).collect(),
         });
-        for (id, to) in ids {
-            self.send(process, to, id, Body::LeaseAsk);
+        for (id, to, grant) in ids {
+            self.send(process, to, id, Body::LeaseAsk(grant));
+        }
+        for to in probes {
+            self.probe(process, to, now);
         }
         let deadline = now + self.timing.renew_every;
         self.timer(process, deadline, Timer::HeartbeatEnd(now));
+    }
+
+    /// Sends cut member `to` an empty invalidation, whose confirmation lets it back.
+    fn probe(&mut self, process: Process, to: u32, now: Moment) {
+        let probe = self.id();
+        if let Some(node) = self.node(process) {
+            node.requests
+                .insert(probe, Request::Probe { to, sent: now });
+        }
+        self.send(process, to, probe, Body::Invalidate(None));
+        let deadline = now + self.timing.confirm_within;
+        self.timer(process, deadline, Timer::Probe(probe));
     }
 
     fn end_heartbeat(&mut self, process: Process) {
@@ -740,9 +774,7 @@ impl<'s> World<'s> {
         for id in &beat.waiting {
             node.requests.remove(id);
         }
-        let renewal = node
-            .holder
-            .renewed(&beat.lessors, beat.asked, &beat.granted);
+        let renewal = node.holder.renew(&beat.lessors, now);
         if renewal.dropped {
             node.lease.distrust();
         }
@@ -774,26 +806,31 @@ impl<'s> World<'s> {
             return;
         };
         match body {
-            Body::LeaseAsk => {
+            Body::LeaseAsk(grant) => {
                 node.holder.asked_by(&from.0, now);
-                let answer = node.grants.grant(&from.0, now);
-                if answer == Answer::RefusedProbe {
-                    let probe = self.id();
-                    if let Some(node) = self.node(process) {
-                        node.requests.insert(
-                            probe,
-                            Request::Probe {
-                                to: from.0,
-                                sent: now,
-                            },
-                        );
+                if let Some((token, granted)) = grant {
+                    // A grant resting on this process's answer, given then or later.
+                    if token.process == node.process_number() && token.answered <= now {
+                        node.grants.heard_from(&from.0, token.answered, now);
+                        if granted {
+                            node.holder.granted(&from.0, token.answered);
+                            if node.grants.may_hold_lease(now) {
+                                node.lease.renew(node.holder.until(now));
+                            }
+                        }
                     }
-                    self.send(process, from.0, probe, Body::Invalidate(None));
-                    let deadline = now + self.timing.confirm_within;
-                    self.timer(process, deadline, Timer::Probe(probe));
+                    node.holder.asks_us(&from.0, now);
+                }
+                let answer = node.grants.grant(&from.0, now);
+                let token = Token {
+                    process: node.process_number(),
+                    answered: now,
+                };
+                if answer == Answer::RefusedProbe {
+                    self.probe(process, from.0, now);
                 }
                 let granted = answer == Answer::Granted;
-                self.reply(to, from, id, body.kind(), Reply::Lease { granted });
+                self.reply(to, from, id, body.kind(), Reply::Lease { granted, token });
             }
             Body::Invalidate(key) => {
                 if let Some(key) = key {
@@ -815,11 +852,17 @@ impl<'s> World<'s> {
             return; // Too late: given up on.
         };
         match (request, reply) {
-            (Request::Lease { to, asked }, Reply::Lease { granted }) => {
+            (Request::Lease { to, asked }, Reply::Lease { granted, token }) => {
                 node.grants.heard_from(&to, asked, now);
-                self.lease_answered(process, id, granted.then_some(to));
+                if granted {
+                    node.holder.granted(&to, asked);
+                }
+                // The answer asks this node for its next grant.
+                node.holder.asked_by(&to, now);
+                node.holder.answered_with(&to, token);
+                self.lease_answered(process, id);
             }
-            (Request::Lease { .. }, _) => self.lease_answered(process, id, None),
+            (Request::Lease { .. }, _) => self.lease_answered(process, id),
             (Request::Invalidate { round, to }, reply) => {
                 let told = match reply {
                     Reply::Confirmed => Told::Confirmed,
@@ -866,7 +909,7 @@ impl<'s> World<'s> {
         }
     }
 
-    fn lease_answered(&mut self, process: Process, id: u64, granted: Option<u32>) {
+    fn lease_answered(&mut self, process: Process, id: u64) {
         let Some(node) = self.node(process) else {
             return;
         };
@@ -874,7 +917,6 @@ impl<'s> World<'s> {
             return;
         };
         beat.waiting.remove(&id);
-        beat.granted.extend(granted);
         if beat.waiting.is_empty() {
             self.end_heartbeat(process);
         }

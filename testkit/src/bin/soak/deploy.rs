@@ -1,7 +1,9 @@
 //! The deployments under test: Portico nodes on fixed loopback ports (so a node killed
 //! and started again keeps its address and its disk tier), each deployment behind its own
 //! fault-injecting forwarder to the origin, and cluster members that reach each other
-//! through forwarders too (stopping one cuts its member off).
+//! through forwarders too (stopping one cuts its member off). Each member reads the
+//! membership from a file of its own, which the soak rewrites to take a member out and
+//! put it back.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -11,7 +13,7 @@ use aws_sdk_s3::Client;
 use parking_lot::Mutex;
 use portico_testkit::forwarder::Forwarder;
 use portico_testkit::minio::free_port;
-use portico_testkit::portico::{Portico, Settings, cluster_section};
+use portico_testkit::portico::{Portico, Settings, cluster_section_with_file};
 use portico_testkit::s3_client;
 
 use crate::report::Troubles;
@@ -123,6 +125,15 @@ impl Node {
         Ok(())
     }
 
+    /// Sends `signal` (`STOP`, `CONT`, `HUP`) to the running process, if any.
+    pub fn signal(&self, signal: &str) {
+        if let Some(pid) = self.pid() {
+            let _ = std::process::Command::new("kill")
+                .args([format!("-{signal}"), pid.to_string()])
+                .status();
+        }
+    }
+
     /// `kill -9`, as a crash or an OOM kill.
     pub async fn kill(&self) {
         if let Some(process) = self.process.lock().await.take() {
@@ -192,6 +203,10 @@ pub struct Deployment {
     pub origin: Option<tokio::sync::Mutex<Forwarder>>,
     /// In front of each member's peer port (a fleet only).
     pub peers: Vec<tokio::sync::Mutex<Forwarder>>,
+    /// The members' peer addresses as the others reach them, and the directory of their
+    /// members files (a fleet only).
+    advertised: Vec<String>,
+    members_files: Option<tempfile::TempDir>,
     pub memory_capacity: u64,
     pub disk_capacity: u64,
     pub max_inflight: u64,
@@ -240,6 +255,8 @@ impl Deployment {
                 peers.push(tokio::sync::Mutex::new(proxy));
             }
         }
+        let members_files =
+            clustered.then(|| tempfile::tempdir().expect("a directory for the members files"));
         let mut nodes = Vec::new();
         for (index, dir) in plan.dirs.iter().enumerate() {
             let mut settings = Settings::new(origin.endpoint(), dir);
@@ -253,9 +270,11 @@ impl Deployment {
             settings.listing = "cached_prefixes = [\"*/list/\"]\nttl = \"5s\"\n".to_owned();
             settings.tables = format!("[events]\ntoken = \"{}\"\n", plan.events_token);
             settings.cache_extra = format!("direct_io = {}\n", plan.direct_io);
-            if clustered {
+            if let Some(files) = &members_files {
+                let file = members_file(files.path(), index);
+                std::fs::write(&file, advertised.join("\n")).expect("a members file");
                 settings.cluster =
-                    cluster_section(&listens[index], &advertised[index], &advertised);
+                    cluster_section_with_file(&listens[index], &advertised[index], &file);
             }
             let name = if clustered {
                 format!("{} member {index}", plan.name)
@@ -270,6 +289,8 @@ impl Deployment {
             nodes,
             origin: Some(tokio::sync::Mutex::new(origin)),
             peers,
+            advertised,
+            members_files,
             memory_capacity: plan.memory_capacity,
             disk_capacity: plan.disk_capacity,
             max_inflight: MAX_INFLIGHT,
@@ -288,6 +309,8 @@ impl Deployment {
             nodes,
             origin: None,
             peers: Vec::new(),
+            advertised: Vec::new(),
+            members_files: None,
             memory_capacity: 0,
             disk_capacity: 0,
             max_inflight: 0,
@@ -308,6 +331,32 @@ impl Deployment {
     pub fn node(&self, pick: usize) -> &Node {
         &self.nodes[pick % self.nodes.len()]
     }
+
+    /// Lists every member but `left_out` in each member's members file, and has each read
+    /// it again (SIGHUP): the member left out runs on outside the membership.
+    pub fn list_all_but(&self, left_out: Option<usize>) {
+        let Some(files) = &self.members_files else {
+            return;
+        };
+        let listed: Vec<&str> = self
+            .advertised
+            .iter()
+            .enumerate()
+            .filter(|(index, _)| Some(*index) != left_out)
+            .map(|(_, member)| member.as_str())
+            .collect();
+        for (index, node) in self.nodes.iter().enumerate() {
+            let file = members_file(files.path(), index);
+            if std::fs::write(&file, listed.join("\n")).is_ok() {
+                node.signal("HUP");
+            }
+        }
+    }
+}
+
+/// Member `index`'s members file in `dir`.
+fn members_file(dir: &Path, index: usize) -> PathBuf {
+    dir.join(format!("members-{index}"))
 }
 
 /// Settings hold `&'static str`s; the soak makes a handful of these once.

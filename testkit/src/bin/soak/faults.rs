@@ -31,6 +31,11 @@ pub enum Fault {
     Leave(usize, Duration),
     /// A member is cut off from the others for a while.
     Partition(usize, Duration),
+    /// A member is slow rather than stopped for a while: it runs 0.5 s in every 2 s.
+    SlowMember(usize, Duration),
+    /// A member leaves the membership (its file and every other member's) for a while,
+    /// running on and still reached by clients, and comes back.
+    Unlisted(usize, Duration),
     /// Bytes flipped at random places in a node's disk tier.
     FlipBytes(usize, usize),
     /// Slow readers that hold connections for a while.
@@ -74,7 +79,7 @@ pub fn schedule(seed: u64, duration: Duration, deployment: &Deployment) -> Vec<S
     }
     while at < last {
         let node = rng.random_range(0..members);
-        let fault = match rng.random_range(0..10) {
+        let fault = match rng.random_range(0..12) {
             0 => Fault::OriginErrors(rng.random_range(2..20)),
             1 => Fault::OriginResets(rng.random_range(2..10)),
             2 => Fault::OriginSlow(
@@ -91,7 +96,9 @@ pub fn schedule(seed: u64, duration: Duration, deployment: &Deployment) -> Vec<S
             6 => Fault::Leave(node, secs(&mut rng, 2, 8)),
             7 => Fault::FlipBytes(node, rng.random_range(16..256)),
             8 => Fault::SlowReaders(rng.random_range(2..8)),
-            _ if members > 1 => Fault::Partition(node, secs(&mut rng, 3, 10)),
+            9 if members > 1 => Fault::Partition(node, secs(&mut rng, 3, 10)),
+            10 if members > 1 => Fault::SlowMember(node, secs(&mut rng, 4, 12)),
+            11 if members > 1 => Fault::Unlisted(node, secs(&mut rng, 3, 10)),
             _ if deployment.fillable => Fault::FillDisk(secs(&mut rng, 5, 15)),
             _ => Fault::OriginErrors(rng.random_range(2..20)),
         };
@@ -111,6 +118,8 @@ fn longest(fault: Fault) -> Duration {
         | Fault::OriginDown(lasting)
         | Fault::Leave(_, lasting)
         | Fault::Partition(_, lasting)
+        | Fault::SlowMember(_, lasting)
+        | Fault::Unlisted(_, lasting)
         | Fault::FillDisk(lasting) => lasting,
         Fault::Kill(_, pause) => pause + Duration::from_secs(2),
         _ => Duration::from_secs(3),
@@ -145,6 +154,8 @@ fn name(fault: Fault) -> &'static str {
         Fault::Kill(..) => "kill-9",
         Fault::Leave(..) => "leave-rejoin",
         Fault::Partition(..) => "partition",
+        Fault::SlowMember(..) => "slow-member",
+        Fault::Unlisted(..) => "unlisted",
         Fault::FlipBytes(..) => "flip-disk-bytes",
         Fault::SlowReaders(_) => "slow-readers",
         Fault::FillDisk(_) => "fill-disk",
@@ -234,6 +245,25 @@ async fn apply(load: &Arc<Load>, fault: Fault, rng: &mut StdRng) {
             proxy.lock().await.stop().await;
             tokio::time::sleep(lasting).await;
             proxy.lock().await.restart().await;
+            deployment.node_troubles.end(span);
+        }
+        Fault::SlowMember(member, lasting) => {
+            let node = deployment.node(member);
+            let span = deployment.node_troubles.begin();
+            let until = Instant::now() + lasting;
+            while Instant::now() < until {
+                node.signal("STOP");
+                tokio::time::sleep(Duration::from_millis(1_500)).await;
+                node.signal("CONT");
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            deployment.node_troubles.end(span);
+        }
+        Fault::Unlisted(member, lasting) => {
+            let span = deployment.node_troubles.begin();
+            deployment.list_all_but(Some(member % deployment.nodes.len()));
+            tokio::time::sleep(lasting).await;
+            deployment.list_all_but(None);
             deployment.node_troubles.end(span);
         }
         Fault::FlipBytes(node, count) => {

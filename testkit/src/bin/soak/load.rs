@@ -27,6 +27,8 @@ pub struct Load {
     /// Before every key the soak writes (for a run in a bucket that holds other data).
     pub prefix: String,
     seeds: AtomicU64,
+    /// Writes through Portico so far: every tenth hangs up before its answer.
+    writes: AtomicU64,
 }
 
 /// How a request failed.
@@ -100,7 +102,16 @@ impl Load {
             direct,
             windows,
             seeds: AtomicU64::new(seed.wrapping_mul(1 << 24)),
+            writes: AtomicU64::new(0),
         }
+    }
+
+    /// How long the client of the next write through Portico waits for its answer: every
+    /// tenth gives up after 100 to 600 ms, as a client with a short timeout does (the
+    /// write may land or not, and the model holds it as unconfirmed).
+    pub fn patience(&self) -> Option<std::time::Duration> {
+        let write = self.writes.fetch_add(1, Ordering::Relaxed);
+        (write % 10 == 9).then(|| std::time::Duration::from_millis(100 + write * 37 % 500))
     }
 
     /// The object name of `key`.

@@ -4,12 +4,14 @@
 //! MinIO holds two versioned buckets; in front of each, a forwarder that injects the
 //! origin's faults, and Portico: a single node (its disk tier on a small tmpfs that fills
 //! up, where the machine allows mounting one) and a fleet of three (disk tiers with
-//! O_DIRECT). Listings under `list/` are cached; MinIO sends event notifications for
-//! `events/` to both. Readers (random ranges, whole objects, sequential runs over large
-//! objects, herds on new objects, HEADs, conditional GETs, listings) and writers
-//! (overwrites, deletes, multipart uploads, copies through Portico, and changes straight
-//! at the origin) run on both while faults drawn from `SOAK_SEED` hit the origin, the
-//! nodes, their disks and their clients. The run prints a report per deployment and one
+//! O_DIRECT; each member reads the membership from a file of its own). Listings under
+//! `list/` are cached; MinIO sends event notifications for `events/` to both. Readers
+//! (random ranges, whole objects, sequential runs over large objects, herds on new
+//! objects, HEADs, conditional GETs, listings) and writers (overwrites, deletes, multipart
+//! uploads, copies through Portico, and changes straight at the origin; every tenth write
+//! through Portico hangs up before its answer) run on both while faults drawn from
+//! `SOAK_SEED` hit the origin, the nodes (killed, stopped, slowed, cut off, taken out of
+//! the membership and put back), their disks and their clients. The run prints a report per deployment and one
 //! summary line, and exits non-zero when an invariant broke.
 //!
 //! Every body is generated from a seed, so a response is checked against the version its
@@ -21,8 +23,9 @@
 //! readable at the end.
 //!
 //! Variables: `SOAK_DURATION` (`10m`, `90s`, or seconds; default 10 min), `SOAK_SEED`
-//! (default: drawn and printed), `SOAK_WITHOUT` (faults to leave out, by the names the
-//! report counts them under, comma-separated), `PORTICO_BIN` (default `target/debug/portico`),
+//! (default: drawn and printed), `SOAK_FLEET_MEMBERS` (the fleet's size, default 3),
+//! `SOAK_WITHOUT` (faults to leave out, by the names the report counts them under,
+//! comma-separated), `PORTICO_BIN` (default `target/debug/portico`),
 //! `PORTICO_MINIO`. With `SOAK_ENDPOINTS` (S3 endpoints of running Portico nodes,
 //! comma-separated) it runs against them instead, without faults: `SOAK_ORIGIN` (the
 //! store behind them, for changes out of band), `SOAK_BUCKET`, `AWS_ACCESS_KEY_ID`,
@@ -72,6 +75,20 @@ fn duration() -> Duration {
         .parse()
         .unwrap_or_else(|_| panic!("SOAK_DURATION={value}: give seconds, `90s` or `10m`"));
     Duration::from_secs(number * unit)
+}
+
+/// The fleet's members: `SOAK_FLEET_MEMBERS`, else 3.
+fn fleet_members() -> usize {
+    std::env::var("SOAK_FLEET_MEMBERS")
+        .ok()
+        .map(|value| {
+            value
+                .parse()
+                .ok()
+                .filter(|members| *members >= 2)
+                .unwrap_or_else(|| panic!("SOAK_FLEET_MEMBERS={value}: give 2 or more"))
+        })
+        .unwrap_or(3)
 }
 
 /// A tmpfs of `bytes` at `dir`, so the disk tier on it fills before its capacity does;
@@ -126,7 +143,7 @@ async fn main() {
     }
     let single_cache = single_dir.path().join("cache");
     std::fs::create_dir(&single_cache).expect("cache directory");
-    let fleet_dirs: Vec<_> = (0..3)
+    let fleet_dirs: Vec<_> = (0..fleet_members())
         .map(|_| tempfile::tempdir().expect("cache directory"))
         .collect();
     let buckets = [unique_bucket("soak-single"), unique_bucket("soak-fleet")];
@@ -150,7 +167,7 @@ async fn main() {
         binary: Path::new(&binary),
         minio: &minio_address,
         bucket: buckets[1].clone(),
-        members: 3,
+        members: fleet_dirs.len(),
         dirs: fleet_dirs.iter().map(|dir| dir.path().to_owned()).collect(),
         memory_capacity: 32 << 20,
         disk_capacity: 64 << 20,

@@ -38,19 +38,36 @@ impl Load {
         };
         let pending = self.model.begin(key, Some((&etag, body)), via);
         let started = Instant::now();
-        let answer = if parts > 1 {
-            self.multipart(client, key, &bytes, (length / parts).max(5 << 20) as usize)
-                .await
-        } else {
-            client
-                .put_object()
-                .bucket(self.bucket())
-                .key(self.full(key))
-                .body(ByteStream::from(bytes))
-                .send()
-                .await
-                .map(|output| (output.e_tag, output.version_id))
-                .map_err(|error| failure(&error))
+        let patience = match via {
+            Via::Portico => self.patience(),
+            Via::Direct => None,
+        };
+        let sent = async {
+            if parts > 1 {
+                self.multipart(client, key, &bytes, (length / parts).max(5 << 20) as usize)
+                    .await
+            } else {
+                client
+                    .put_object()
+                    .bucket(self.bucket())
+                    .key(self.full(key))
+                    .body(ByteStream::from(bytes.clone()))
+                    .send()
+                    .await
+                    .map(|output| (output.e_tag, output.version_id))
+                    .map_err(|error| failure(&error))
+            }
+        };
+        let answer = match patience {
+            None => sent.await,
+            Some(patience) => match tokio::time::timeout(patience, sent).await {
+                Ok(answer) => answer,
+                // The client hung up: the write may land or not, and stays unconfirmed.
+                Err(_) => {
+                    self.report.count(kind, "hung up");
+                    return None;
+                }
+            },
         };
         match answer {
             Ok((answered, version)) => {
