@@ -78,7 +78,7 @@ async fn ask(
             let mut granted = 0;
             for _ in 0..share {
                 let answer = client
-                    .lease(&peer, &asker, None, Duration::from_secs(5))
+                    .lease(&peer, &asker, None, &[], Duration::from_secs(5))
                     .await;
                 granted += usize::from(matches!(
                     answer,

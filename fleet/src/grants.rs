@@ -78,6 +78,8 @@ struct Cut {
     caught_up: bool,
     /// A probe is on its way to it.
     probing: bool,
+    /// When a write through this node (not another member's word) last cut it.
+    own: Option<Moment>,
 }
 
 /// That a member answered this node's lease requests, without a gap it could have
@@ -112,6 +114,8 @@ pub struct Grants<M: Member> {
     members: HashMap<M, Granted>,
     heard: HashMap<M, Heard>,
     membership: Membership,
+    /// Members a write through this node cut off, not announced to the others yet.
+    unannounced: Vec<M>,
 }
 
 impl<M: Member> Grants<M> {
@@ -122,6 +126,7 @@ impl<M: Member> Grants<M> {
             members: HashMap::new(),
             heard: HashMap::new(),
             membership: Membership::default(),
+            unannounced: Vec::new(),
         }
     }
 
@@ -283,11 +288,64 @@ impl<M: Member> Grants<M> {
             lease_ends: ends,
             caught_up: false,
             probing: false,
+            own: None,
         });
         cut.lease_ends = cut.lease_ends.max(ends);
         cut.since = cut.since.max(began);
         cut.caught_up = false;
-        cut.lease_ends
+        cut.own = Some(now);
+        let ends = cut.lease_ends;
+        if !self.unannounced.contains(member) {
+            self.unannounced.push(member.clone());
+        }
+        ends
+    }
+
+    /// The members writes through this node cut off since the last call: the caller tells
+    /// every other member at once ([`Grants::cut_by_another`]), so that each stops
+    /// granting them leases now, and later writes through any member wait for them no
+    /// longer than a lease from about now.
+    pub fn take_unannounced(&mut self) -> Vec<M> {
+        std::mem::take(&mut self.unannounced)
+    }
+
+    /// The members a write through this node cut off lately (within two lease periods):
+    /// this node tells the members it exchanges leases with, so that each stops granting
+    /// them leases too and no later write through any member waits for them again.
+    pub fn fresh_cuts(&self, now: Moment) -> Vec<M> {
+        let fresh = self.timing.renew_every * 2;
+        let mut cuts: Vec<M> = self
+            .members
+            .iter()
+            .filter(|(_, granted)| {
+                granted
+                    .cut
+                    .and_then(|cut| cut.own)
+                    .is_some_and(|at| now < at + fresh)
+            })
+            .map(|(member, _)| member.clone())
+            .collect();
+        cuts.sort();
+        cuts
+    }
+
+    /// Another member cut `member` off: this node refuses it leases too, until it has
+    /// caught up with this node (as if a write through this node had not reached it), and
+    /// later writes wait for it no longer than the lease this node granted it.
+    pub fn cut_by_another(&mut self, member: &M, now: Moment) {
+        let since = self.dependence(member, now).unwrap_or(now);
+        let ends = self.lease_end(member, since, now).unwrap_or(now);
+        let granted = self.members.entry(member.clone()).or_default();
+        let cut = granted.cut.get_or_insert(Cut {
+            since: now,
+            lease_ends: ends,
+            caught_up: false,
+            probing: false,
+            own: None,
+        });
+        cut.lease_ends = cut.lease_ends.max(ends);
+        cut.since = cut.since.max(now);
+        cut.caught_up = false;
     }
 
     /// `member` confirmed an invalidation sent at `sent`.

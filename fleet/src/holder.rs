@@ -50,57 +50,95 @@ pub struct Token {
 #[derive(Debug)]
 pub struct Holder<M: Member> {
     timing: Timing,
-    /// When each member was last in the view, or asked this node for a lease.
+    /// This node, once [`Holder::lessors`] named it.
+    me: Option<M>,
+    /// The lessors: when each member (but this node) was last in the view, or asked this
+    /// node for a lease.
     seen: HashMap<M, Moment>,
-    /// For each lessor, when this node asked it for the latest grant it gave.
+    /// For each member, when this node asked it for the latest grant it gave.
     granted_at: HashMap<M, Moment>,
-    /// The lessors of the latest renewal.
-    lessors: BTreeSet<M>,
+    /// The lessors' latest grants in time order, for the oldest at once.
+    by_time: BTreeSet<(Moment, M)>,
+    /// Lessors that have granted nothing yet: while one has not, no lease holds.
+    ungranted: usize,
+    /// A lessor stopped being one since the latest renewal.
+    dropped: bool,
     /// Each member's latest answer token, not granted back yet.
     tokens: HashMap<M, Token>,
     /// When each member last sent this node a request that carried a grant.
     asking_us: HashMap<M, Moment>,
-    /// This node, once [`Holder::lessors`] named it.
-    me: Option<M>,
 }
 
 impl<M: Member> Holder<M> {
     pub fn new(timing: Timing) -> Self {
         Self {
             timing,
+            me: None,
             seen: HashMap::new(),
             granted_at: HashMap::new(),
-            lessors: BTreeSet::new(),
+            by_time: BTreeSet::new(),
+            ungranted: 0,
+            dropped: false,
             tokens: HashMap::new(),
             asking_us: HashMap::new(),
-            me: None,
         }
     }
 
     /// `member` asked this node for a lease at `now` (a request, or an answer that asks
     /// for the next grant): it is a lessor for `remember` more.
     pub fn asked_by(&mut self, member: &M, now: Moment) {
-        self.seen.insert(member.clone(), now);
+        if self.me.as_ref() == Some(member) {
+            return;
+        }
+        if self.seen.insert(member.clone(), now).is_none() {
+            match self.granted_at.get(member) {
+                Some(at) => {
+                    self.by_time.insert((*at, member.clone()));
+                }
+                None => self.ungranted += 1,
+            }
+        }
     }
 
     /// The members to ask for a grant at `now`: `view` (but `me`), and every member that
     /// was in it or asked this node for one within `remember`.
     pub fn lessors(&mut self, view: &[M], me: &M, now: Moment) -> Vec<M> {
         self.me = Some(me.clone());
+        if self.seen.contains_key(me) {
+            self.forget(me);
+        }
         for member in view {
-            self.seen.insert(member.clone(), now);
+            self.asked_by(member, now);
         }
         let remember = self.timing.remember;
-        self.seen.retain(|_, seen| now < *seen + remember);
-        let lessors: BTreeSet<M> = self
+        let expired: Vec<M> = self
             .seen
-            .keys()
-            .filter(|member| *member != me)
-            .cloned()
+            .iter()
+            .filter(|(_, seen)| now >= **seen + remember)
+            .map(|(member, _)| member.clone())
             .collect();
-        self.tokens.retain(|member, _| lessors.contains(member));
-        self.asking_us.retain(|member, _| lessors.contains(member));
-        lessors.into_iter().collect()
+        for member in &expired {
+            self.forget(member);
+            self.dropped = true;
+        }
+        let mut lessors: Vec<M> = self.seen.keys().cloned().collect();
+        lessors.sort();
+        lessors
+    }
+
+    /// `member` is a lessor no more.
+    fn forget(&mut self, member: &M) {
+        if self.seen.remove(member).is_none() {
+            return;
+        }
+        match self.granted_at.remove(member) {
+            Some(at) => {
+                self.by_time.remove(&(at, member.clone()));
+            }
+            None => self.ungranted -= 1,
+        }
+        self.tokens.remove(member);
+        self.asking_us.remove(member);
     }
 
     /// Which of `lessors` this node sends a request to at `now`: those whose name is
@@ -142,42 +180,42 @@ impl<M: Member> Holder<M> {
     /// `member` granted this node a lease resting on a request this node made at `asked`
     /// (a request sent then, or an answer given then).
     pub fn granted(&mut self, member: &M, asked: Moment) {
-        let at = self.granted_at.entry(member.clone()).or_insert(asked);
-        *at = (*at).max(asked);
-    }
-
-    /// The lease at `now` from the grants of `lessors` (from [`Holder::lessors`]).
-    pub fn renew(&mut self, lessors: &[M], now: Moment) -> Renewal {
-        let current: BTreeSet<M> = lessors.iter().cloned().collect();
-        let dropped = self.lessors.difference(&current).next().is_some();
-        let seen = &self.seen;
-        self.granted_at
-            .retain(|member, _| current.contains(member) || seen.contains_key(member));
-        self.lessors = current;
-        Renewal {
-            until: self.until(now),
-            dropped,
+        let before = self.granted_at.get(member).copied();
+        let at = before.map_or(asked, |before| before.max(asked));
+        self.granted_at.insert(member.clone(), at);
+        if self.seen.contains_key(member) {
+            match before {
+                Some(before) => {
+                    self.by_time.remove(&(before, member.clone()));
+                }
+                None => self.ungranted -= 1,
+            }
+            self.by_time.insert((at, member.clone()));
         }
     }
 
-    /// Until when the lease holds at `now` with the grants so far: a grant that arrives
-    /// between renewals counts at once. Every member this node has seen since counts too,
-    /// so a member that asked it meanwhile (and may count on its lease ending) holds it
-    /// back until that member grants one; none leaves before a renewal, which moves the
-    /// epoch when one does.
+    /// The lease at `now` (after [`Holder::lessors`]): until when it holds, and whether a
+    /// lessor stopped being one since the previous renewal.
+    pub fn renew(&mut self, now: Moment) -> Renewal {
+        Renewal {
+            until: self.until(now),
+            dropped: std::mem::take(&mut self.dropped),
+        }
+    }
+
+    /// Until when the lease holds at `now` with the grants so far: a lease after the
+    /// oldest of the lessors' latest grants, or not at all while a lessor has granted none.
+    /// A grant that arrives between renewals counts at once; so does a member that asks
+    /// meanwhile (it may count on this node's lease ending), which holds the lease back
+    /// until it grants one.
     pub fn until(&self, now: Moment) -> Moment {
-        let lease = self.timing.lease;
-        self.lessors
-            .iter()
-            .chain(
-                self.seen
-                    .keys()
-                    .filter(|member| !self.lessors.contains(*member)),
-            )
-            .filter(|member| Some(*member) != self.me.as_ref())
-            .map(|member| self.granted_at.get(member).map_or(now, |at| *at + lease))
-            .min()
-            .unwrap_or(now + lease)
+        if self.ungranted > 0 {
+            return now;
+        }
+        match self.by_time.first() {
+            Some((oldest, _)) => *oldest + self.timing.lease,
+            None => now + self.timing.lease,
+        }
     }
 }
 
@@ -202,15 +240,16 @@ mod tests {
         assert_eq!(lessors, [1, 2]);
         holder.granted(&1, at(10_000));
         holder.granted(&2, at(9_500));
-        assert_eq!(holder.renew(&lessors, at(10_100)).until, at(12_500));
+        assert_eq!(holder.renew(at(10_100)).until, at(12_500));
         // Member 2 answers the next time, member 1 does not: the lease rests on member
         // 1's grant of 10 s.
         holder.granted(&2, at(11_000));
-        let renewal = holder.renew(&lessors, at(11_100));
+        let renewal = holder.renew(at(11_100));
         assert_eq!(renewal.until, at(13_000));
         assert!(!renewal.dropped);
         // A lessor that never granted one leaves no lease at all.
-        assert_eq!(holder.renew(&[1, 2, 3], at(12_000)).until, at(12_000));
+        holder.lessors(&[0, 1, 2, 3], &0, at(12_000));
+        assert_eq!(holder.renew(at(12_000)).until, at(12_000));
     }
 
     #[test]
@@ -225,12 +264,12 @@ mod tests {
         );
         holder.granted(&1, at(2_000));
         holder.granted(&7, at(2_000));
-        assert!(!holder.renew(&lessors, at(2_000)).dropped);
+        assert!(!holder.renew(at(2_000)).dropped);
         // At 22 s member 7 has not asked for 21 s.
         let lessors = holder.lessors(&[0, 1], &0, at(22_000));
         assert_eq!(lessors, [1]);
         holder.granted(&1, at(22_000));
-        let renewal = holder.renew(&lessors, at(22_000));
+        let renewal = holder.renew(at(22_000));
         assert!(renewal.dropped, "a lessor left");
         assert_eq!(renewal.until, at(25_000));
     }
@@ -250,9 +289,9 @@ mod tests {
     #[test]
     fn a_member_that_asks_between_renewals_holds_the_lease_back_until_it_grants_one() {
         let mut holder = Holder::new(timing());
-        let lessors = holder.lessors(&[0, 1], &0, at(0));
+        holder.lessors(&[0, 1], &0, at(0));
         holder.granted(&1, at(0));
-        holder.renew(&lessors, at(0));
+        holder.renew(at(0));
         assert_eq!(holder.until(at(500)), at(3_000));
         // Member 5 asks: it may count on this lease ending a lease after that, so a grant
         // from member 1 does not carry the lease past it.

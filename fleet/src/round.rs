@@ -13,7 +13,7 @@
 //! target either forgot the objects or cannot serve cached metadata without renewing its
 //! lease, which moves its epoch.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 
 use crate::clock::Moment;
 use crate::grants::{Grants, Wait};
@@ -48,6 +48,9 @@ pub struct Round<M: Member> {
     sent: Moment,
     targets: Vec<M>,
     pending: HashMap<M, Pending>,
+    /// The pending members by the moment each must be looked at again: the round's work
+    /// at a wake-up is what is due, however many members it tells.
+    due: BTreeSet<(Moment, M)>,
     report: RoundReport,
 }
 
@@ -68,14 +71,30 @@ pub struct RoundReport {
     pub required: usize,
 }
 
+impl Pending {
+    /// When the member must be looked at again.
+    fn due(self) -> Moment {
+        match self {
+            Self::Confirmation { deadline } => deadline,
+            Self::LeaseEnd { ends } => ends,
+            Self::Required { again } => again,
+        }
+    }
+}
+
 impl<M: Member> Round<M> {
     /// A round that tells `targets` (see [`Grants::targets`]), beginning `now`.
     pub fn begin(grants: &Grants<M>, targets: Vec<M>, now: Moment) -> Self {
         let timing: &Timing = grants.timing();
-        let mut pending = HashMap::new();
-        let mut report = RoundReport {
-            told: targets.len(),
-            ..RoundReport::default()
+        let mut round = Self {
+            sent: now,
+            targets: Vec::new(),
+            pending: HashMap::new(),
+            due: BTreeSet::new(),
+            report: RoundReport {
+                told: targets.len(),
+                ..RoundReport::default()
+            },
         };
         for member in &targets {
             let wait = match grants.wait_for(member, now) {
@@ -84,23 +103,32 @@ impl<M: Member> Round<M> {
                 },
                 Wait::LeaseEnd(ends) => Pending::LeaseEnd { ends },
                 Wait::Required => {
-                    report.required += 1;
+                    round.report.required += 1;
                     Pending::Required {
                         again: now + timing.confirm_within,
                     }
                 }
                 Wait::Nothing => {
-                    report.not_waited += 1;
+                    round.report.not_waited += 1;
                     continue;
                 }
             };
-            pending.insert(member.clone(), wait);
+            round.wait(member, wait);
         }
-        Self {
-            sent: now,
-            targets,
-            pending,
-            report,
+        round.targets = targets;
+        round
+    }
+
+    /// Waits for `member` as `pending` says (instead of as before).
+    fn wait(&mut self, member: &M, pending: Pending) {
+        self.stop_waiting(member);
+        self.due.insert((pending.due(), member.clone()));
+        self.pending.insert(member.clone(), pending);
+    }
+
+    fn stop_waiting(&mut self, member: &M) {
+        if let Some(before) = self.pending.remove(member) {
+            self.due.remove(&(before.due(), member.clone()));
         }
     }
 
@@ -120,11 +148,9 @@ impl<M: Member> Round<M> {
             (Told::Confirmed, _) => {
                 self.report.confirmed += 1;
                 grants.confirmed(member, self.sent);
-                self.pending.remove(member);
+                self.stop_waiting(member);
             }
-            (Told::Refused, Some(Pending::Required { .. })) => {
-                self.pending.remove(member);
-            }
+            (Told::Refused, Some(Pending::Required { .. })) => self.stop_waiting(member),
             (_, Some(Pending::Confirmation { .. })) => self.cut(member, now, grants),
             _ => {}
         }
@@ -135,36 +161,29 @@ impl<M: Member> Round<M> {
     /// confirm are looked at again. Returns the members to tell again now.
     pub fn advance(&mut self, now: Moment, grants: &mut Grants<M>) -> Vec<M> {
         let mut again = Vec::new();
-        let members: Vec<(M, Pending)> = self
-            .pending
-            .iter()
-            .map(|(member, pending)| (member.clone(), *pending))
-            .collect();
-        for (member, pending) in members {
-            match pending {
-                Pending::Confirmation { deadline } if deadline <= now => {
-                    self.cut(&member, now, grants);
-                }
-                Pending::LeaseEnd { ends } if ends <= now => {
-                    self.pending.remove(&member);
+        while let Some((at, member)) = self.due.first().cloned() {
+            if at > now {
+                break;
+            }
+            match self.pending.get(&member).copied() {
+                Some(Pending::Confirmation { .. }) => self.cut(&member, now, grants),
+                Some(Pending::LeaseEnd { .. }) => {
+                    self.stop_waiting(&member);
                     self.report.waited_for_leases += 1;
                 }
-                Pending::Required { again: at } => {
+                Some(Pending::Required { .. }) => {
                     if grants.dependence(&member, now).is_some() {
                         // It needs this node's grants now: from here on, its lease ends.
                         self.cut(&member, now, grants);
-                    } else if at <= now {
+                    } else {
                         again.push(member.clone());
-                        let timing = grants.timing();
-                        self.pending.insert(
-                            member,
-                            Pending::Required {
-                                again: now + timing.confirm_within,
-                            },
-                        );
+                        let again_at = now + grants.timing().confirm_within;
+                        self.wait(&member, Pending::Required { again: again_at });
                     }
                 }
-                _ => {}
+                None => {
+                    self.due.remove(&(at, member));
+                }
             }
         }
         again
@@ -174,22 +193,16 @@ impl<M: Member> Round<M> {
         let since = grants.dependence(member, now).unwrap_or(now);
         let ends = grants.cut(member, since, self.sent, now);
         self.report.cut += 1;
-        self.pending
-            .insert(member.clone(), Pending::LeaseEnd { ends });
+        self.wait(member, Pending::LeaseEnd { ends });
     }
 
     /// When the round must be moved on next (see [`Round::advance`]), answers aside;
     /// `None`: when this node's membership changes.
     pub fn wake_at(&self, grants: &Grants<M>) -> Option<Moment> {
-        self.pending
-            .values()
-            .map(|pending| match pending {
-                Pending::Confirmation { deadline } => *deadline,
-                Pending::LeaseEnd { ends } => *ends,
-                Pending::Required { again } => *again,
-            })
-            .min()
-            .or_else(|| grants.floor())
+        match self.due.first() {
+            Some((at, _)) => Some(*at),
+            None => grants.floor(),
+        }
     }
 
     /// Whether the round has ended: no target can serve the old version any more, and

@@ -13,9 +13,10 @@ use portico_http_client::Connector;
 use portico_fleet::Token;
 
 use super::protocol::{
-    BLOCK_PATH, BlockRequest, CRC_HEADER, FILL_HEADER, FillHeaders, HEALTH_PATH, INVALIDATE_PATH,
-    InvalidateRequest, LEASE_PATH, LEASE_TOKEN_HEADER, LeaseGrant, LeaseRequest, MISSING_HEADER,
-    PURGE_PATH, PurgeRequest, RESULT_HEADER, TENANT_HEADER, ZONE_HEADER, parse_token,
+    BLOCK_PATH, BlockRequest, CRC_HEADER, CUT_HEADER, CUT_PATH, CutRequest, FILL_HEADER,
+    FillHeaders, HEALTH_PATH, INVALIDATE_PATH, InvalidateRequest, LEASE_PATH, LEASE_TOKEN_HEADER,
+    LeaseGrant, LeaseRequest, MISSING_HEADER, PURGE_PATH, PurgeRequest, RESULT_HEADER,
+    TENANT_HEADER, ZONE_HEADER, parse_token,
 };
 use crate::object::Missing;
 use crate::source::{PeerError, PeerId};
@@ -45,9 +46,13 @@ pub enum LeaseAnswer {
     Granted {
         zone: Option<String>,
         token: Option<Token>,
+        cut: Vec<PeerId>,
     },
     /// Refused: this node missed a write the member could not tell it of.
-    Refused { token: Option<Token> },
+    Refused {
+        token: Option<Token>,
+        cut: Vec<PeerId>,
+    },
 }
 
 /// The TLS configuration of a plain-HTTP client, which never uses it: it trusts no one.
@@ -237,17 +242,24 @@ impl PeerClient {
     }
 
     /// Asks `peer` for a lease for this node, known to the members as `identity`, granting
-    /// it one back with `grant`; fails unless it answers `within`.
+    /// it one back with `grant`, and naming the members writes through this node `cut` off
+    /// lately; fails unless it answers `within`.
     pub async fn lease(
         &self,
         peer: &PeerId,
         identity: &str,
         grant: Option<LeaseGrant>,
+        cut: &[PeerId],
         within: Duration,
     ) -> Result<LeaseAnswer, String> {
         let request = LeaseRequest {
             member: identity.to_owned(),
             grant,
+            // Only to a member that sends tokens: an older release refuses the field.
+            cut: match grant {
+                Some(_) => cut.iter().map(|member| member.to_string()).collect(),
+                None => Vec::new(),
+            },
         };
         let body = serde_json::to_vec(&request).map_err(|error| error.to_string())?;
         let exchange = async {
@@ -262,12 +274,48 @@ impl PeerClient {
                     .and_then(|value: &HeaderValue| value.to_str().ok())
             };
             let token = header(LEASE_TOKEN_HEADER).and_then(parse_token);
+            let cut: Vec<PeerId> = header(CUT_HEADER)
+                .map(|members| {
+                    members
+                        .split(',')
+                        .filter(|member| !member.is_empty())
+                        .map(crate::cluster::peer_id)
+                        .collect()
+                })
+                .unwrap_or_default();
             match response.status() {
                 StatusCode::NO_CONTENT => {
                     let zone = header(ZONE_HEADER).map(str::to_owned);
-                    Ok(LeaseAnswer::Granted { zone, token })
+                    Ok(LeaseAnswer::Granted { zone, token, cut })
                 }
-                StatusCode::CONFLICT => Ok(LeaseAnswer::Refused { token }),
+                StatusCode::CONFLICT => Ok(LeaseAnswer::Refused { token, cut }),
+                other => Err(format!("answered {other}")),
+            }
+        };
+        tokio::time::timeout(within, exchange)
+            .await
+            .unwrap_or_else(|_| Err(format!("no answer within {within:?}")))
+    }
+
+    /// Tells `peer` that writes through this node cut `members` off; fails unless it
+    /// confirms `within`.
+    pub async fn cut(
+        &self,
+        peer: &PeerId,
+        members: &[PeerId],
+        within: Duration,
+    ) -> Result<(), String> {
+        let request = CutRequest {
+            members: members.iter().map(|member| member.to_string()).collect(),
+        };
+        let body = serde_json::to_vec(&request).map_err(|error| error.to_string())?;
+        let exchange = async {
+            let response = self
+                .send(peer, (Method::POST, CUT_PATH), &[], body)
+                .await
+                .map_err(|error| error.to_string())?;
+            match response.status() {
+                StatusCode::NO_CONTENT => Ok(()),
                 other => Err(format!("answered {other}")),
             }
         };

@@ -30,6 +30,15 @@ use crate::telemetry::InvalidationResult;
 /// How often a round that waits for this node to be listed in its own view looks again.
 const UNLISTED_RECHECK: Duration = Duration::from_secs(1);
 
+/// How this node answered a lease request.
+pub struct LeaseAsked {
+    pub granted: bool,
+    /// This node's token, which the asking member grants back.
+    pub token: Token,
+    /// The members writes through this node cut off lately.
+    pub cuts: Vec<PeerId>,
+}
+
 /// This node's part of the fleet protocol.
 pub(super) struct Fleet {
     clock: Clock,
@@ -135,6 +144,7 @@ impl Cluster {
             for member in again {
                 answers.push(self.tell(member, request.clone()));
             }
+            self.announce_cuts();
             if done && let Some(settled) = settled.take() {
                 self.round_settled(&round, began);
                 let _ = settled.send(round.report());
@@ -212,12 +222,16 @@ impl Cluster {
     }
 
     /// A member asks this node for a lease, granting it one back with `grant` when the
-    /// member held a token of this node's: the member is one of this node's lessors from
-    /// now on (for `remember` at least), and is granted one unless a write could not tell
-    /// it. A cut member whose lease has run out is sent a probe, whose confirmation lets
-    /// it back. Returns whether it granted, and this node's token for the member's next
-    /// grant.
-    pub fn lease_asked(self: &Arc<Self>, member: &str, grant: Option<LeaseGrant>) -> (bool, Token) {
+    /// member held a token of this node's, and naming the members writes through it `cut`
+    /// off lately: the member is one of this node's lessors from now on (for `remember` at
+    /// least), and is granted one unless a write could not tell it. A cut member whose
+    /// lease has run out is sent a probe, whose confirmation lets it back.
+    pub fn lease_asked(
+        self: &Arc<Self>,
+        member: &str,
+        grant: Option<LeaseGrant>,
+        cut: &[PeerId],
+    ) -> LeaseAsked {
         let member = super::peer_id(member);
         let fleet = &self.fleet;
         let now = fleet.clock.now();
@@ -226,9 +240,13 @@ impl Cluster {
             answered: now,
         };
         if member == self.identity {
-            return (false, token);
+            return LeaseAsked {
+                granted: false,
+                token,
+                cuts: Vec::new(),
+            };
         }
-        let answer = {
+        let (answer, cuts) = {
             let mut state = fleet.state.lock();
             state.holder.asked_by(&member, now);
             if let Some(grant) = grant {
@@ -245,12 +263,57 @@ impl Cluster {
                 }
                 state.holder.asks_us(&member, now);
             }
-            state.grants.grant(&member, now)
+            for cut in cut.iter().filter(|cut| **cut != self.identity) {
+                state.grants.cut_by_another(cut, now);
+            }
+            (
+                state.grants.grant(&member, now),
+                state.grants.fresh_cuts(now),
+            )
         };
         if answer == Answer::RefusedProbe {
             self.spawn_probe(member, now);
         }
-        (answer == Answer::Granted, token)
+        LeaseAsked {
+            granted: answer == Answer::Granted,
+            token,
+            cuts,
+        }
+    }
+
+    /// Another member cut `members` off: this node stops granting them leases too.
+    pub fn cut_by_another(&self, members: &[PeerId]) {
+        let now = self.fleet.clock.now();
+        let mut state = self.fleet.state.lock();
+        for member in members.iter().filter(|member| **member != self.identity) {
+            state.grants.cut_by_another(member, now);
+        }
+        drop(state);
+        self.update_cut_gauge();
+    }
+
+    /// Tells every other member of this node's view of the members its writes cut off
+    /// since it last did, each at once, without waiting for their answers.
+    fn announce_cuts(self: &Arc<Self>) {
+        let (cuts, view) = {
+            let mut state = self.fleet.state.lock();
+            (state.grants.take_unannounced(), state.view.clone())
+        };
+        if cuts.is_empty() {
+            return;
+        }
+        let within = self.fleet.timing.confirm_within;
+        for member in view {
+            if member == self.identity || cuts.contains(&member) {
+                continue;
+            }
+            let (cluster, cuts) = (self.clone(), cuts.clone());
+            self.fleet.tasks.spawn(async move {
+                if let Err(error) = cluster.client.cut(&member, &cuts, within).await {
+                    tracing::debug!(%member, %error, "a member did not hear of members cut off");
+                }
+            });
+        }
     }
 
     fn spawn_probe(self: &Arc<Self>, member: PeerId, sent: Moment) {
@@ -289,7 +352,7 @@ impl Cluster {
         let fleet = &self.fleet;
         let asked = fleet.clock.now();
         let mut probes = Vec::new();
-        let (lessors, requests) = {
+        let (requests, cuts) = {
             let mut state = fleet.state.lock();
             let State {
                 holder,
@@ -315,40 +378,42 @@ impl Cluster {
                     (member, grant)
                 })
                 .collect();
-            (lessors, requests)
+            (requests, grants.fresh_cuts(asked))
         };
         for member in probes {
             self.spawn_probe(member, asked);
         }
         let identity: &str = &self.identity;
         let within = fleet.timing.renew_every;
+        let cuts = &cuts;
         let answers =
             futures::future::join_all(requests.iter().map(|(member, grant)| async move {
-                (
-                    member,
-                    self.client.lease(member, identity, *grant, within).await,
-                )
+                let answer = self.client.lease(member, identity, *grant, cuts, within);
+                (member, answer.await)
             }))
             .await;
         let answered = fleet.clock.now();
         let mut state = fleet.state.lock();
         for (member, answer) in answers {
-            let token = match answer {
-                Ok(LeaseAnswer::Granted { zone, token }) => {
+            let (token, cut) = match answer {
+                Ok(LeaseAnswer::Granted { zone, token, cut }) => {
                     state.holder.granted(member, asked);
                     let zone = Arc::from(zone.unwrap_or_default().as_str());
                     self.zones.write().insert(member.clone(), zone);
-                    token
+                    (token, cut)
                 }
-                Ok(LeaseAnswer::Refused { token }) => {
+                Ok(LeaseAnswer::Refused { token, cut }) => {
                     tracing::debug!(%member, "no lease granted: this node missed a write it could not be told of");
-                    token
+                    (token, cut)
                 }
                 Err(error) => {
                     tracing::debug!(%member, %error, "no lease granted");
                     continue;
                 }
             };
+            for cut in cut.iter().filter(|cut| **cut != self.identity) {
+                state.grants.cut_by_another(cut, answered);
+            }
             state.grants.heard_from(member, asked, answered);
             // The answer asks this node for its next grant.
             state.holder.asked_by(member, answered);
@@ -356,7 +421,7 @@ impl Cluster {
                 state.holder.answered_with(member, token);
             }
         }
-        let renewal = state.holder.renew(&lessors, answered);
+        let renewal = state.holder.renew(answered);
         if renewal.dropped {
             // A lessor is one no more: a write through it may have counted on this
             // lease running out, and from now on it never will for that member.

@@ -23,6 +23,11 @@
 //!   `x-portico-lease-token`: the answer is also the answering member's request for a
 //!   lease from the asking one, which grants it back in its next request
 //!   ([`LeaseRequest::grant`]), so two members lease to each other in one exchange.
+//!   Both also name the members a write through the sender cut off lately (the request
+//!   in [`LeaseRequest::cut`], the answer in `x-portico-cut`, comma-separated).
+//! - `POST /peer/v1/cut` with a JSON [`CutRequest`]: members a write through the sender
+//!   could not tell (204): this member stops granting them leases too, until each has
+//!   caught up with it.
 //! - `GET /peer/v1/health`: 200 `ok`.
 
 use serde::{Deserialize, Serialize};
@@ -31,6 +36,7 @@ pub const BLOCK_PATH: &str = "/peer/v1/block";
 pub const PURGE_PATH: &str = "/peer/v1/purge";
 pub const INVALIDATE_PATH: &str = "/peer/v1/invalidate";
 pub const LEASE_PATH: &str = "/peer/v1/lease";
+pub const CUT_PATH: &str = "/peer/v1/cut";
 pub const HEALTH_PATH: &str = "/peer/v1/health";
 /// `hit` or `miss`: whether the owner's cache held the block.
 pub const RESULT_HEADER: &str = "x-portico-peer-result";
@@ -103,6 +109,9 @@ pub struct WrittenObject {
 
 /// The header of a lease answer that carries the answering member's token.
 pub const LEASE_TOKEN_HEADER: &str = "x-portico-lease-token";
+/// The header of a lease answer that names the members the answering member cut off
+/// lately, comma-separated.
+pub const CUT_HEADER: &str = "x-portico-cut";
 
 /// A member asking for a lease: how the members know it (its `cluster.advertise`), and its
 /// grant to the member it asks, when it holds a token of that member's answer.
@@ -113,6 +122,17 @@ pub struct LeaseRequest {
     /// Absent from the requests of members of older releases, which send no grants.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub grant: Option<LeaseGrant>,
+    /// The members a write through the asking member cut off lately (sent only with a
+    /// grant: a member of an older release refuses fields it does not know).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cut: Vec<String>,
+}
+
+/// Members a write through the sending member could not tell.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CutRequest {
+    pub members: Vec<String>,
 }
 
 /// A grant to the member asked, resting on the answer its token names.
@@ -149,6 +169,7 @@ mod tests {
     fn a_lease_request_of_an_older_release_carries_no_grant_and_is_understood() {
         let older: LeaseRequest = serde_json::from_str(r#"{"member":"10.0.0.5:9100"}"#).unwrap();
         assert_eq!(older.grant, None);
+        assert!(older.cut.is_empty());
         let plain = serde_json::to_string(&older).unwrap();
         assert_eq!(
             plain, r#"{"member":"10.0.0.5:9100"}"#,
@@ -161,6 +182,7 @@ mod tests {
                 answered: 123,
                 granted: true,
             }),
+            cut: vec!["10.0.0.7:9100".to_owned()],
         };
         let text = serde_json::to_string(&granting).unwrap();
         assert_eq!(

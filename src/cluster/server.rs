@@ -17,10 +17,12 @@ use subtle::ConstantTimeEq;
 use tokio::net::TcpListener;
 
 use super::listener::TlsListener;
+use super::peer_id;
 use super::protocol::{
-    BLOCK_PATH, BlockRequest, CRC_HEADER, FILL_HEADER, HEALTH_PATH, INVALIDATE_PATH,
-    InvalidateRequest, LEASE_PATH, LEASE_TOKEN_HEADER, LeaseRequest, MISSING_HEADER, PURGE_PATH,
-    PurgeRequest, RESULT_HEADER, TENANT_HEADER, ZONE_HEADER, token_header,
+    BLOCK_PATH, BlockRequest, CRC_HEADER, CUT_HEADER, CUT_PATH, CutRequest, FILL_HEADER,
+    HEALTH_PATH, INVALIDATE_PATH, InvalidateRequest, LEASE_PATH, LEASE_TOKEN_HEADER, LeaseRequest,
+    MISSING_HEADER, PURGE_PATH, PurgeRequest, RESULT_HEADER, TENANT_HEADER, ZONE_HEADER,
+    token_header,
 };
 use crate::auth::Authenticator;
 use crate::cache::Tier;
@@ -28,6 +30,7 @@ use crate::checksum::{Algorithm, Running};
 use crate::object::{Missing, ObjectMeta};
 use crate::read::{FillClass, FillFor, ReadError, ReadPath};
 use crate::shutdown::Shutdown;
+use crate::source::PeerId;
 use crate::telemetry::{Metrics, PeerResult};
 use crate::types::ObjectRef;
 use crate::warm::{Maintenance, Selector};
@@ -56,6 +59,7 @@ pub fn router(state: Arc<PeerState>) -> Router {
         .route(PURGE_PATH, post(purge))
         .route(INVALIDATE_PATH, post(invalidate))
         .route(LEASE_PATH, post(lease))
+        .route(CUT_PATH, post(cut))
         .route(HEALTH_PATH, get(|| async { "ok" }))
         .route_layer(middleware::from_fn_with_state(state.clone(), authenticate))
         .with_state(state)
@@ -300,7 +304,11 @@ async fn lease(
         Ok(Json(request)) => request,
         Err(rejection) => return refusal(rejection.status(), rejection.body_text()),
     };
-    let (granted, token) = state.cluster.lease_asked(&request.member, request.grant);
+    let cut: Vec<PeerId> = request.cut.iter().map(|member| peer_id(member)).collect();
+    let asked = state
+        .cluster
+        .lease_asked(&request.member, request.grant, &cut);
+    let (granted, token, cuts) = (asked.granted, asked.token, asked.cuts);
     let mut answer = match granted {
         true => StatusCode::NO_CONTENT.into_response(),
         false => refusal(
@@ -312,6 +320,12 @@ async fn lease(
     if let Ok(token) = HeaderValue::from_str(&token_header(token)) {
         headers.insert(LEASE_TOKEN_HEADER, token);
     }
+    let cuts: Vec<&str> = cuts.iter().map(|member| member.as_ref()).collect();
+    if !cuts.is_empty()
+        && let Ok(cuts) = HeaderValue::from_str(&cuts.join(","))
+    {
+        headers.insert(CUT_HEADER, cuts);
+    }
     if granted
         && let Ok(zone) = HeaderValue::from_str(state.cluster.zone())
         && !zone.is_empty()
@@ -319,4 +333,23 @@ async fn lease(
         headers.insert(ZONE_HEADER, zone);
     }
     answer
+}
+
+/// `POST /peer/v1/cut`: members a write through the asking member could not tell; this
+/// node stops granting them leases too, until each has caught up with it.
+async fn cut(
+    State(state): State<Arc<PeerState>>,
+    body: Result<Json<CutRequest>, JsonRejection>,
+) -> Response {
+    let request = match body {
+        Ok(Json(request)) => request,
+        Err(rejection) => return refusal(rejection.status(), rejection.body_text()),
+    };
+    let members: Vec<PeerId> = request
+        .members
+        .iter()
+        .map(|member| peer_id(member))
+        .collect();
+    state.cluster.cut_by_another(&members);
+    StatusCode::NO_CONTENT.into_response()
 }

@@ -191,6 +191,17 @@ pub struct RoundTaken {
     pub took: Duration,
 }
 
+/// When the fleet is past a fault: `bound` (what one member that cannot confirm can cost
+/// a write: 2 s plus `cluster.lease`) after the first round, through any member but
+/// `faulty`, that waited (longer than 100 ms) for it. `None` when no round waited.
+pub fn past_the_fault(rounds: &[RoundTaken], faulty: u32, bound: Duration) -> Option<Duration> {
+    rounds
+        .iter()
+        .filter(|round| round.writer != faulty && round.took > Duration::from_millis(100))
+        .map(|round| round.began + bound)
+        .min()
+}
+
 /// Runs `scenario` to its end.
 pub fn run(scenario: &Scenario) -> Outcome {
     world::World::new(scenario).run()

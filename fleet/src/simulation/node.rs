@@ -99,11 +99,9 @@ pub(super) enum Request {
     Put { write: u64, key: u32, leaves: bool },
 }
 
-/// A heartbeat under way: the lessors it renews the lease from, when it asked, and the
-/// requests not answered yet.
+/// A heartbeat under way: when it asked, and the requests not answered yet.
 #[derive(Debug)]
 pub(super) struct Heartbeat {
-    pub(super) lessors: Vec<u32>,
     pub(super) asked: Moment,
     pub(super) waiting: BTreeSet<u64>,
 }
@@ -118,9 +116,47 @@ pub(super) struct RunningRound {
     pub(super) answered_at: u64,
     pub(super) settled: bool,
     /// Invalidations not answered yet, and when each is given up on.
-    pub(super) outstanding: BTreeMap<u64, Moment>,
+    pub(super) outstanding: Outstanding,
     /// Whether its client hung up once the origin had taken the write.
     pub(super) leaves: bool,
+}
+
+/// Requests not answered yet, by id and by when each is given up on.
+#[derive(Debug, Default)]
+pub(super) struct Outstanding {
+    by_id: BTreeMap<u64, Moment>,
+    by_time: BTreeSet<(Moment, u64)>,
+}
+
+impl Outstanding {
+    pub(super) fn insert(&mut self, id: u64, timeout: Moment) {
+        self.by_id.insert(id, timeout);
+        self.by_time.insert((timeout, id));
+    }
+
+    pub(super) fn remove(&mut self, id: u64) {
+        if let Some(timeout) = self.by_id.remove(&id) {
+            self.by_time.remove(&(timeout, id));
+        }
+    }
+
+    /// Removes and returns the requests given up on by `now`.
+    pub(super) fn overdue(&mut self, now: Moment) -> Vec<u64> {
+        let mut overdue = Vec::new();
+        while let Some((timeout, id)) = self.by_time.first().copied() {
+            if timeout > now {
+                break;
+            }
+            self.remove(id);
+            overdue.push(id);
+        }
+        overdue
+    }
+
+    /// When the next one is given up on.
+    pub(super) fn first(&self) -> Option<Moment> {
+        self.by_time.first().map(|(timeout, _)| *timeout)
+    }
 }
 
 /// One member's process.

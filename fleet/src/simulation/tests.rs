@@ -145,6 +145,49 @@ fn a_slow_member_costs_one_write_a_wait_and_the_next_writes_nothing() {
 }
 
 #[test]
+fn a_slow_member_costs_the_fleet_one_wait_whichever_members_the_writes_go_through() {
+    // Ten members; member 0 answers 3 s late; a write every 100 ms through any member.
+    let mut scenario = Scenario::new(10, 3);
+    let mut ops = vec![(
+        SETTLED,
+        Op::Slow {
+            member: 0,
+            by: ms(3_000),
+            lasting: ms(60_000),
+        },
+    )];
+    for at in 0..300u64 {
+        let write = Op::Write {
+            member: 1 + (at as u32 % 9),
+            key: (at % 4) as u32,
+            leaves: false,
+        };
+        ops.push((SETTLED + 500 + at * 100, write));
+    }
+    scenario.ops = ops.into_iter().map(|(at, op)| (ms(at), op)).collect();
+    let outcome = run(&scenario);
+    assert_kept(&outcome);
+    // The first write that meets the slow member waits for it (2 s, then its lease); every
+    // member hears of it then, and no write that begins after that bound waits again,
+    // whichever member it goes through.
+    let bound = ms(2_000) + scenario.lease;
+    let ended = super::past_the_fault(&outcome.stats.rounds, 0, bound).expect("writes waited");
+    let after: Vec<Duration> = outcome
+        .stats
+        .rounds
+        .iter()
+        .filter(|round| round.writer != 0 && round.began > ended)
+        .map(|round| round.took)
+        .collect();
+    assert!(after.len() > 200, "{}", after.len());
+    let slowest = after.iter().max().copied().unwrap_or_default();
+    assert!(
+        slowest < ms(20),
+        "a write through another member waited again: {slowest:?}"
+    );
+}
+
+#[test]
 fn a_dead_member_costs_one_write_a_wait_and_the_next_writes_nothing() {
     let mut ops = vec![(0, Op::Kill { member: 2 }), (500, write(0))];
     for at in 0..20 {

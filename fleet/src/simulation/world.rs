@@ -11,7 +11,7 @@ use rand::{Rng, SeedableRng};
 
 use super::check::Checker;
 use super::net::Partitions;
-use super::node::{Heartbeat, Node, NodeClock, Record, Request, Run, RunningRound};
+use super::node::{Heartbeat, Node, NodeClock, Outstanding, Record, Request, Run, RunningRound};
 use super::{Flaw, Op, Outcome, RoundTaken, Scenario, Stats};
 use crate::clock::Moment;
 use crate::{Answer, Round, Timing, Token, Told};
@@ -26,30 +26,34 @@ const DRAIN: Duration = Duration::from_millis(500);
 /// A process: a member and its incarnation.
 type Process = (u32, u32);
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 enum Body {
     /// A lease request, with the asking member's grant to the one it asks when it holds a
-    /// token of that member's.
-    LeaseAsk(Option<(Token, bool)>),
+    /// token of that member's, and the members it cut off lately.
+    LeaseAsk(Option<(Token, bool)>, Vec<u32>),
     /// `None`: a probe of a cut member.
     Invalidate(Option<u32>),
+    /// Members a write through the sender cut off (no answer expected).
+    Cut(Vec<u32>),
 }
 
 impl Body {
-    fn kind(self) -> &'static str {
+    fn kind(&self) -> &'static str {
         match self {
-            Self::LeaseAsk(_) => "lease",
+            Self::LeaseAsk(..) => "lease",
             Self::Invalidate(Some(_)) => "invalidate",
             Self::Invalidate(None) => "probe",
+            Self::Cut(_) => "cut",
         }
     }
 }
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 enum Reply {
     Lease {
         granted: bool,
         token: Token,
+        cuts: Vec<u32>,
     },
     Confirmed,
     /// The connection was refused: nothing listens at the member's peer port.
@@ -68,7 +72,7 @@ enum Timer {
     Refresh,
 }
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 enum Event {
     Step(usize),
     /// A request reaches whichever process runs at member `to`.
@@ -332,12 +336,10 @@ impl<'s> World<'s> {
         self.schedule(real, Event::Timer { to: process, timer });
     }
 
-    fn handle(&mut self, event: Event) {
+    fn handle(&mut self, mut event: Event) {
         // A paused process handles nothing until it resumes; a slow one, everything late.
-        let target = match event {
-            Event::Request { to, .. } => {
-                self.nodes.get(&to).map(|node| (node.id, node.incarnation))
-            }
+        let target = match &event {
+            Event::Request { to, .. } => self.nodes.get(to).map(|node| (node.id, node.incarnation)),
             other => other.process(),
         };
         if let Some(process) = target
@@ -360,10 +362,14 @@ impl<'s> World<'s> {
             if let Some((until, by)) = node.slow
                 && self.now < until
                 && !matches!(event, Event::Timer { .. })
-                && let Some(late) = made_late(event)
             {
-                self.schedule(self.now + by, late);
-                return;
+                match made_late(event) {
+                    Ok(late) => {
+                        self.schedule(self.now + by, late);
+                        return;
+                    }
+                    Err(unchanged) => event = unchanged,
+                }
             }
         }
         match event {
@@ -734,18 +740,40 @@ impl<'s> World<'s> {
             );
         }
         node.heartbeat = Some(Heartbeat {
-            lessors,
             asked: now,
             waiting: ids.iter().map(|(id, ..)| *id).collect(),
         });
+        let cuts = node.grants.fresh_cuts(now);
         for (id, to, grant) in ids {
-            self.send(process, to, id, Body::LeaseAsk(grant));
+            self.send(process, to, id, Body::LeaseAsk(grant, cuts.clone()));
         }
         for to in probes {
             self.probe(process, to, now);
         }
         let deadline = now + self.timing.renew_every;
         self.timer(process, deadline, Timer::HeartbeatEnd(now));
+    }
+
+    /// Tells every other member of `process`'s view of the members its writes cut off
+    /// since it last did.
+    fn announce_cuts(&mut self, process: Process) {
+        let Some(node) = self.node(process) else {
+            return;
+        };
+        let cuts = node.grants.take_unannounced();
+        if cuts.is_empty() {
+            return;
+        }
+        let others: Vec<u32> = node
+            .view
+            .iter()
+            .copied()
+            .filter(|member| *member != process.0 && !cuts.contains(member))
+            .collect();
+        for to in others {
+            let id = self.id();
+            self.send(process, to, id, Body::Cut(cuts.clone()));
+        }
     }
 
     /// Sends cut member `to` an empty invalidation, whose confirmation lets it back.
@@ -774,7 +802,7 @@ impl<'s> World<'s> {
         for id in &beat.waiting {
             node.requests.remove(id);
         }
-        let renewal = node.holder.renew(&beat.lessors, now);
+        let renewal = node.holder.renew(now);
         if renewal.dropped {
             node.lease.distrust();
         }
@@ -806,8 +834,11 @@ impl<'s> World<'s> {
             return;
         };
         match body {
-            Body::LeaseAsk(grant) => {
+            Body::LeaseAsk(grant, cuts) => {
                 node.holder.asked_by(&from.0, now);
+                for cut in cuts.iter().filter(|cut| **cut != process.0) {
+                    node.grants.cut_by_another(cut, now);
+                }
                 if let Some((token, granted)) = grant {
                     // A grant resting on this process's answer, given then or later.
                     if token.process == node.process_number() && token.answered <= now {
@@ -826,17 +857,28 @@ impl<'s> World<'s> {
                     process: node.process_number(),
                     answered: now,
                 };
+                let cuts = node.grants.fresh_cuts(now);
                 if answer == Answer::RefusedProbe {
                     self.probe(process, from.0, now);
                 }
                 let granted = answer == Answer::Granted;
-                self.reply(to, from, id, body.kind(), Reply::Lease { granted, token });
+                let reply = Reply::Lease {
+                    granted,
+                    token,
+                    cuts,
+                };
+                self.reply(to, from, id, "lease", reply);
             }
             Body::Invalidate(key) => {
                 if let Some(key) = key {
                     node.invalidate(key);
                 }
                 self.reply(to, from, id, body.kind(), Reply::Confirmed);
+            }
+            Body::Cut(members) => {
+                for member in members.iter().filter(|member| **member != process.0) {
+                    node.grants.cut_by_another(member, now);
+                }
             }
         }
     }
@@ -852,7 +894,17 @@ impl<'s> World<'s> {
             return; // Too late: given up on.
         };
         match (request, reply) {
-            (Request::Lease { to, asked }, Reply::Lease { granted, token }) => {
+            (
+                Request::Lease { to, asked },
+                Reply::Lease {
+                    granted,
+                    token,
+                    cuts,
+                },
+            ) => {
+                for cut in cuts.iter().filter(|cut| **cut != process.0) {
+                    node.grants.cut_by_another(cut, now);
+                }
                 node.grants.heard_from(&to, asked, now);
                 if granted {
                     node.holder.granted(&to, asked);
@@ -870,7 +922,7 @@ impl<'s> World<'s> {
                     _ => Told::Failed,
                 };
                 if let Some(running) = node.rounds.get_mut(&round) {
-                    running.outstanding.remove(&id);
+                    running.outstanding.remove(id);
                     running.round.answered(&to, told, now, &mut node.grants);
                 }
                 self.progress(process, round);
@@ -1030,7 +1082,13 @@ impl<'s> World<'s> {
                 key,
                 answered_at,
                 settled: false,
-                outstanding: ids.iter().map(|(id, _)| (*id, timeout)).collect(),
+                outstanding: {
+                    let mut outstanding = Outstanding::default();
+                    for (id, _) in &ids {
+                        outstanding.insert(*id, timeout);
+                    }
+                    outstanding
+                },
                 leaves,
             },
         );
@@ -1066,14 +1124,7 @@ impl<'s> World<'s> {
         let Some(running) = node.rounds.get_mut(&round_id) else {
             return;
         };
-        let overdue: Vec<u64> = running
-            .outstanding
-            .iter()
-            .filter(|(_, timeout)| **timeout <= now)
-            .map(|(id, _)| *id)
-            .collect();
-        for id in overdue {
-            running.outstanding.remove(&id);
+        for id in running.outstanding.overdue(now) {
             node.requests.remove(&id);
         }
         let again = running.round.advance(now, &mut node.grants);
@@ -1110,7 +1161,7 @@ impl<'s> World<'s> {
                 },
             );
         }
-        let first_timeout = running.outstanding.values().min().copied();
+        let first_timeout = running.outstanding.first();
         let wake = match running.settled {
             true => first_timeout,
             false => [running.round.wake_at(&node.grants), first_timeout]
@@ -1127,6 +1178,7 @@ impl<'s> World<'s> {
         for (id, to) in resend {
             self.send(process, to, id, Body::Invalidate(Some(key)));
         }
+        self.announce_cuts(process);
         if let Some((write, took, leaves)) = settled_now {
             self.checker.settled(write, real_now);
             self.stats.rounds.push(RoundTaken {
@@ -1148,8 +1200,9 @@ impl<'s> World<'s> {
     }
 }
 
-/// The same event, marked as handled late by a slow process (so it is not delayed twice).
-fn made_late(event: Event) -> Option<Event> {
+/// The same event, marked as handled late by a slow process (so it is not delayed
+/// twice); the event as it was when it cannot be.
+fn made_late(event: Event) -> Result<Event, Event> {
     match event {
         Event::Request {
             to,
@@ -1157,7 +1210,7 @@ fn made_late(event: Event) -> Option<Event> {
             id,
             body,
             late: false,
-        } => Some(Event::Request {
+        } => Ok(Event::Request {
             to,
             from,
             id,
@@ -1169,7 +1222,7 @@ fn made_late(event: Event) -> Option<Event> {
             id,
             reply,
             late: false,
-        } => Some(Event::Answer {
+        } => Ok(Event::Answer {
             to,
             id,
             reply,
@@ -1179,7 +1232,7 @@ fn made_late(event: Event) -> Option<Event> {
             to,
             op,
             late: false,
-        } => Some(Event::Client { to, op, late: true }),
-        _ => None,
+        } => Ok(Event::Client { to, op, late: true }),
+        other => Err(other),
     }
 }

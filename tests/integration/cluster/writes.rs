@@ -347,3 +347,53 @@ async fn a_write_whose_client_hangs_up_before_the_origin_answers_still_reaches_e
         assert!(read == second, "node {at} serves the write its client left");
     }
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_slow_member_costs_each_writer_one_wait_and_then_nothing() {
+    let fleet = Fleet::start("fleet-slow", 3).await;
+    fleet
+        .put_via(0, "slow.bin", &random_bytes(32_000, 81))
+        .await;
+    assert!(fleet.get(2, "slow.bin", None).await.is_ok());
+    // Member 2 runs 0.3 s in every 3 s: it answers, but later than a write waits.
+    let pid = fleet.node(2).pid().expect("node 2 runs");
+    let slowing = tokio::spawn(async move {
+        loop {
+            let _ = std::process::Command::new("kill")
+                .args(["-STOP", &pid.to_string()])
+                .status();
+            tokio::time::sleep(Duration::from_millis(2_700)).await;
+            let _ = std::process::Command::new("kill")
+                .args(["-CONT", &pid.to_string()])
+                .status();
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+    });
+    // Writes through members 0 and 1 in turn, one after another.
+    let mut took = Vec::new();
+    let mut last = Vec::new();
+    for version in 0..16u64 {
+        last = random_bytes(32_000, 600 + version);
+        let started = Instant::now();
+        fleet
+            .put_via((version % 2) as usize, "slow.bin", &last)
+            .await;
+        took.push(started.elapsed());
+    }
+    slowing.abort();
+    signal(&fleet, 2, "CONT");
+    // Each writer waits once for the slow member (the first write through it, or its
+    // second if the first came before the other writer cut the member off); after that,
+    // no write waits.
+    let waits = took
+        .iter()
+        .filter(|took| **took >= Duration::from_secs(1))
+        .count();
+    assert!((1..=4).contains(&waits), "{took:?}");
+    assert!(
+        took[6..].iter().all(|took| *took < Duration::from_secs(1)),
+        "writes after each writer's first wait did not wait: {took:?}"
+    );
+    let read = fleet.get(2, "slow.bin", None).await.expect("read");
+    assert!(read == last, "the slow member serves the last write");
+}
