@@ -22,7 +22,7 @@ use crate::listing::ListingCache;
 use crate::read::{ReadParts, ReadPath, ReadSettings, Verify};
 use crate::rules::Rules;
 use crate::shutdown::{self, Shutdown, Tasks};
-use crate::source::Peers;
+use crate::source::{Lease, Peers};
 use crate::telemetry::Metrics;
 use crate::tls::MutualTls;
 use crate::upstream::{self, Origin, Origins, Upstream};
@@ -245,8 +245,16 @@ async fn assemble(config: &Config, stopping: &Shutdown, tasks: &Tasks) -> Result
             fill_threads,
         },
     );
-    let listings =
-        ListingCache::new(&config.listing, read.budget().clone(), metrics.clone()).map(Arc::new);
+    let lease = cluster
+        .as_ref()
+        .map_or_else(|| Arc::new(Lease::alone()), |cluster| cluster.lease());
+    let listings = ListingCache::new(
+        &config.listing,
+        read.budget().clone(),
+        metrics.clone(),
+        lease,
+    )
+    .map(Arc::new);
     let maintenance = Maintenance::new(
         read.clone(),
         origins.clone(),

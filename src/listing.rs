@@ -13,6 +13,10 @@
 //!   fetched while a write of its bucket was invalidating is not cached: each insert
 //!   checks, under the lock every invalidation takes, that no write of the bucket came
 //!   after the fetch began ([`WriteMark`]).
+//! - In a fleet, a page is served as it is only while the fleet lease holds and has kept
+//!   the epoch it had when the page's fetch began, as cached metadata is: a member that may
+//!   have missed a write through another member (its lease ran out) fetches the listing
+//!   again.
 //! - Memory is bounded by `listing.memory`, least recently used pages first, and every
 //!   page is charged to the memory budget (`server.max_inflight_bytes`): a page that finds
 //!   no room is not cached.
@@ -28,6 +32,7 @@ use tokio::time::Instant;
 
 use crate::budget::{Charge, MemoryBudget};
 use crate::config::ListingConfig;
+use crate::source::Lease;
 use crate::telemetry::{ListingLookup, Metrics};
 use crate::types::ObjectRef;
 
@@ -61,6 +66,8 @@ struct Stored {
     /// The listing's prefix: writes under it drop the page.
     prefix: String,
     stored_at: Instant,
+    /// The fleet lease's epoch when the page's fetch began.
+    epoch: u64,
     last_used: u64,
     _charge: Charge,
 }
@@ -74,10 +81,13 @@ struct State {
     writes: HashMap<String, u64>,
 }
 
-/// How many writes of a bucket the cache had seen when a listing's fetch began: its page
-/// is cached only if none came after.
+/// How many writes of a bucket the cache had seen when a listing's fetch began, and the
+/// fleet lease's epoch then: its page is cached only if neither moved since.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct WriteMark(u64);
+pub struct WriteMark {
+    writes: u64,
+    epoch: u64,
+}
 
 pub struct ListingCache {
     /// `(bucket, prefix)`; `None`: any bucket.
@@ -87,14 +97,18 @@ pub struct ListingCache {
     state: Mutex<State>,
     budget: MemoryBudget,
     metrics: Arc<Metrics>,
+    /// The fleet lease (a node alone always holds its own).
+    lease: Arc<Lease>,
 }
 
 impl ListingCache {
-    /// The cache `config` describes; `None` when it names no place.
+    /// The cache `config` describes, serving pages under `lease`; `None` when it names no
+    /// place.
     pub fn new(
         config: &ListingConfig,
         budget: MemoryBudget,
         metrics: Arc<Metrics>,
+        lease: Arc<Lease>,
     ) -> Option<Self> {
         let places = config.places();
         (!places.is_empty()).then(|| Self {
@@ -104,6 +118,7 @@ impl ListingCache {
             state: Mutex::new(State::default()),
             budget,
             metrics,
+            lease,
         })
     }
 
@@ -145,8 +160,13 @@ impl ListingCache {
         let mut state = self.state.lock();
         state.uses += 1;
         let uses = state.uses;
+        // The lease first: a renewal after a lapse moves the epoch before it holds again.
+        let leased = self.lease.holds();
+        let epoch = self.lease.epoch();
         let found = match state.pages.get_mut(key) {
-            Some(stored) if stored.stored_at.elapsed() < self.ttl => {
+            Some(stored)
+                if stored.stored_at.elapsed() < self.ttl && leased && stored.epoch == epoch =>
+            {
                 stored.last_used = uses;
                 Some(stored.page.clone())
             }
@@ -169,7 +189,11 @@ impl ListingCache {
     /// Where the writes of `bucket` stand: taken before a listing is fetched, for
     /// [`Self::insert`].
     pub fn mark(&self, bucket: &str) -> WriteMark {
-        WriteMark(self.state.lock().writes.get(bucket).copied().unwrap_or(0))
+        let epoch = self.lease.epoch();
+        WriteMark {
+            writes: self.state.lock().writes.get(bucket).copied().unwrap_or(0),
+            epoch,
+        }
     }
 
     /// Caches `page` (a 200 answer) for `key`, fetched since `mark`, evicting the least
@@ -186,7 +210,9 @@ impl ListingCache {
         };
         let prefix = prefix_of(&key.query).to_owned();
         let mut state = self.state.lock();
-        if state.writes.get(&key.bucket).copied().unwrap_or(0) != mark.0 {
+        if state.writes.get(&key.bucket).copied().unwrap_or(0) != mark.writes
+            || self.lease.epoch() != mark.epoch
+        {
             return;
         }
         remove(&mut state, &key);
@@ -210,6 +236,7 @@ impl ListingCache {
                 page,
                 prefix,
                 stored_at: Instant::now(),
+                epoch: mark.epoch,
                 last_used,
                 _charge: charge,
             },
@@ -276,8 +303,13 @@ fn page_bytes(page: &Page) -> u64 {
 mod tests {
     use super::*;
     use crate::config::{ByteSize, HumanDuration};
+    use portico_fleet::ManualClock;
 
     fn cache(places: &[&str], memory: ByteSize) -> ListingCache {
+        leased_cache(places, memory, Arc::new(Lease::alone()))
+    }
+
+    fn leased_cache(places: &[&str], memory: ByteSize, lease: Arc<Lease>) -> ListingCache {
         let config = ListingConfig {
             cached_prefixes: places.iter().map(|place| place.to_string()).collect(),
             ttl: HumanDuration::secs(30),
@@ -285,7 +317,7 @@ mod tests {
         };
         let metrics = Arc::new(Metrics::new());
         let budget = MemoryBudget::new(64 << 20, Duration::from_secs(1), metrics.clone());
-        ListingCache::new(&config, budget, metrics).unwrap()
+        ListingCache::new(&config, budget, metrics, lease).unwrap()
     }
 
     fn query(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
@@ -367,6 +399,41 @@ mod tests {
         assert_eq!(cache.get(&key).unwrap().body, "<ListBucketResult/>");
         tokio::time::advance(Duration::from_secs(2)).await;
         assert!(cache.get(&key).is_none(), "expired after listing.ttl");
+    }
+
+    #[test]
+    fn in_a_fleet_a_page_is_served_only_while_the_lease_holds_in_the_epoch_it_was_fetched() {
+        let clock = ManualClock::default();
+        let lease = Arc::new(Lease::lapsed(clock.clock()));
+        let cache = leased_cache(&["logs"], ByteSize::mib(1), lease.clone());
+        let key = cache
+            .key("logs", &query(&[("prefix", "2026/")]), &HeaderMap::new())
+            .unwrap();
+        let renew = || lease.renew(clock.now() + Duration::from_secs(3));
+        renew();
+        cache.insert(key.clone(), page("before"), cache.mark("logs"));
+        assert!(cache.get(&key).is_some(), "the lease holds");
+
+        // The lease runs out: a write through another member may have gone unheard.
+        clock.advance(Duration::from_secs(4));
+        assert!(
+            cache.get(&key).is_none(),
+            "not served while the lease has run out"
+        );
+        renew();
+        assert!(
+            cache.get(&key).is_none(),
+            "nor after a renewal: the page is from the epoch before"
+        );
+        cache.insert(key.clone(), page("after"), cache.mark("logs"));
+        assert_eq!(cache.get(&key).unwrap().body, "after");
+
+        // A page whose fetch began before the lease ran out is not cached after it.
+        let mark = cache.mark("logs");
+        clock.advance(Duration::from_secs(4));
+        renew();
+        cache.insert(key.clone(), page("fetched across a lapse"), mark);
+        assert!(cache.get(&key).is_none());
     }
 
     #[test]

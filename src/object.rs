@@ -60,6 +60,15 @@ impl ObjectMeta {
         }
     }
 
+    /// Whether `other` names the same bytes: the same ETag (not empty), size and version,
+    /// whatever the headers say (a copy onto itself that replaces the metadata keeps them).
+    pub fn same_bytes(&self, other: &Self) -> bool {
+        !self.etag.is_empty()
+            && self.etag == other.etag
+            && self.size == other.size
+            && self.version_id == other.version_id
+    }
+
     /// Whether `other` describes the same object, whatever either knows of its checksums.
     pub fn same_object(&self, other: &Self) -> bool {
         let strip = |meta: &Self| Self {

@@ -116,6 +116,8 @@ pub struct Grants<M: Member> {
     membership: Membership,
     /// Members a write through this node cut off, not announced to the others yet.
     unannounced: Vec<M>,
+    /// The members cut now (those of `members` with a cut): few, and looked at often.
+    cut: BTreeSet<M>,
 }
 
 impl<M: Member> Grants<M> {
@@ -127,6 +129,7 @@ impl<M: Member> Grants<M> {
             heard: HashMap::new(),
             membership: Membership::default(),
             unannounced: Vec::new(),
+            cut: BTreeSet::new(),
         }
     }
 
@@ -187,6 +190,7 @@ impl<M: Member> Grants<M> {
                 return Answer::RefusedProbe;
             }
             granted.cut = None;
+            self.cut.remove(member);
         }
         granted.last = Some(now);
         Answer::Granted
@@ -282,6 +286,7 @@ impl<M: Member> Grants<M> {
     /// it has caught up. Returns when that lease ends.
     pub(crate) fn cut(&mut self, member: &M, since: Moment, began: Moment, now: Moment) -> Moment {
         let ends = self.lease_end(member, since, now).unwrap_or(now);
+        self.cut.insert(member.clone());
         let granted = self.members.entry(member.clone()).or_default();
         let cut = granted.cut.get_or_insert(Cut {
             since: began,
@@ -314,19 +319,17 @@ impl<M: Member> Grants<M> {
     /// them leases too and no later write through any member waits for them again.
     pub fn fresh_cuts(&self, now: Moment) -> Vec<M> {
         let fresh = self.timing.renew_every * 2;
-        let mut cuts: Vec<M> = self
-            .members
+        self.cut
             .iter()
-            .filter(|(_, granted)| {
-                granted
-                    .cut
+            .filter(|member| {
+                self.members
+                    .get(*member)
+                    .and_then(|granted| granted.cut)
                     .and_then(|cut| cut.own)
                     .is_some_and(|at| now < at + fresh)
             })
-            .map(|(member, _)| member.clone())
-            .collect();
-        cuts.sort();
-        cuts
+            .cloned()
+            .collect()
     }
 
     /// Another member cut `member` off: this node refuses it leases too, until it has
@@ -335,6 +338,7 @@ impl<M: Member> Grants<M> {
     pub fn cut_by_another(&mut self, member: &M, now: Moment) {
         let since = self.dependence(member, now).unwrap_or(now);
         let ends = self.lease_end(member, since, now).unwrap_or(now);
+        self.cut.insert(member.clone());
         let granted = self.members.entry(member.clone()).or_default();
         let cut = granted.cut.get_or_insert(Cut {
             since: now,
@@ -363,10 +367,7 @@ impl<M: Member> Grants<M> {
 
     /// The members this node refuses leases now.
     pub fn cut_members(&self) -> usize {
-        self.members
-            .values()
-            .filter(|granted| granted.cut.is_some())
-            .count()
+        self.cut.len()
     }
 
     /// Whether `member` is cut.
@@ -399,6 +400,7 @@ impl<M: Member> Grants<M> {
     /// have not answered it for long, so what it keeps is bounded by the members it knows.
     pub fn forget_departed(&mut self, view: &[M], now: Moment) {
         let timing = self.timing;
+        let view: std::collections::HashSet<&M> = view.iter().collect();
         self.members.retain(|member, granted| {
             view.contains(member)
                 || granted
@@ -406,6 +408,8 @@ impl<M: Member> Grants<M> {
                     .is_some_and(|last| now < timing.grant_ends(last))
                 || granted.cut.is_some_and(|cut| now < cut.lease_ends)
         });
+        let members = &self.members;
+        self.cut.retain(|member| members.contains_key(member));
         self.heard.retain(|member, heard| {
             view.contains(member) || now < timing.remembered_until(heard.asked)
         });

@@ -17,7 +17,7 @@ use super::{Internal, MetaSource, ReadError, Target};
 use crate::cache::{BlockCache, MetaClock, MetaRecord, MetaState, Tier};
 use crate::object::ObjectMeta;
 use crate::rules::{Policy, Rules};
-use crate::source::{BlockSource, HeadOutcome, Lease, ResponseHead, UpstreamError};
+use crate::source::{BlockSource, HeadIf, HeadOutcome, Lease, ResponseHead, UpstreamError};
 use crate::telemetry::Metrics;
 use crate::telemetry::{MetadataLookup, TRACE_TARGET};
 use crate::types::{ObjectRef, RangeRequest};
@@ -399,26 +399,28 @@ impl Metadata {
             .store_if_current(object, generation, || cache.insert_meta(object, record));
     }
 
-    /// One conditional HEAD: unchanged keeps the known metadata. Returns the metadata and
-    /// whether it is unchanged.
+    /// One HEAD, taken whatever it says. Returns the metadata and whether it names the
+    /// known object's bytes. The HEAD is not conditional: an overwrite with the same bytes,
+    /// or a copy onto itself that replaces the metadata, keeps the ETag and changes the
+    /// headers, and a 304 would hide that.
     async fn revalidate(
         &self,
         object: &ObjectRef,
         known: &Arc<ObjectMeta>,
     ) -> Result<(Arc<ObjectMeta>, bool), UpstreamError> {
-        let etag = (!known.etag.is_empty()).then_some(known.etag.as_str());
-        match self.inner.source.head(object, etag, None).await? {
-            HeadOutcome::NotModified => {
+        let wanted = match known.etag.as_str() {
+            "" => HeadIf::Current,
+            etag => HeadIf::Known(etag),
+        };
+        match self.inner.source.head(object, wanted).await? {
+            HeadOutcome::NotModified => Err(UpstreamError::invalid_response(
+                "304 for an unconditional HEAD",
+            )),
+            HeadOutcome::Found(meta) if meta.same_bytes(known) => {
                 self.inner
                     .metrics
                     .count_metadata(MetadataLookup::Revalidated);
-                Ok((known.clone(), true))
-            }
-            HeadOutcome::Found(meta) if meta.same_object(known) => {
-                self.inner
-                    .metrics
-                    .count_metadata(MetadataLookup::Revalidated);
-                // The HEAD also reported the checksums.
+                // With the headers and checksums the HEAD reported.
                 Ok((Arc::new(*meta), true))
             }
             HeadOutcome::Found(meta) => {
@@ -435,8 +437,11 @@ impl Metadata {
         object: &ObjectRef,
         known: &ObjectMeta,
     ) -> Result<Arc<ObjectMeta>, UpstreamError> {
-        let pinned = (!known.etag.is_empty()).then_some(known.etag.as_str());
-        match self.inner.source.head(object, None, pinned).await {
+        let wanted = match known.etag.as_str() {
+            "" => HeadIf::Current,
+            etag => HeadIf::Only(etag),
+        };
+        match self.inner.source.head(object, wanted).await {
             Ok(HeadOutcome::Found(meta)) => {
                 self.inner
                     .metrics
@@ -452,7 +457,7 @@ impl Metadata {
     }
 
     async fn head_fresh(&self, object: &ObjectRef) -> Result<Arc<ObjectMeta>, UpstreamError> {
-        match self.inner.source.head(object, None, None).await? {
+        match self.inner.source.head(object, HeadIf::Current).await? {
             HeadOutcome::Found(meta) => {
                 self.inner.metrics.count_metadata(MetadataLookup::Fetched);
                 Ok(Arc::new(*meta))

@@ -19,7 +19,7 @@ pub enum MetaSource {
 
 /// What the cache did for one GET or HEAD, rendered as RFC 9211's `Cache-Status`:
 /// `Portico; hit; detail=memory`, `Portico; fwd=miss; stored; collapsed`,
-/// `Portico; fwd=stale; fwd-status=304`, `Portico; fwd=bypass`, with `ttl` (seconds of
+/// `Portico; fwd=stale; fwd-status=200`, `Portico; fwd=bypass`, with `ttl` (seconds of
 /// metadata freshness left) where it is known.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CacheStatus {
@@ -79,7 +79,7 @@ impl std::fmt::Display for CacheStatus {
         let fetched = self.fetched();
         f.write_str(match self.source {
             _ if fetched => "Portico; fwd=miss; stored",
-            MetaSource::Revalidated => "Portico; fwd=stale; fwd-status=304",
+            MetaSource::Revalidated => "Portico; fwd=stale; fwd-status=200",
             MetaSource::Stale => "Portico; hit; detail=stale-upstream-failed",
             // `Fetched` is answered by the first arm.
             MetaSource::Fresh | MetaSource::Fetched => "Portico; hit",

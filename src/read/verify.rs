@@ -18,7 +18,7 @@ use super::integrity::Integrity;
 use super::{Target, Verify};
 use crate::cache::Part;
 use crate::checksum::{Algorithm, Crc, Running};
-use crate::source::{BlockSource, HeadOutcome, ResponseHead, UpstreamError};
+use crate::source::{BlockSource, HeadIf, HeadOutcome, ResponseHead, UpstreamError};
 use crate::types::{BlockIndex, ByteRange};
 
 /// Samples hits and checks them. Cheap to clone.
@@ -135,7 +135,10 @@ impl Check {
         let Self { target, range, .. } = self;
         let meta = &target.meta;
         let object = pinned(target.object.clone(), meta);
-        let head = inner.source.head(&object, Some(&meta.etag), None).await;
+        let head = inner
+            .source
+            .head(&object, HeadIf::Changed(&meta.etag))
+            .await;
         metrics.count_verify_request(0);
         match head {
             Ok(HeadOutcome::NotModified) => {}

@@ -25,7 +25,7 @@ use super::Target;
 use super::block::Blocks;
 use super::metadata::Metadata;
 use crate::cache::MetaState;
-use crate::source::{BlockSource, HeadOutcome, Lease, UpstreamError};
+use crate::source::{BlockSource, HeadIf, HeadOutcome, Lease, UpstreamError};
 use crate::types::ObjectRef;
 
 const GENERATION_SHARDS: usize = 16 * 1024;
@@ -151,7 +151,7 @@ pub(super) async fn admit_written(
 ) -> Result<(), AdmitError> {
     let generation = metadata.generation(object);
     let size: u64 = data.iter().map(|piece| piece.len() as u64).sum();
-    let meta = match source.head(object, None, Some(etag)).await {
+    let meta = match source.head(object, HeadIf::Only(etag)).await {
         Ok(HeadOutcome::Found(meta)) => meta,
         Ok(HeadOutcome::NotModified) | Err(UpstreamError::PreconditionFailed { .. }) => {
             return Err(AdmitError::Superseded);

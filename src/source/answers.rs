@@ -115,6 +115,42 @@ impl StreamedRead {
     }
 }
 
+/// Which version a HEAD answers for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HeadIf<'a> {
+    /// The version the upstream holds now.
+    Current,
+    /// The version the upstream holds now, for a caller that knows the version with this
+    /// ETag: it takes whatever the upstream reports, headers included (a copy onto itself
+    /// keeps the ETag and changes them), and a fallback, which may hold another copy,
+    /// answers only for the known version.
+    Known(&'a str),
+    /// `If-None-Match`: the version with this ETag answers [`HeadOutcome::NotModified`].
+    Changed(&'a str),
+    /// `If-Match`: only the version with this ETag; another fails with
+    /// [`super::UpstreamError::PreconditionFailed`].
+    Only(&'a str),
+}
+
+impl<'a> HeadIf<'a> {
+    /// The `If-None-Match` and `If-Match` the upstream is asked with.
+    pub fn at_the_upstream(self) -> (Option<&'a str>, Option<&'a str>) {
+        match self {
+            Self::Current | Self::Known(_) => (None, None),
+            Self::Changed(etag) => (Some(etag), None),
+            Self::Only(etag) => (None, Some(etag)),
+        }
+    }
+
+    /// The version a fallback must answer for (`If-Match`), if any is known.
+    pub fn at_a_fallback(self) -> Option<&'a str> {
+        match self {
+            Self::Current => None,
+            Self::Known(etag) | Self::Changed(etag) | Self::Only(etag) => Some(etag),
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 pub enum HeadOutcome {
     Found(Box<ObjectMeta>),

@@ -1,5 +1,5 @@
 //! Where the read path's bytes and metadata come from, and the words both sides use: a
-//! [`BlockSource`] and a cluster's [`Peers`], what they answer ([`HeadOutcome`],
+//! [`BlockSource`] and a cluster's [`Peers`], what they are asked ([`HeadIf`]) and answer ([`HeadOutcome`],
 //! [`RangeRead`], [`StreamedRead`], [`ResponseHead`]), how they fail ([`UpstreamError`],
 //! [`PeerError`]), and the fleet [`Lease`]. The upstream S3 servers, by bucket and with
 //! their fallbacks (`crate::upstream::Origins`), are the source a node starts with; a peer
@@ -23,7 +23,7 @@ use crate::types::{BlockIndex, ByteRange, ObjectRef, RangeRequest};
 mod answers;
 mod error;
 
-pub use answers::{HeadOutcome, RangeRead, ResponseHead, StreamedRead};
+pub use answers::{HeadIf, HeadOutcome, RangeRead, ResponseHead, StreamedRead};
 pub use error::{CredentialProblem, UpstreamError};
 /// The fleet lease: whether this member may serve its cached metadata as it is (see
 /// [`portico_fleet::Lease`]).
@@ -32,14 +32,11 @@ pub use portico_fleet::Lease;
 /// A producer of object metadata and byte ranges for the read path.
 #[async_trait]
 pub trait BlockSource: Send + Sync + 'static {
-    /// The object's metadata with its stored checksums; with `if_none_match`, an unchanged
-    /// object answers [`HeadOutcome::NotModified`]; with `if_match`, another version fails
-    /// with [`UpstreamError::PreconditionFailed`].
+    /// The object's metadata with its stored checksums, for the version `wanted` says.
     async fn head(
         &self,
         object: &ObjectRef,
-        if_none_match: Option<&str>,
-        if_match: Option<&str>,
+        wanted: HeadIf<'_>,
     ) -> Result<HeadOutcome, UpstreamError>;
 
     /// `range` of `object` read whole, at most `max_bytes` of it, with the metadata of the

@@ -22,7 +22,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 
 use crate::config::BucketPattern;
-use crate::source::BlockSource;
+use crate::source::{BlockSource, HeadIf};
 use crate::telemetry::Metrics;
 use crate::types::{ByteRange, ObjectRef, RangeRequest};
 
@@ -144,10 +144,10 @@ impl BlockSource for Origins {
     async fn head(
         &self,
         object: &ObjectRef,
-        if_none_match: Option<&str>,
-        if_match: Option<&str>,
+        wanted: HeadIf<'_>,
     ) -> Result<HeadOutcome, UpstreamError> {
         let primary = self.for_bucket(object.bucket());
+        let (if_none_match, if_match) = wanted.at_the_upstream();
         let error = match primary
             .upstream
             .head_if(object, if_none_match, if_match)
@@ -160,11 +160,13 @@ impl BlockSource for Origins {
             return Err(error);
         };
         // A known version (confirmed, or asked for): only that version will do.
-        let pinned = if_none_match.or(if_match);
-        let answer = fallback.upstream.head_if(&mapped, None, pinned).await;
-        match (answer, if_none_match) {
-            (Ok(HeadOutcome::Found(_)), Some(_)) => Ok(HeadOutcome::NotModified),
-            (Ok(found), None) => Ok(found),
+        let answer = fallback
+            .upstream
+            .head_if(&mapped, None, wanted.at_a_fallback())
+            .await;
+        match (answer, wanted) {
+            (Ok(HeadOutcome::Found(_)), HeadIf::Changed(_)) => Ok(HeadOutcome::NotModified),
+            (Ok(found), _) => Ok(found),
             (other, _) => {
                 tracing::warn!(%object, primary = %primary.name, fallback = %fallback.name, %error, answer = ?other.err(), "upstream failed and its fallback could not answer for the version; reporting the upstream's error");
                 Err(error)

@@ -57,6 +57,8 @@ struct Fleet {
     /// With `cluster.members_file`, the members the files list (positions in
     /// `members`); `None`: `cluster.members`, every member.
     listed: Option<Vec<usize>>,
+    /// Lines of every node's `[listing]` section.
+    listing: String,
 }
 
 /// How a fleet starts, beyond its size.
@@ -69,6 +71,8 @@ struct Launch {
     tls: bool,
     /// Members files listing these members, instead of `cluster.members`.
     listed: Option<Vec<usize>>,
+    /// Lines of every node's `[listing]` section.
+    listing: String,
 }
 
 impl Default for Launch {
@@ -78,6 +82,7 @@ impl Default for Launch {
             outsider: None,
             tls: peer_tls_from_env(),
             listed: None,
+            listing: String::new(),
         }
     }
 }
@@ -109,8 +114,19 @@ impl Fleet {
     /// A fleet whose member `outsider` has another `cluster.secret`: it reaches the origin
     /// but none of the others, and they do not reach it.
     async fn start_with_outsider(prefix: &str, count: usize, outsider: usize) -> Self {
+        Self::start_with_outsider_listing(prefix, count, outsider, "").await
+    }
+
+    /// [`Self::start_with_outsider`], whose nodes' `[listing]` sections have `listing`.
+    async fn start_with_outsider_listing(
+        prefix: &str,
+        count: usize,
+        outsider: usize,
+        listing: &str,
+    ) -> Self {
         let how = Launch {
             outsider: Some(outsider),
+            listing: listing.to_owned(),
             ..Launch::default()
         };
         Self::launch(prefix, count, how).await
@@ -132,6 +148,7 @@ impl Fleet {
             dirs: Vec::new(),
             tls: how.tls.then(FleetCa::new),
             listed: how.listed,
+            listing: how.listing,
         };
         fleet.add_members(count);
         fleet.start_nodes().await;
@@ -179,6 +196,7 @@ impl Fleet {
             if self.nodes[at].is_none() {
                 let mut settings = Settings::new(self.forwarder.endpoint(), self.dirs[at].path());
                 settings.admin_extra = format!("token = \"{TOKEN}\"\n");
+                settings.listing = self.listing.clone();
                 let secret = match self.outsider {
                     Some(outsider) if outsider == at => OTHER_SECRET,
                     _ => SECRET,

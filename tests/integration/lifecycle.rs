@@ -1,5 +1,7 @@
-//! The cache across restarts and upstream changes: blocks survive a restart on disk, and
-//! an object overwritten upstream is never served as a mix of two versions.
+//! The cache across restarts and upstream changes: blocks survive a restart on disk, an
+//! object overwritten upstream is never served as a mix of two versions, and one written
+//! again with the same bytes and other headers is served with the new headers once its
+//! metadata is revalidated.
 
 use std::time::Duration;
 
@@ -219,6 +221,53 @@ async fn an_object_changed_upstream_is_never_mixed_into_one_response() {
         rig.get("object.bin", None).await == new,
         "after a change: only the new version"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_same_bytes_written_again_with_other_headers_are_served_with_the_new_headers() {
+    let rig = Rig::start("same-bytes", |settings| settings.metadata_ttl = "0s").await;
+    let data = random_bytes(BLOCK + 100, 40);
+    let put = |content_type: &'static str, owner: &'static str| {
+        rig.direct
+            .put_object()
+            .bucket(&rig.bucket)
+            .key("report.csv")
+            .content_type(content_type)
+            .metadata("owner", owner)
+            .body(data.clone().into())
+            .send()
+    };
+    let first = put("text/plain", "alice").await.expect("PUT");
+    assert!(rig.get("report.csv", None).await == data);
+    assert_eq!(
+        rig.head("report.csv").await.content_type(),
+        Some("text/plain")
+    );
+
+    let second = put("text/csv", "bob").await.expect("PUT");
+    assert_eq!(
+        first.e_tag(),
+        second.e_tag(),
+        "the same bytes, the same ETag"
+    );
+    let head = rig.head("report.csv").await;
+    assert_eq!(head.content_type(), Some("text/csv"), "revalidated headers");
+    assert_eq!(
+        head.metadata()
+            .and_then(|meta| meta.get("owner"))
+            .map(String::as_str),
+        Some("bob")
+    );
+    let output = rig
+        .client
+        .get_object()
+        .bucket(&rig.bucket)
+        .key("report.csv")
+        .send()
+        .await
+        .expect("GET");
+    assert_eq!(output.content_type(), Some("text/csv"));
+    assert!(output.body.collect().await.expect("body").into_bytes() == data);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -1,7 +1,8 @@
 //! Several upstreams against two MinIO servers with different credentials: buckets route
 //! to theirs for every operation (GET, HEAD, PUT, listings, multipart); and read failover
 //! to a replica when the primary stops: cached and uncached reads continue byte-exact, a
-//! replica holding an older version gives an error (never its bytes), writes fail cleanly.
+//! replica holding an older version gives an error (never its bytes), and a revalidation
+//! through it never takes that version for a change; writes fail cleanly.
 
 use aws_sdk_s3::Client;
 use aws_sdk_s3::primitives::ByteStream;
@@ -184,6 +185,53 @@ async fn reads_fail_over_to_a_replica_pinned_to_their_version_and_writes_do_not(
         try_get(&direct_replica, &replica_bucket, "written", None)
             .await
             .is_err()
+    );
+    rig.forwarder.restart().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_revalidation_that_fails_over_answers_only_for_the_version_it_knows() {
+    let (replica, direct_replica) = second_minio();
+    let mut rig = Rig::start("failover-revalidate", |settings| {
+        settings.metadata_ttl = "0s";
+        settings.upstream_extra =
+            "fallback = \"replica\"\nfallback_bucket = \"{bucket}-r\"\n".to_owned();
+        settings.tables = entry("replica", &replica, "");
+    })
+    .await;
+    let replica_bucket = format!("{}-r", rig.bucket);
+    direct_replica
+        .create_bucket()
+        .bucket(&replica_bucket)
+        .send()
+        .await
+        .expect("replica bucket");
+    let newer = random_bytes(MIB / 2, 9);
+    let older = random_bytes(MIB / 2, 10);
+    rig.put("lagging", &newer).await;
+    put_object(&direct_replica, &replica_bucket, "lagging", &older).await;
+    let known = rig.head("lagging").await;
+    assert!(rig.get("lagging", None).await == newer, "cached");
+
+    // Every read revalidates (`metadata_ttl = "0s"`): with the primary down, the replica is
+    // asked for the known version only, and its older copy never counts as a change.
+    rig.forwarder.stop().await;
+    let head = rig.head("lagging").await;
+    assert_eq!(
+        head.e_tag(),
+        known.e_tag(),
+        "the known version, served stale"
+    );
+    assert!(
+        rig.get("lagging", None).await == newer,
+        "never the older bytes"
+    );
+    assert!(
+        rig.portico()
+            .metric("portico_upstream_failovers_total{upstream=\"default\"}")
+            .await
+            >= 2.0,
+        "the replica was asked"
     );
     rig.forwarder.restart().await;
 }

@@ -88,8 +88,11 @@ pub(super) fn deleted_objects(list: &[u8]) -> Result<Vec<(String, Option<String>
     Ok(objects)
 }
 
-/// What deleting `key` (at `version`, if given) changes: that version, and the current
-/// version of the key, which a delete of any version may replace.
+/// What a write or a delete of `key` (of `version`, if given) changes: that version, and
+/// the current version of the key, which a delete of any version may replace. A write or
+/// delete of the current version changes the `null` version too: in a bucket without
+/// versioning (or with it suspended) that is the version it replaces, which a read with
+/// `versionId=null` names. The current version comes first.
 pub(super) fn deleted(
     bucket: &str,
     key: &str,
@@ -98,7 +101,7 @@ pub(super) fn deleted(
     let current = ObjectRef::new(bucket, key)?;
     Ok(match version {
         Some(_) => vec![current.clone().with_version(version)?, current],
-        None => vec![current],
+        None => vec![current.clone(), current.with_version(Some("null"))?],
     })
 }
 
@@ -124,5 +127,17 @@ mod tests {
         );
         assert!(deleted_objects(b"<Delete><Object><Key>a</Object>").is_err());
         assert!(deleted_objects(b"<Delete><Object><VersionId>v</VersionId></Object>").is_err());
+    }
+
+    #[test]
+    fn a_write_of_the_current_version_changes_the_null_version_too() {
+        let current = ObjectRef::new("b", "k").unwrap();
+        let null = current.clone().with_version(Some("null")).unwrap();
+        assert_eq!(
+            deleted("b", "k", None).unwrap(),
+            vec![current.clone(), null]
+        );
+        let v1 = current.clone().with_version(Some("v1")).unwrap();
+        assert_eq!(deleted("b", "k", Some("v1")).unwrap(), vec![v1, current]);
     }
 }

@@ -11,7 +11,7 @@ use parking_lot::Mutex;
 use super::{LATENCY, STALL};
 use crate::object::{Checksums, Missing, ObjectMeta};
 use crate::source::BlockSource;
-use crate::source::{HeadOutcome, RangeRead, ResponseHead, StreamedRead, UpstreamError};
+use crate::source::{HeadIf, HeadOutcome, RangeRead, ResponseHead, StreamedRead, UpstreamError};
 use crate::types::{ByteRange, ObjectRef, RangeRequest};
 
 /// One request the source answered (or failed).
@@ -73,12 +73,24 @@ impl Drop for Underway<'_> {
 impl MemorySource {
     /// Stores `body` under `key` with an ETag derived from `version`.
     pub(super) fn put(&self, key: &str, body: Vec<u8>, version: u32) {
-        let meta = ObjectMeta {
+        self.put_with(key, body, version, |_| {});
+    }
+
+    /// [`Self::put`], with the headers `headers` sets.
+    pub(super) fn put_with(
+        &self,
+        key: &str,
+        body: Vec<u8>,
+        version: u32,
+        headers: impl FnOnce(&mut ObjectMeta),
+    ) {
+        let mut meta = ObjectMeta {
             size: body.len() as u64,
             etag: format!("\"v{version}\""),
             last_modified_unix_secs: Some(1_700_000_000 + i64::from(version)),
             ..ObjectMeta::default()
         };
+        headers(&mut meta);
         self.objects
             .lock()
             .insert(key.to_owned(), (meta, Bytes::from(body)));
@@ -202,9 +214,9 @@ impl BlockSource for MemorySource {
     async fn head(
         &self,
         object: &ObjectRef,
-        if_none_match: Option<&str>,
-        if_match: Option<&str>,
+        wanted: HeadIf<'_>,
     ) -> Result<HeadOutcome, UpstreamError> {
+        let (if_none_match, if_match) = wanted.at_the_upstream();
         let key = object.key().to_owned();
         let conditional = if_none_match.is_some() || if_match.is_some();
         // A gated HEAD reads the object when it arrives and answers when released: the

@@ -5,6 +5,10 @@
 //!
 //! Usage: `fleet_writes [PUTS]` (per column; default 500). `PORTICO_BIN` names the binary
 //! (default `target/debug/portico`), `PORTICO_MINIO` the MinIO server.
+//!
+//! A member's writes wait at start until every member's view lists it (docs/cluster.md,
+//! "When views of the membership differ"): each fleet is measured once a PUT through it
+//! is answered within 200 ms, and how long that took is printed.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -33,6 +37,25 @@ async fn latencies(client: &Client, bucket: &str, puts: usize) -> Vec<Duration> 
     }
     took.sort();
     took
+}
+
+/// PUTs through `client` until one is answered within 200 ms; how long that took.
+async fn settle(client: &Client, bucket: &str) -> Duration {
+    let started = Instant::now();
+    loop {
+        let put = Instant::now();
+        client
+            .put_object()
+            .bucket(bucket)
+            .key("written/settle")
+            .body(ByteStream::from(random_bytes(1024, 8)))
+            .send()
+            .await
+            .expect("PUT");
+        if put.elapsed() < Duration::from_millis(200) {
+            return started.elapsed();
+        }
+    }
 }
 
 fn percentile(sorted: &[Duration], quantile: f64) -> Duration {
@@ -67,6 +90,12 @@ async fn main() {
         })
         .await;
         let client = s3_client(&nodes[0].s3, false);
+        if members > 1 {
+            let settled = settle(&client, &bucket).await;
+            eprintln!(
+                "{members} members: writes answered at once {settled:?} after the fleet held its leases"
+            );
+        }
         let name = match members {
             1 => "Portico, 1 node".to_owned(),
             _ => format!("Portico, {members} members"),

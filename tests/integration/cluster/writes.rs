@@ -1,7 +1,8 @@
 //! One fleet, one truth: a write through any member is seen through every member at
 //! once (PUT, overwrite, DELETE, multipart, copy); a write waits a bounded time for a
 //! paused member, which never serves the old version once it runs again; a member cut off
-//! from the others (not from the origin) revalidates instead of serving what it cached.
+//! from the others (not from the origin) revalidates instead of serving what it cached,
+//! headers included.
 //! At the seams: a write whose client hangs up while the fleet confirms it still reaches
 //! every member; a member that is paused or killed costs one write a wait, not every
 //! write.
@@ -200,6 +201,145 @@ async fn a_member_cut_off_from_the_others_revalidates_instead_of_serving_what_it
         fleet.node(2).metric("portico_cluster_lease_held").await,
         0.0
     );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_write_through_one_member_reaches_every_member_s_null_version_reads() {
+    // Unversioned, a key's one version is the `null` version: a read that names it is a
+    // read of the key.
+    let fleet = Fleet::start("fleet-null-version", 3).await;
+    let read_null = |at: usize| {
+        let request = fleet.clients[at]
+            .get_object()
+            .bucket(&fleet.bucket)
+            .key("null.bin")
+            .version_id("null")
+            .send();
+        async move {
+            match request.await {
+                Ok(output) => Some(output.body.collect().await.expect("body").to_vec()),
+                Err(error) => {
+                    let status = error.raw_response().map(|raw| raw.status().as_u16());
+                    assert_eq!(status, Some(404), "{error:?}");
+                    None
+                }
+            }
+        }
+    };
+    let first = random_bytes(40_000, 41);
+    let second = random_bytes(40_000, 42);
+    fleet.put_via(0, "null.bin", &first).await;
+    for at in 0..3 {
+        assert!(read_null(at).await == Some(first.clone()), "node {at}");
+    }
+    fleet.put_via(1, "null.bin", &second).await;
+    for at in 0..3 {
+        assert!(
+            read_null(at).await == Some(second.clone()),
+            "node {at} after the overwrite"
+        );
+    }
+    fleet.clients[2]
+        .delete_object()
+        .bucket(&fleet.bucket)
+        .key("null.bin")
+        .send()
+        .await
+        .expect("DELETE");
+    for at in 0..3 {
+        assert!(read_null(at).await.is_none(), "node {at} after the delete");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_member_cut_off_from_the_others_lists_what_was_written_through_another() {
+    let fleet = Fleet::start_with_outsider_listing(
+        "fleet-cut-list",
+        3,
+        2,
+        "cached_prefixes = [\"*/logs/\"]\n",
+    )
+    .await;
+    let fleet = &fleet;
+    let list = |at: usize| async move {
+        let output = fleet.clients[at]
+            .list_objects_v2()
+            .bucket(&fleet.bucket)
+            .prefix("logs/")
+            .send()
+            .await
+            .expect("LIST");
+        let keys: Vec<String> = output
+            .contents()
+            .iter()
+            .filter_map(|object| object.key().map(str::to_owned))
+            .collect();
+        keys
+    };
+    fleet.put_via(0, "logs/a", b"a").await;
+    for at in [1, 2] {
+        assert_eq!(list(at).await, ["logs/a"]);
+    }
+    fleet.put_via(0, "logs/b", b"b").await;
+    for at in [1, 2] {
+        assert_eq!(
+            list(at).await,
+            ["logs/a", "logs/b"],
+            "node {at} lists the write"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_member_cut_off_from_the_others_serves_the_headers_a_copy_onto_itself_replaced() {
+    let fleet = Fleet::start_with_outsider("fleet-cut-headers", 3, 2).await;
+    let data = random_bytes(64_000, 33);
+    fleet.clients[0]
+        .put_object()
+        .bucket(&fleet.bucket)
+        .key("headers.bin")
+        .content_type("text/plain")
+        .body(data.clone().into())
+        .send()
+        .await
+        .expect("PUT");
+    let head = |at: usize| {
+        fleet.clients[at]
+            .head_object()
+            .bucket(&fleet.bucket)
+            .key("headers.bin")
+            .send()
+    };
+    let before = head(2).await.expect("HEAD");
+    assert_eq!(before.content_type(), Some("text/plain"));
+    // The same bytes with other headers: the ETag stays, the headers change.
+    fleet.clients[0]
+        .copy_object()
+        .bucket(&fleet.bucket)
+        .key("headers.bin")
+        .copy_source(format!("{}/headers.bin", fleet.bucket))
+        .metadata_directive(aws_sdk_s3::types::MetadataDirective::Replace)
+        .content_type("application/json")
+        .metadata("owner", "ops")
+        .send()
+        .await
+        .expect("copy onto itself");
+    for at in [1, 2] {
+        let after = head(at).await.expect("HEAD");
+        assert_eq!(after.e_tag(), before.e_tag(), "a copy keeps the ETag");
+        assert_eq!(
+            after.content_type(),
+            Some("application/json"),
+            "node {at} serves the new headers"
+        );
+        assert_eq!(
+            after
+                .metadata()
+                .and_then(|meta| meta.get("owner"))
+                .map(String::as_str),
+            Some("ops")
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]
