@@ -8,6 +8,12 @@
 //! until the last grant it gave has surely run out. A cut member is granted leases again
 //! only once that has happened and it has confirmed an invalidation since (it has *caught
 //! up*): a member that is slow rather than dead costs one write a wait, not every write.
+//! It must then go on confirming, each time within the deadline (an invalidation it has
+//! left unanswered for longer counts as late already), for a probation of a lease
+//! (twice as long for each time it was cut again soon after it was let back, up to sixteen
+//! leases), so a member that is slow now and then is not let back between two stalls only
+//! to hold back the next write. How long a write waits for a confirmation follows what
+//! confirmations usually take in the fleet (`crate::pace`).
 //!
 //! That a member needs this node's grants is known two ways ([`Grants::dependence`]):
 //! it answered one of this node's lease requests within `remember` (it keeps this node
@@ -27,28 +33,36 @@
 //! grant of this node is a target of every write, in this node's view or not; and a lease
 //! end is trusted only for a member known to need this node's grants.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use crate::clock::Moment;
+use crate::pace::Pace;
 use crate::{Member, Timing};
+
+/// A member let back is cut again soon if within this many leases: its next probation is
+/// twice as long.
+const STRIKES_WITHIN_LEASES: u32 = 32;
+
+/// The longest probation, in leases, is two to this power.
+const MOST_STRIKES: u32 = 4;
 
 /// What a member asking for a lease is answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Answer {
     Granted,
-    /// Refused: it missed a write and its lease from this node has not run out, or it has
-    /// not confirmed an invalidation since.
+    /// Refused: it missed a write and its lease from this node has not run out, or a probe
+    /// of it is on its way.
     Refused,
-    /// Refused, and its lease has run out: send it an empty invalidation (a probe), whose
-    /// confirmation lets it back ([`Grants::probed`]).
+    /// Refused, and its lease has run out: send it an empty invalidation (a probe). Timely
+    /// confirmations of probes for its probation let it back ([`Grants::probed`]).
     RefusedProbe,
 }
 
 /// How long a write waits for one member.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Wait {
-    /// For its confirmation, up to [`Timing::confirm_within`]; without one, it is cut and
-    /// the write waits for its lease to end.
+    /// For its confirmation, up to [`Grants::deadline`]; without one, it is cut and the
+    /// write waits for its lease to end.
     Confirmation,
     /// It is cut: for its confirmation or until then, whichever comes first.
     LeaseEnd(Moment),
@@ -66,6 +80,11 @@ struct Granted {
     last: Option<Moment>,
     /// Set while this node refuses it leases.
     cut: Option<Cut>,
+    /// How many times it was cut again soon after it was let back (at most
+    /// [`MOST_STRIKES`]): its probation is a lease times two to this power.
+    strikes: u32,
+    /// When its latest cut was lifted.
+    let_back: Option<Moment>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -74,8 +93,9 @@ struct Cut {
     since: Moment,
     /// When the latest lease it may hold from this node ends.
     lease_ends: Moment,
-    /// It confirmed an invalidation sent after the cut.
-    caught_up: bool,
+    /// Since when it has confirmed every invalidation sent after the cut, each within the
+    /// deadline: it has caught up, and its probation runs.
+    caught_up: Option<Moment>,
     /// A probe is on its way to it.
     probing: bool,
     /// When a write through this node (not another member's word) last cut it.
@@ -118,6 +138,11 @@ pub struct Grants<M: Member> {
     unannounced: Vec<M>,
     /// The members cut now (those of `members` with a cut): few, and looked at often.
     cut: BTreeSet<M>,
+    /// What confirmations take: how long a write waits for one.
+    pace: Pace<M>,
+    /// The invalidations told to cut members and not answered yet, by when they were sent:
+    /// one unanswered past the deadline is a late confirmation already.
+    unanswered: HashMap<M, BTreeMap<Moment, u32>>,
 }
 
 impl<M: Member> Grants<M> {
@@ -130,7 +155,15 @@ impl<M: Member> Grants<M> {
             membership: Membership::default(),
             unannounced: Vec::new(),
             cut: BTreeSet::new(),
+            pace: Pace::default(),
+            unanswered: HashMap::new(),
         }
+    }
+
+    /// How long a write waits for a member's confirmation before it cuts the member off
+    /// (`crate::pace`).
+    pub fn deadline(&self) -> std::time::Duration {
+        self.pace.deadline(&self.timing)
     }
 
     pub fn timing(&self) -> &Timing {
@@ -180,26 +213,34 @@ impl<M: Member> Grants<M> {
 
     /// Grants `member` a lease now, unless it is cut (see [`Answer`]).
     pub fn grant(&mut self, member: &M, now: Moment) -> Answer {
+        let lease = self.timing.lease;
+        if self.overdue(member, now) {
+            self.unconfirmed(member, None);
+        }
         let granted = self.members.entry(member.clone()).or_default();
         if let Some(cut) = &mut granted.cut {
-            if now < cut.lease_ends || (!cut.caught_up && cut.probing) {
+            if now < cut.lease_ends || cut.probing {
                 return Answer::Refused;
             }
-            if !cut.caught_up {
+            let probation = lease * (1 << granted.strikes);
+            if cut.caught_up.is_none_or(|since| now < since + probation) {
                 cut.probing = true;
                 return Answer::RefusedProbe;
             }
             granted.cut = None;
+            granted.let_back = Some(now);
             self.cut.remove(member);
+            self.unanswered.remove(member);
         }
         granted.last = Some(now);
         Answer::Granted
     }
 
-    /// A probe sent at `sent` to `member` ended, confirmed or not.
-    pub fn probed(&mut self, member: &M, sent: Moment, confirmed: bool) {
-        if confirmed {
-            self.confirmed(member, sent);
+    /// A probe sent at `sent` to `member` ended at `now`, confirmed or not.
+    pub fn probed(&mut self, member: &M, sent: Moment, now: Moment, confirmed: bool) {
+        match confirmed {
+            true => self.confirmed(member, sent, now),
+            false => self.unconfirmed(member, Some(sent)),
         }
         if let Some(cut) = self.cut_mut(member) {
             cut.probing = false;
@@ -286,18 +327,7 @@ impl<M: Member> Grants<M> {
     /// it has caught up. Returns when that lease ends.
     pub(crate) fn cut(&mut self, member: &M, since: Moment, began: Moment, now: Moment) -> Moment {
         let ends = self.lease_end(member, since, now).unwrap_or(now);
-        self.cut.insert(member.clone());
-        let granted = self.members.entry(member.clone()).or_default();
-        let cut = granted.cut.get_or_insert(Cut {
-            since: began,
-            lease_ends: ends,
-            caught_up: false,
-            probing: false,
-            own: None,
-        });
-        cut.lease_ends = cut.lease_ends.max(ends);
-        cut.since = cut.since.max(began);
-        cut.caught_up = false;
+        let cut = self.cut_off(member, began, ends, now);
         cut.own = Some(now);
         let ends = cut.lease_ends;
         if !self.unannounced.contains(member) {
@@ -338,27 +368,102 @@ impl<M: Member> Grants<M> {
     pub fn cut_by_another(&mut self, member: &M, now: Moment) {
         let since = self.dependence(member, now).unwrap_or(now);
         let ends = self.lease_end(member, since, now).unwrap_or(now);
+        self.cut_off(member, now, ends, now);
+    }
+
+    /// Refuses `member` leases until `ends` at least and until it has caught up with
+    /// invalidations sent from `since`; a member let back a short while ago gets a longer
+    /// probation.
+    fn cut_off(&mut self, member: &M, since: Moment, ends: Moment, now: Moment) -> &mut Cut {
         self.cut.insert(member.clone());
         let granted = self.members.entry(member.clone()).or_default();
+        if granted.cut.is_none() {
+            let soon = self.timing.lease * STRIKES_WITHIN_LEASES;
+            granted.strikes = match granted.let_back {
+                Some(at) if now < at + soon => (granted.strikes + 1).min(MOST_STRIKES),
+                _ => 0,
+            };
+        }
         let cut = granted.cut.get_or_insert(Cut {
-            since: now,
+            since,
             lease_ends: ends,
-            caught_up: false,
+            caught_up: None,
             probing: false,
             own: None,
         });
         cut.lease_ends = cut.lease_ends.max(ends);
-        cut.since = cut.since.max(now);
-        cut.caught_up = false;
+        cut.since = cut.since.max(since);
+        cut.caught_up = None;
+        cut
     }
 
-    /// `member` confirmed an invalidation sent at `sent`.
-    pub(crate) fn confirmed(&mut self, member: &M, sent: Moment) {
+    /// `member` confirmed, at `now`, an invalidation sent at `sent`. For a cut member, a
+    /// confirmation later than the deadline counts as none.
+    pub(crate) fn confirmed(&mut self, member: &M, sent: Moment, now: Moment) {
+        self.answered(member, sent);
+        let took = now.since(sent);
+        let late = took > self.deadline();
+        self.pace.confirmed(member, took, now, &self.timing);
         if let Some(cut) = self.cut_mut(member)
             && sent >= cut.since
         {
-            cut.caught_up = true;
+            match late {
+                true => cut.caught_up = None,
+                false => _ = cut.caught_up.get_or_insert(now),
+            }
         }
+    }
+
+    /// `member` did not confirm an invalidation (sent at `sent`) in time: if it is cut, its
+    /// probation starts again from its next confirmation.
+    pub(crate) fn unconfirmed(&mut self, member: &M, sent: Option<Moment>) {
+        if let Some(sent) = sent {
+            self.answered(member, sent);
+        }
+        if let Some(cut) = self.cut_mut(member) {
+            cut.caught_up = None;
+        }
+    }
+
+    /// An invalidation sent at `sent` is told to `member` now: while the member is cut, it
+    /// is kept until answered ([`Grants::grant`]).
+    pub(crate) fn told(&mut self, member: &M, sent: Moment) {
+        if self.is_cut(member) {
+            let unanswered = self.unanswered.entry(member.clone()).or_default();
+            *unanswered.entry(sent).or_default() += 1;
+        }
+    }
+
+    fn answered(&mut self, member: &M, sent: Moment) {
+        let Some(unanswered) = self.unanswered.get_mut(member) else {
+            return;
+        };
+        if let Some(count) = unanswered.get_mut(&sent) {
+            *count -= 1;
+            if *count == 0 {
+                unanswered.remove(&sent);
+            }
+        }
+        if unanswered.is_empty() {
+            self.unanswered.remove(member);
+        }
+    }
+
+    /// Whether an invalidation told to cut `member` has gone unanswered past the deadline.
+    /// Those unanswered for twice `confirm_within` never will be (their sender gave up) and
+    /// are forgotten, as unconfirmed.
+    fn overdue(&mut self, member: &M, now: Moment) -> bool {
+        let deadline = self.deadline();
+        let given_up = self.timing.confirm_within * 2;
+        let Some(unanswered) = self.unanswered.get_mut(member) else {
+            return false;
+        };
+        let oldest = *unanswered.first_key_value().expect("never kept empty").0;
+        unanswered.retain(|sent, _| now < *sent + given_up);
+        if unanswered.is_empty() {
+            self.unanswered.remove(member);
+        }
+        now > oldest + deadline
     }
 
     fn cut_mut(&mut self, member: &M) -> Option<&mut Cut> {
@@ -410,6 +515,9 @@ impl<M: Member> Grants<M> {
         });
         let members = &self.members;
         self.cut.retain(|member| members.contains_key(member));
+        self.pace.retain(|member| members.contains_key(member));
+        self.unanswered
+            .retain(|member, _| members.contains_key(member));
         self.heard.retain(|member, heard| {
             view.contains(member) || now < timing.remembered_until(heard.asked)
         });

@@ -16,6 +16,7 @@ mod clock;
 mod grants;
 mod holder;
 mod lease;
+mod pace;
 mod round;
 pub mod simulation;
 
@@ -27,6 +28,7 @@ pub use clock::{Clock, ManualClock, Moment};
 pub use grants::{Answer, Grants};
 pub use holder::{Holder, Renewal, Token};
 pub use lease::Lease;
+pub use pace::{CONFIRM_AT_LEAST, CONFIRM_TIMES_USUAL};
 pub use round::{Round, RoundReport, Told};
 
 /// How members are named: `host:port` in Portico, numbers in the simulation.
@@ -35,7 +37,8 @@ pub trait Member: Clone + Eq + Hash + Ord + Debug {}
 impl<T: Clone + Eq + Hash + Ord + Debug> Member for T {}
 
 /// The longest a write waits for a member to confirm an invalidation before it stops
-/// granting that member leases and waits for its lease to run out instead.
+/// granting that member leases and waits for its lease to run out instead (less, once
+/// confirmations are known to take less: [`Grants::deadline`]).
 pub const CONFIRM_WITHIN: Duration = Duration::from_secs(2);
 
 /// The protocol's durations.
@@ -43,8 +46,8 @@ pub const CONFIRM_WITHIN: Duration = Duration::from_secs(2);
 pub struct Timing {
     /// How long a grant lets its holder serve cached metadata (`cluster.lease`).
     pub lease: Duration,
-    /// How long a write waits for a member's confirmation before it cuts the member off
-    /// (and how long each attempt to tell a member it must hear from lasts).
+    /// The longest a write waits for a member's confirmation before it cuts the member
+    /// off (and how long each attempt to tell a member it must hear from lasts).
     pub confirm_within: Duration,
     /// How often a member asks its lessors for a grant, and how long it waits for them.
     pub renew_every: Duration,

@@ -84,8 +84,8 @@ impl Pending {
 
 impl<M: Member> Round<M> {
     /// A round that tells `targets` (see [`Grants::targets`]), beginning `now`.
-    pub fn begin(grants: &Grants<M>, targets: Vec<M>, now: Moment) -> Self {
-        let timing: &Timing = grants.timing();
+    pub fn begin(grants: &mut Grants<M>, targets: Vec<M>, now: Moment) -> Self {
+        let timing: Timing = *grants.timing();
         let mut round = Self {
             sent: now,
             targets: Vec::new(),
@@ -97,9 +97,10 @@ impl<M: Member> Round<M> {
             },
         };
         for member in &targets {
+            grants.told(member, now);
             let wait = match grants.wait_for(member, now) {
                 Wait::Confirmation => Pending::Confirmation {
-                    deadline: now + timing.confirm_within,
+                    deadline: now + grants.deadline(),
                 },
                 Wait::LeaseEnd(ends) => Pending::LeaseEnd { ends },
                 Wait::Required => {
@@ -147,12 +148,17 @@ impl<M: Member> Round<M> {
         match (told, self.pending.get(member).copied()) {
             (Told::Confirmed, _) => {
                 self.report.confirmed += 1;
-                grants.confirmed(member, self.sent);
+                grants.confirmed(member, self.sent, now);
                 self.stop_waiting(member);
             }
-            (Told::Refused, Some(Pending::Required { .. })) => self.stop_waiting(member),
-            (_, Some(Pending::Confirmation { .. })) => self.cut(member, now, grants),
-            _ => {}
+            (told, pending) => {
+                grants.unconfirmed(member, Some(self.sent));
+                match (told, pending) {
+                    (Told::Refused, Some(Pending::Required { .. })) => self.stop_waiting(member),
+                    (_, Some(Pending::Confirmation { .. })) => self.cut(member, now, grants),
+                    _ => {}
+                }
+            }
         }
     }
 
@@ -232,6 +238,7 @@ impl<M: Member> Round<M> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::CONFIRM_WITHIN;
     use crate::grants::Answer;
     use std::time::Duration;
 
@@ -290,7 +297,7 @@ mod tests {
         }
         let targets = grants.targets(&[0, 1, 2], &0, at(20_100));
         assert_eq!(targets, [1, 2]);
-        let mut round = Round::begin(&grants, targets, at(20_100));
+        let mut round = Round::begin(&mut grants, targets, at(20_100));
         let answers = vec![
             (1, at(20_101), Told::Confirmed),
             (2, at(20_103), Told::Confirmed),
@@ -307,7 +314,7 @@ mod tests {
         grants.grant(&2, at(20_500));
         // Member 2 is paused: no answer.
         let targets = grants.targets(&[0, 1, 2], &0, at(21_000));
-        let mut round = Round::begin(&grants, targets, at(21_000));
+        let mut round = Round::begin(&mut grants, targets, at(21_000));
         let answers = vec![(1, at(21_001), Told::Confirmed)];
         let (settled, _) = settle(&mut round, &mut grants, answers);
         assert_eq!(
@@ -320,37 +327,130 @@ mod tests {
         // The next write waits for member 1 only (which renewed its lease meanwhile).
         grants.grant(&1, settled);
         let now = settled + Duration::from_millis(1);
-        let mut round = Round::begin(&grants, grants.targets(&[0, 1, 2], &0, now), now);
+        let targets = grants.targets(&[0, 1, 2], &0, now);
+        let mut round = Round::begin(&mut grants, targets, now);
         let answers = vec![(1, now + Duration::from_millis(2), Told::Confirmed)];
         let (settled, _) = settle(&mut round, &mut grants, answers);
         assert_eq!(settled, now + Duration::from_millis(2));
         assert_eq!(round.report().not_waited, 1);
-        // Back, member 2 is refused and probed; the probe's confirmation lets it back.
-        let later = now + Duration::from_secs(1);
+        // Member 2, told all the same, confirms after the write was answered.
+        round.answered(
+            &2,
+            Told::Confirmed,
+            now + Duration::from_millis(3),
+            &mut grants,
+        );
+        // Back, member 2 is refused and probed; timely confirmations for a lease since that
+        // one (its probation) let it back.
+        let caught_up = now + Duration::from_millis(3);
+        let mut later = now + Duration::from_secs(1);
         assert_eq!(grants.grant(&2, later), Answer::RefusedProbe);
         assert_eq!(
             grants.grant(&2, later),
             Answer::Refused,
             "one probe at a time"
         );
-        grants.probed(&2, later, true);
-        assert_eq!(
-            grants.grant(&2, later + Duration::from_millis(5)),
-            Answer::Granted
-        );
+        let quarter = timing().renew_every;
+        grants.probed(&2, later, later + Duration::from_millis(5), true);
+        while later + quarter < caught_up + LEASE {
+            later = later + quarter;
+            assert_eq!(
+                grants.grant(&2, later),
+                Answer::RefusedProbe,
+                "on probation"
+            );
+            grants.probed(&2, later, later + Duration::from_millis(5), true);
+        }
+        later = later + quarter;
+        assert_eq!(grants.grant(&2, later), Answer::Granted);
         assert!(!grants.is_cut(&2));
+    }
+
+    #[test]
+    fn a_member_on_probation_starts_it_again_at_each_late_confirmation_and_doubles_it_when_cut_again()
+     {
+        let mut grants = grants(at(20_000));
+        grants.grant(&2, at(20_000));
+        let mut round = Round::begin(&mut grants, vec![2], at(20_100));
+        round.advance(at(22_100), &mut grants);
+        assert!(grants.is_cut(&2));
+        let quarter = timing().renew_every;
+        // Probes every quarter lease once its lease has ended, each answered `took` later.
+        let mut now = at(30_000);
+        fn probe(grants: &mut Grants<u32>, now: &mut Moment, took: Option<Duration>) -> Answer {
+            *now = *now + timing().renew_every;
+            let answer = grants.grant(&2, *now);
+            if answer == Answer::RefusedProbe {
+                match took {
+                    Some(took) => grants.probed(&2, *now, *now + took, true),
+                    None => grants.probed(&2, *now, *now + CONFIRM_WITHIN, false),
+                }
+            }
+            answer
+        }
+        let quick = Some(Duration::from_millis(3));
+        // Quick, quick, unanswered, then quick for a lease: let back only a lease after the
+        // confirmations that followed the failure began.
+        assert_eq!(probe(&mut grants, &mut now, quick), Answer::RefusedProbe);
+        assert_eq!(probe(&mut grants, &mut now, quick), Answer::RefusedProbe);
+        assert_eq!(probe(&mut grants, &mut now, None), Answer::RefusedProbe);
+        let mut probes = 0;
+        while probe(&mut grants, &mut now, quick) == Answer::RefusedProbe {
+            probes += 1;
+        }
+        assert_eq!(
+            probes, 5,
+            "a lease of confirmations, one each quarter lease"
+        );
+        // Cut again soon after: a probation of two leases.
+        let cut_at = now + quarter;
+        grants.resolved(true, cut_at);
+        let mut round = Round::begin(&mut grants, vec![2], cut_at);
+        round.advance(cut_at + CONFIRM_WITHIN, &mut grants);
+        assert!(grants.is_cut(&2));
+        now = cut_at + Duration::from_secs(10);
+        let mut probes = 0;
+        while probe(&mut grants, &mut now, quick) == Answer::RefusedProbe {
+            probes += 1;
+        }
+        assert_eq!(probes, 9, "two leases of confirmations");
+    }
+
+    #[test]
+    fn a_member_with_a_write_unanswered_past_the_deadline_is_not_let_back() {
+        let mut grants = grants(at(20_000));
+        grants.grant(&2, at(20_000));
+        let mut round = Round::begin(&mut grants, vec![2], at(20_100));
+        round.advance(at(22_100), &mut grants);
+        assert!(grants.is_cut(&2));
+        // Its lease has ended; a probe is confirmed at once, and a write is told to it
+        // while it stalls: nobody waits for it, but it has not caught up.
+        let mut now = at(26_000);
+        assert_eq!(grants.grant(&2, now), Answer::RefusedProbe);
+        grants.probed(&2, now, now + Duration::from_millis(3), true);
+        let mut stalled = Round::begin(&mut grants, vec![2], now + Duration::from_millis(10));
+        assert_eq!(stalled.report().not_waited, 1);
+        // A lease of probation later, the write is still unanswered: no lease.
+        now = now + LEASE + Duration::from_millis(100);
+        assert_eq!(grants.grant(&2, now), Answer::RefusedProbe);
+        // Answered late at last, then quick probes for a lease: let back.
+        stalled.answered(&2, Told::Confirmed, now, &mut grants);
+        grants.probed(&2, now, now + Duration::from_millis(3), true);
+        let caught_up = now + Duration::from_millis(3);
+        now = caught_up + LEASE;
+        assert_eq!(grants.grant(&2, now), Answer::Granted);
     }
 
     #[test]
     fn a_cut_member_whose_lease_has_not_ended_is_waited_for_until_it_ends_or_confirms() {
         let mut grants = grants(at(20_000));
         grants.grant(&2, at(20_000));
-        let mut first = Round::begin(&grants, vec![2], at(20_100));
+        let mut first = Round::begin(&mut grants, vec![2], at(20_100));
         first.advance(at(22_100), &mut grants);
         assert!(grants.is_cut(&2));
         // A second write while the first still waits: it waits for the same lease end at
         // most, and not for another confirmation timeout.
-        let mut second = Round::begin(&grants, vec![2], at(22_200));
+        let mut second = Round::begin(&mut grants, vec![2], at(22_200));
         assert_eq!(second.wake_at(&grants), first.wake_at(&grants));
         // A late confirmation ends the wait at once.
         second.answered(&2, Told::Confirmed, at(22_300), &mut grants);
@@ -362,7 +462,7 @@ mod tests {
         let lag = timing().view_lag;
         let mut grants = Grants::new(timing(), at(0));
         // Not listed yet: no round ends, and the lease does not hold.
-        let round = Round::begin(&grants, vec![], at(500));
+        let round = Round::begin(&mut grants, vec![], at(500));
         assert!(!round.is_settled(at(60_000), &grants));
         assert_eq!(round.wake_at(&grants), None);
         assert!(!grants.may_hold_lease(at(500)));
@@ -377,7 +477,7 @@ mod tests {
         assert!(grants.may_hold_lease(at(1_000) + lag));
         // Member 3 has not answered it: within `view_lag` of the listing its view may not
         // list this node; it is told again until then, then waited for a lease.
-        let mut round = Round::begin(&grants, vec![3], at(2_000));
+        let mut round = Round::begin(&mut grants, vec![3], at(2_000));
         assert_eq!(round.report().required, 1);
         grants.resolved(true, at(9_000));
         let (settled, again) = settle(&mut round, &mut grants, vec![]);
@@ -385,7 +485,8 @@ mod tests {
         assert_eq!(again.len(), 4, "told again every 2 s until then");
         // Long after that, one that never asked holds no lease of this node.
         grants.resolved(true, at(30_000));
-        let round = Round::begin(&grants, grants.targets(&[0, 3], &0, at(30_000)), at(30_000));
+        let targets = grants.targets(&[0, 3], &0, at(30_000));
+        let round = Round::begin(&mut grants, targets, at(30_000));
         assert!(round.is_settled(at(30_000), &grants));
     }
 
@@ -395,7 +496,7 @@ mod tests {
         let mut grants = grants(at(0));
         grants.resolved(false, at(1_000));
         grants.heard_from(&4, at(21_900), at(22_000));
-        let mut round = Round::begin(&grants, vec![4], at(23_000));
+        let mut round = Round::begin(&mut grants, vec![4], at(23_000));
         let (settled, _) = settle(&mut round, &mut grants, vec![]);
         assert_eq!(settled, timing().grant_ends(at(22_000)));
     }
@@ -410,7 +511,7 @@ mod tests {
         // may have dropped this node as a lessor, so only its confirmation counts.
         grants.resolved(false, at(2_000));
         let now = at(40_000);
-        let mut round = Round::begin(&grants, vec![5], now);
+        let mut round = Round::begin(&mut grants, vec![5], now);
         assert_eq!(round.report().required, 1);
         let failed = (5, now + Duration::from_millis(5), Told::Failed);
         let confirmed = (5, now + Duration::from_secs(7), Told::Confirmed);
@@ -418,7 +519,7 @@ mod tests {
         assert_eq!(settled, now + Duration::from_secs(7));
         assert_eq!(again, [5, 5, 5], "told again every 2 s");
         // A refused connection ends the wait: nothing runs there.
-        let mut round = Round::begin(&grants, vec![5], now);
+        let mut round = Round::begin(&mut grants, vec![5], now);
         round.answered(&5, Told::Refused, now, &mut grants);
         assert!(round.is_settled(now, &grants));
         assert!(grants.may_hold_lease(now), "a leaving node keeps its lease");
@@ -441,7 +542,7 @@ mod tests {
         let mut grants: Grants<u32> = Grants::new(timing(), at(50_000));
         grants.resolved(true, at(50_000));
         grants.resolved(false, at(50_001));
-        let round = Round::begin(&grants, vec![], at(50_100));
+        let round = Round::begin(&mut grants, vec![], at(50_100));
         assert!(!round.is_settled(at(50_100), &grants));
         assert_eq!(
             round.wake_at(&grants),

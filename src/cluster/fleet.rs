@@ -121,9 +121,9 @@ impl Cluster {
         let fleet = &self.fleet;
         let began = fleet.clock.now();
         let mut round = {
-            let state = fleet.state.lock();
+            let mut state = fleet.state.lock();
             let targets = state.grants.targets(&state.view, &self.identity, began);
-            Round::begin(&state.grants, targets, began)
+            Round::begin(&mut state.grants, targets, began)
         };
         let mut answers = FuturesUnordered::new();
         for member in round.targets() {
@@ -199,7 +199,7 @@ impl Cluster {
         let took = self.fleet.clock.now().since(began);
         let waited = report.waited_for_leases > 0 || report.required > 0;
         self.metrics.writes.count_round(waited, took.as_secs_f64());
-        self.update_cut_gauge();
+        self.update_gauges();
         if report.cut > 0 {
             tracing::warn!(
                 cut = report.cut,
@@ -216,9 +216,17 @@ impl Cluster {
         }
     }
 
-    fn update_cut_gauge(&self) {
-        let cut = self.fleet.state.lock().grants.cut_members();
+    /// Sets the gauges of the members cut and of the confirmation deadline.
+    fn update_gauges(&self) {
+        let (cut, deadline) = {
+            let state = self.fleet.state.lock();
+            (state.grants.cut_members(), state.grants.deadline())
+        };
         self.metrics.writes.members_cut.set(cut as i64);
+        self.metrics
+            .writes
+            .confirm_deadline
+            .set(deadline.as_secs_f64());
     }
 
     /// A member asks this node for a lease, granting it one back with `grant` when the
@@ -289,7 +297,7 @@ impl Cluster {
             state.grants.cut_by_another(member, now);
         }
         drop(state);
-        self.update_cut_gauge();
+        self.update_gauges();
     }
 
     /// Tells every other member of this node's view of the members its writes cut off
@@ -335,13 +343,14 @@ impl Cluster {
             .invalidate(&member, &request, within)
             .await
             .is_ok();
+        let now = self.fleet.clock.now();
         self.fleet
             .state
             .lock()
             .grants
-            .probed(&member, sent, confirmed);
+            .probed(&member, sent, now, confirmed);
         if confirmed {
-            tracing::info!(%member, "a member this node had cut off confirmed an invalidation: it is granted leases again");
+            tracing::debug!(%member, "a member this node had cut off confirmed a probe: it is granted leases again once it has kept up for its probation");
         }
     }
 
@@ -436,6 +445,6 @@ impl Cluster {
         self.metrics
             .cluster_lease_held
             .set(i64::from(fleet.lease.holds()));
-        self.update_cut_gauge();
+        self.update_gauges();
     }
 }

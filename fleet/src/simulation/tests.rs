@@ -188,6 +188,90 @@ fn a_slow_member_costs_the_fleet_one_wait_whichever_members_the_writes_go_throug
 }
 
 #[test]
+fn a_member_that_answers_late_but_within_2_s_costs_the_fleet_one_wait() {
+    // Five members; writes through members 1 to 4 learn how long confirmations take;
+    // then member 0 answers everything 1.5 s late, under the 2 s a write waits at most.
+    let mut scenario = Scenario::new(5, 4);
+    let slow_from = SETTLED + 2_000;
+    let mut ops = vec![(
+        slow_from,
+        Op::Slow {
+            member: 0,
+            by: ms(1_500),
+            lasting: ms(60_000),
+        },
+    )];
+    for at in 0..320u64 {
+        let write = Op::Write {
+            member: 1 + (at as u32 % 4),
+            key: (at % 4) as u32,
+            leaves: false,
+        };
+        ops.push((SETTLED + at * 100, write));
+    }
+    scenario.ops = ops.into_iter().map(|(at, op)| (ms(at), op)).collect();
+    let outcome = run(&scenario);
+    assert_kept(&outcome);
+    // Cut at the first write it holds back for ten times what the others take (250 ms at
+    // least), not waited for after that: it is let back only once it keeps up.
+    let bound = ms(2_000) + scenario.lease;
+    let ended = super::past_the_fault(&outcome.stats.rounds, 0, bound).expect("writes waited");
+    let after: Vec<Duration> = outcome
+        .stats
+        .rounds
+        .iter()
+        .filter(|round| round.began > ended)
+        .map(|round| round.took)
+        .collect();
+    assert!(after.len() > 200, "{}", after.len());
+    let slowest = after.iter().max().copied().unwrap_or_default();
+    assert!(
+        slowest < ms(20),
+        "a write waited again for the member that answers late: {slowest:?}"
+    );
+}
+
+#[test]
+fn a_member_that_stalls_again_and_again_is_not_let_back_between_stalls() {
+    // Member 0 stops for 1 s in every 2 s for a minute; a write every 100 ms through the
+    // others. Let back after one quick confirmation, it would hold back a write at each
+    // stall after it: a probation of timely confirmations keeps it out while it stalls.
+    let mut scenario = Scenario::new(5, 5);
+    let mut ops = Vec::new();
+    for stall in 0..30u64 {
+        let pause = Op::Pause {
+            member: 0,
+            lasting: ms(1_000),
+        };
+        ops.push((SETTLED + 2_000 + stall * 2_000, pause));
+    }
+    for at in 0..640u64 {
+        let write = Op::Write {
+            member: 1 + (at as u32 % 4),
+            key: (at % 4) as u32,
+            leaves: false,
+        };
+        ops.push((SETTLED + at * 100, write));
+    }
+    scenario.ops = ops.into_iter().map(|(at, op)| (ms(at), op)).collect();
+    let outcome = run(&scenario);
+    assert_kept(&outcome);
+    let bound = ms(2_000) + scenario.lease;
+    let ended = super::past_the_fault(&outcome.stats.rounds, 0, bound).expect("writes waited");
+    let waited: Vec<(Duration, Duration)> = outcome
+        .stats
+        .rounds
+        .iter()
+        .filter(|round| round.began > ended && round.took > ms(20))
+        .map(|round| (round.began, round.took))
+        .collect();
+    assert!(
+        waited.is_empty(),
+        "writes waited again for the stalling member: {waited:?}"
+    );
+}
+
+#[test]
 fn a_dead_member_costs_one_write_a_wait_and_the_next_writes_nothing() {
     let mut ops = vec![(0, Op::Kill { member: 2 }), (500, write(0))];
     for at in 0..20 {

@@ -929,7 +929,7 @@ impl<'s> World<'s> {
             }
             (Request::Probe { to, sent }, reply) => {
                 node.grants
-                    .probed(&to, sent, matches!(reply, Reply::Confirmed));
+                    .probed(&to, sent, now, matches!(reply, Reply::Confirmed));
             }
             (
                 Request::Head {
@@ -975,10 +975,13 @@ impl<'s> World<'s> {
     }
 
     fn probe_ended(&mut self, process: Process, id: u64, confirmed: bool) {
+        let Some(now) = self.tick(process) else {
+            return;
+        };
         if let Some(node) = self.node(process)
             && let Some(Request::Probe { to, sent }) = node.requests.remove(&id)
         {
-            node.grants.probed(&to, sent, confirmed);
+            node.grants.probed(&to, sent, now, confirmed);
         }
     }
 
@@ -1054,7 +1057,7 @@ impl<'s> World<'s> {
                 .collect(),
             _ => node.grants.targets(&node.view, &process.0, now),
         };
-        let round = Round::begin(&node.grants, targets, now);
+        let round = Round::begin(&mut node.grants, targets, now);
         let targets = round.targets().to_vec();
         let mut ids = Vec::with_capacity(targets.len());
         for to in &targets {

@@ -20,6 +20,8 @@ pub struct WriteMetrics {
     round_duration: Histogram,
     /// Members this node refuses leases: a write could not tell them.
     pub members_cut: Gauge,
+    /// How long a write waits for a member's confirmation now, in seconds.
+    pub confirm_deadline: Gauge<f64, std::sync::atomic::AtomicU64>,
 }
 
 impl Default for WriteMetrics {
@@ -29,6 +31,7 @@ impl Default for WriteMetrics {
             rounds: Family::default(),
             round_duration: LatencyBuckets.new_metric(),
             members_cut: Gauge::default(),
+            confirm_deadline: Gauge::default(),
         }
     }
 }
@@ -66,8 +69,13 @@ impl WriteMetrics {
         );
         registry.register(
             "portico_cluster_members_cut",
-            "Members this node refuses leases because a write could not tell them; writes wait for each once, until its lease has run out, and not again until it has caught up",
+                        "Members this node refuses leases because a write could not tell them; writes wait for each once, until its lease has run out, and not again until it has caught up",
             self.members_cut.clone(),
+        );
+        registry.register(
+            "portico_cluster_confirm_deadline_seconds",
+            "How long a write through this node waits for a member's confirmation before it cuts the member off: ten times what confirmations usually take in the fleet, between 0.25 s and 2 s",
+            self.confirm_deadline.clone(),
         );
     }
 

@@ -537,3 +537,76 @@ async fn a_slow_member_costs_each_writer_one_wait_and_then_nothing() {
     let read = fleet.get(2, "slow.bin", None).await.expect("read");
     assert!(read == last, "the slow member serves the last write");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_member_that_answers_late_but_within_2_s_costs_each_writer_one_wait_and_then_nothing() {
+    let fleet = Fleet::start("fleet-late", 3).await;
+    // Writes through members 0 and 1 learn how long confirmations take.
+    for version in 0..8u64 {
+        let data = random_bytes(16_000, 700 + version);
+        fleet
+            .put_via((version % 2) as usize, "late.bin", &data)
+            .await;
+    }
+    let deadline = fleet
+        .node(0)
+        .metric("portico_cluster_confirm_deadline_seconds")
+        .await;
+    assert!(
+        (0.25..1.0).contains(&deadline),
+        "ten times the usual, 250 ms at least: {deadline}"
+    );
+    // Member 2 stops for 0.9 s in every second: it answers every write, within 0.9 s.
+    let pid = fleet.node(2).pid().expect("node 2 runs");
+    let slowing = tokio::spawn(async move {
+        loop {
+            let _ = std::process::Command::new("kill")
+                .args(["-STOP", &pid.to_string()])
+                .status();
+            tokio::time::sleep(Duration::from_millis(900)).await;
+            let _ = std::process::Command::new("kill")
+                .args(["-CONT", &pid.to_string()])
+                .status();
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    });
+    let started = Instant::now();
+    let mut writes = Vec::new();
+    let mut last = Vec::new();
+    let mut version = 0u64;
+    while started.elapsed() < CONFIRMATION + LEASE + Duration::from_secs(4) {
+        last = random_bytes(16_000, 800 + version);
+        let began = started.elapsed();
+        fleet
+            .put_via((version % 2) as usize, "late.bin", &last)
+            .await;
+        writes.push((began, started.elapsed() - began));
+        version += 1;
+    }
+    slowing.abort();
+    signal(&fleet, 2, "CONT");
+    // Once each writer has cut the member off and its lease has run out (the deadline,
+    // then the lease at most), no write waits for it: it stays cut while it stalls.
+    let first_wait = writes
+        .iter()
+        .find(|(_, took)| *took >= portico_fleet::CONFIRM_AT_LEAST)
+        .map(|(began, _)| *began)
+        .expect("a write met the late member");
+    let settled_from = first_wait + CONFIRMATION + LEASE;
+    let after: Vec<Duration> = writes
+        .iter()
+        .filter(|(began, _)| *began >= settled_from)
+        .map(|(_, took)| *took)
+        .collect();
+    assert!(after.len() >= 10, "{writes:?}");
+    // A write that waited for the member again would wait out the deadline (250 ms at
+    // least) or the rest of a stall.
+    assert!(
+        after
+            .iter()
+            .all(|took| *took < portico_fleet::CONFIRM_AT_LEAST),
+        "writes waited for the late member again: {writes:?}"
+    );
+    let read = fleet.get(2, "late.bin", None).await.expect("read");
+    assert!(read == last, "the late member serves the last write");
+}
