@@ -1,7 +1,7 @@
 //! What the fleet protocol costs at 3, 10, 100 and 1,000 members, by simulation: the
 //! peer messages a member handles at rest and a write sends, how long a write's fleet
-//! round takes with no fault, with one slow member (it answers 3 s late) and with one
-//! dead member, and how long a member cut off from the others serves stale metadata
+//! round takes with no fault, with one slow member (it answers 3 s late), with one late
+//! member (it answers 1 s late, within `confirm_within`) and with one dead member, and how long a member cut off from the others serves stale metadata
 //! (it must not). Then, with `--check`, a mix of every fault at each size, whose
 //! violations of the invariant make the run fail (`make soak` runs it).
 //!
@@ -30,9 +30,9 @@ fn main() {
         })
         .unwrap_or_else(|| vec![3, 10, 100, 1000]);
     println!(
-        "| members | peer exchanges per member per s, at rest | peer exchanges per write | round p50 / p99, no fault | one slow member: longest / p99 after | one dead member: longest / p99 after | stale, one member cut off | simulated in |"
+        "| members | peer exchanges per member per s, at rest | peer exchanges per write | round p50 / p99, no fault | one slow member: longest / p99 after | one member 1 s late: longest / p99 after | one dead member: longest / p99 after | stale, one member cut off | simulated in |"
     );
-    println!("|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|");
     let mut broken = false;
     for members in &sizes {
         let started = Instant::now();
@@ -43,6 +43,14 @@ fn main() {
             &[Op::Slow {
                 member: 0,
                 by: Duration::from_secs(3),
+                lasting: LOAD * 2,
+            }],
+        ));
+        let late = run(&loaded(
+            *members,
+            &[Op::Slow {
+                member: 0,
+                by: Duration::from_secs(1),
                 lasting: LOAD * 2,
             }],
         ));
@@ -58,6 +66,7 @@ fn main() {
             ("rest", &rest),
             ("writes", &plain),
             ("slow", &slow),
+            ("late", &late),
             ("dead", &dead),
             ("cut off", &cut),
         ] {
@@ -80,10 +89,11 @@ fn main() {
         let plain_rounds: Vec<Duration> =
             plain.stats.rounds.iter().map(|round| round.took).collect();
         println!(
-            "| {members} | {at_rest:.0} | {per_write:.0} | {} / {} | {} | {} | {} | {:.1} s |",
+            "| {members} | {at_rest:.0} | {per_write:.0} | {} / {} | {} | {} | {} | {} | {:.1} s |",
             ms(percentile(&plain_rounds, 0.5)),
             ms(percentile(&plain_rounds, 0.99)),
             after_first_wait(&slow),
+            after_first_wait(&late),
             after_first_wait(&dead),
             ms(cut.stats.longest_stale),
             started.elapsed().as_secs_f64(),

@@ -193,6 +193,14 @@ impl<M: Member> Grants<M> {
         }
     }
 
+    /// `member` answered, at `answered`, a lease request this node sent it at `asked`: how
+    /// long a write waits for a confirmation follows such answers too (`crate::pace`).
+    pub fn exchanged(&mut self, member: &M, asked: Moment, answered: Moment) {
+        self.pace
+            .answered(member, answered.since(asked), answered, &self.timing);
+        self.heard_from(member, asked, answered);
+    }
+
     /// `member` answered (granted or refused) a lease request of this node sent at
     /// `asked`, at `answered`: it keeps this node as a lessor until `remember` after it
     /// got the request.
@@ -403,7 +411,7 @@ impl<M: Member> Grants<M> {
         self.answered(member, sent);
         let took = now.since(sent);
         let late = took > self.deadline();
-        self.pace.confirmed(member, took, now, &self.timing);
+        self.pace.answered(member, took, now, &self.timing);
         if let Some(cut) = self.cut_mut(member)
             && sent >= cut.since
         {

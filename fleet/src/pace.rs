@@ -8,10 +8,12 @@
 //! others, such a member is cut at the first write it holds back for long, and is then
 //! waited for no more (`crate::grants`).
 //!
-//! What confirmations usually take is the median, across the members with a few recent
-//! confirmations, of each member's 90th percentile of its latest ones: one slow member in
-//! three (or a minority of any fleet) does not move it, a fleet that is slow as a whole
-//! (all members loaded) does. Until enough is known, the deadline is `confirm_within`.
+//! What confirmations usually take is the lower median, across the members, of each
+//! member's 90th percentile of its latest answers, to invalidations and to the lease
+//! requests this node sends it (a node that seldom writes still knows its peers' pace): one slow member in three (or a
+//! minority of any fleet) does not move it, a fleet that is slow as a whole (all members
+//! loaded) does. Until a few answers are known (a moment after the
+//! node starts), the deadline is `confirm_within`.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -29,7 +31,7 @@ pub const CONFIRM_TIMES_USUAL: u32 = 10;
 /// The confirmations of each member kept.
 const KEPT: usize = 16;
 
-/// A member counts towards what is usual once this many of its confirmations are known.
+/// What is usual is known once this many answers are, across the members.
 const KNOWN_AFTER: usize = 4;
 
 /// One member's latest confirmation times, oldest overwritten first.
@@ -49,9 +51,9 @@ impl Latest {
         self.next = (self.next + 1) % KEPT;
     }
 
-    /// The 90th percentile, once enough is known.
+    /// The 90th percentile of what is known.
     fn p90(&self) -> Option<Duration> {
-        if self.took.len() < KNOWN_AFTER {
+        if self.took.is_empty() {
             return None;
         }
         let mut sorted = self.took.clone();
@@ -84,9 +86,10 @@ impl<M: Member> Default for Pace<M> {
 }
 
 impl<M: Member> Pace<M> {
-    /// `member` confirmed, `took` after it was told, at `now`. What is usual is judged
-    /// again at most every `renew_every`, so a fleet of a thousand pays for it rarely.
-    pub(crate) fn confirmed(&mut self, member: &M, took: Duration, now: Moment, timing: &Timing) {
+    /// `member` answered, `took` after it was asked (to confirm an invalidation, or for a
+    /// lease: both are handled in memory, at once), at `now`. What is usual is judged again
+    /// at most every `renew_every`, so a fleet of a thousand pays for it rarely.
+    pub(crate) fn answered(&mut self, member: &M, took: Duration, now: Moment, timing: &Timing) {
         let latest = self.latest.entry(member.clone()).or_default();
         latest.push(took);
         if let Some(p90) = latest.p90() {
@@ -101,8 +104,9 @@ impl<M: Member> Pace<M> {
     }
 
     fn judge(&mut self, now: Moment) {
+        let confirmations: usize = self.latest.values().map(|latest| latest.took.len()).sum();
         let mut known: Vec<Duration> = self.p90.values().copied().collect();
-        self.usual = (!known.is_empty()).then(|| {
+        self.usual = (confirmations >= KNOWN_AFTER).then(|| {
             // The lower median: of two members, the quicker one.
             let middle = (known.len() - 1) / 2;
             *known.select_nth_unstable(middle).1
@@ -144,11 +148,11 @@ mod tests {
     fn the_deadline_is_confirm_within_until_confirmations_are_known() {
         let timing = timing();
         let mut pace = Pace::default();
-        for _ in 0..KNOWN_AFTER - 1 {
-            pace.confirmed(&1, ms(3), Moment::ZERO, &timing);
+        for member in 1..KNOWN_AFTER {
+            pace.answered(&(member as u32), ms(3), Moment::ZERO, &timing);
         }
         assert_eq!(pace.deadline(&timing), timing.confirm_within);
-        pace.confirmed(&1, ms(3), Moment::ZERO, &timing);
+        pace.answered(&1, ms(3), Moment::ZERO, &timing);
         assert_eq!(
             pace.deadline(&timing),
             CONFIRM_AT_LEAST,
@@ -163,7 +167,7 @@ mod tests {
         let mut now = Moment::ZERO;
         let mut confirm = |pace: &mut Pace<u32>, member, took| {
             now = now + timing.renew_every;
-            pace.confirmed(&member, took, now, &timing);
+            pace.answered(&member, took, now, &timing);
         };
         for _ in 0..KEPT {
             confirm(&mut pace, 1, ms(40));

@@ -14,6 +14,7 @@
 //! lease, which moves its epoch.
 
 use std::collections::{BTreeSet, HashMap};
+use std::time::Duration;
 
 use crate::clock::Moment;
 use crate::grants::{Grants, Wait};
@@ -46,6 +47,9 @@ pub enum Told {
 pub struct Round<M: Member> {
     /// When the invalidations were sent.
     sent: Moment,
+    /// How long the round waits for a confirmation: shortened when the first
+    /// confirmations of a node that knew none tell what is usual ([`Grants::deadline`]).
+    deadline: Duration,
     targets: Vec<M>,
     pending: HashMap<M, Pending>,
     /// The pending members by the moment each must be looked at again: the round's work
@@ -86,8 +90,10 @@ impl<M: Member> Round<M> {
     /// A round that tells `targets` (see [`Grants::targets`]), beginning `now`.
     pub fn begin(grants: &mut Grants<M>, targets: Vec<M>, now: Moment) -> Self {
         let timing: Timing = *grants.timing();
+        let deadline = grants.deadline();
         let mut round = Self {
             sent: now,
+            deadline,
             targets: Vec::new(),
             pending: HashMap::new(),
             due: BTreeSet::new(),
@@ -100,7 +106,7 @@ impl<M: Member> Round<M> {
             grants.told(member, now);
             let wait = match grants.wait_for(member, now) {
                 Wait::Confirmation => Pending::Confirmation {
-                    deadline: now + grants.deadline(),
+                    deadline: now + deadline,
                 },
                 Wait::LeaseEnd(ends) => Pending::LeaseEnd { ends },
                 Wait::Required => {
@@ -127,6 +133,21 @@ impl<M: Member> Round<M> {
         self.pending.insert(member.clone(), pending);
     }
 
+    /// Waits for the confirmations still awaited up to `deadline` after they were sent.
+    fn hasten(&mut self, deadline: Duration) {
+        self.deadline = deadline;
+        let hastened: Vec<M> = self
+            .pending
+            .iter()
+            .filter(|(_, pending)| matches!(pending, Pending::Confirmation { .. }))
+            .map(|(member, _)| member.clone())
+            .collect();
+        for member in hastened {
+            let deadline = self.sent + deadline;
+            self.wait(&member, Pending::Confirmation { deadline });
+        }
+    }
+
     fn stop_waiting(&mut self, member: &M) {
         if let Some(before) = self.pending.remove(member) {
             self.due.remove(&(before.due(), member.clone()));
@@ -150,6 +171,10 @@ impl<M: Member> Round<M> {
                 self.report.confirmed += 1;
                 grants.confirmed(member, self.sent, now);
                 self.stop_waiting(member);
+                let deadline = grants.deadline();
+                if deadline < self.deadline {
+                    self.hasten(deadline);
+                }
             }
             (told, pending) => {
                 grants.unconfirmed(member, Some(self.sent));

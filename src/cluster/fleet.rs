@@ -423,7 +423,7 @@ impl Cluster {
             for cut in cut.iter().filter(|cut| **cut != self.identity) {
                 state.grants.cut_by_another(cut, answered);
             }
-            state.grants.heard_from(member, asked, answered);
+            state.grants.exchanged(member, asked, answered);
             // The answer asks this node for its next grant.
             state.holder.asked_by(member, answered);
             if let Some(token) = token {

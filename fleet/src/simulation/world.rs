@@ -905,7 +905,7 @@ impl<'s> World<'s> {
                 for cut in cuts.iter().filter(|cut| **cut != process.0) {
                     node.grants.cut_by_another(cut, now);
                 }
-                node.grants.heard_from(&to, asked, now);
+                node.grants.exchanged(&to, asked, now);
                 if granted {
                     node.holder.granted(&to, asked);
                 }
