@@ -135,9 +135,15 @@ impl Passthrough {
             // have applied it, every member must hear of it.
             Effect::WriteObject | Effect::ChangeKey | Effect::DeleteListed => {
                 let passthrough = self.clone();
-                let write = self
-                    .tasks
-                    .spawn(async move { passthrough.forward(request, forwarded).await });
+                // The write's origin requests are charged to the request's tenant.
+                let charge = crate::tenant::current_charge();
+                let write = self.tasks.spawn(async move {
+                    let write = passthrough.forward(request, forwarded);
+                    match charge {
+                        Some(charge) => crate::tenant::charged(charge, write).await,
+                        None => write.await,
+                    }
+                });
                 let waiting = ClientWaits(Some(&self.metrics));
                 let result = write.await;
                 waiting.answered();
