@@ -250,6 +250,21 @@ class ChartTest(unittest.TestCase):
             },
         )
 
+    def test_a_members_file_from_the_values_is_the_membership_and_the_service_is_not_added(self):
+        values = HERE / "values" / "standalone-minio.yaml"
+        # The schema accepts the key (helm checks it while it renders).
+        rendered = helm(
+            "template", "demo", str(CHART), "-f", str(values),
+            "--set", "config.cluster.members_file=/etc/portico/members/members.txt",
+        )
+        manifests = [document for document in yaml.safe_load_all(rendered.stdout) if document]
+        (config_map,) = [
+            config for config in by_kind(manifests, "ConfigMap") if "portico.toml" in config["data"]
+        ]
+        cluster = tomllib.loads(config_map["data"]["portico.toml"])["cluster"]
+        self.assertEqual(cluster["members_file"], "/etc/portico/members/members.txt")
+        self.assertNotIn("members_dns", cluster)
+
     def test_mutual_tls_between_pods_mounts_the_secret_and_names_the_members(self):
         values = HERE / "values" / "standalone-minio.yaml"
         rendered = helm(

@@ -105,7 +105,7 @@ the credentials file is mounted by the chart when configured. */}}
 {{- $cluster := default dict (get $config "cluster") -}}
 {{- $_ := set $cluster "enabled" true -}}
 {{- $_ := set $cluster "listen" (printf "0.0.0.0:%d" (int .Values.cluster.port)) -}}
-{{- if not (or $cluster.members $cluster.members_dns) -}}
+{{- if not (or $cluster.members $cluster.members_dns $cluster.members_file) -}}
 {{- $_ := set $cluster "members_dns" (include "portico.membersDns" .) -}}
 {{- end -}}
 {{- if .Values.cluster.tls.secretName -}}
