@@ -348,6 +348,18 @@ pub fn current_charge() -> Option<Charge> {
     CHARGE.try_with(Charge::clone).ok()
 }
 
+/// `future`, charged to the task that calls this (if it has a charge) wherever it runs:
+/// for work spawned on a caller's behalf.
+pub fn for_the_caller<F: Future>(future: F) -> impl Future<Output = F::Output> {
+    let charge = current_charge();
+    async move {
+        match charge {
+            Some(charge) => charged(charge, future).await,
+            None => future.await,
+        }
+    }
+}
+
 /// Counts an origin request against the task's charge: the tenant it is charged to, if
 /// the task has one.
 pub fn note_origin_request() -> Option<Arc<Tenant>> {

@@ -67,8 +67,6 @@ impl Latest {
 #[derive(Debug)]
 pub(crate) struct Pace<M: Member> {
     latest: HashMap<M, Latest>,
-    /// Each member's 90th percentile, where known.
-    p90: HashMap<M, Duration>,
     /// What confirmations usually take, as of `judged`.
     usual: Option<Duration>,
     judged: Option<Moment>,
@@ -78,7 +76,6 @@ impl<M: Member> Default for Pace<M> {
     fn default() -> Self {
         Self {
             latest: HashMap::new(),
-            p90: HashMap::new(),
             usual: None,
             judged: None,
         }
@@ -90,11 +87,7 @@ impl<M: Member> Pace<M> {
     /// lease: both are handled in memory, at once), at `now`. What is usual is judged again
     /// at most every `renew_every`, so a fleet of a thousand pays for it rarely.
     pub(crate) fn answered(&mut self, member: &M, took: Duration, now: Moment, timing: &Timing) {
-        let latest = self.latest.entry(member.clone()).or_default();
-        latest.push(took);
-        if let Some(p90) = latest.p90() {
-            self.p90.insert(member.clone(), p90);
-        }
+        self.latest.entry(member.clone()).or_default().push(took);
         let stale = self
             .judged
             .is_none_or(|judged| now >= judged + timing.renew_every);
@@ -104,12 +97,12 @@ impl<M: Member> Pace<M> {
     }
 
     fn judge(&mut self, now: Moment) {
-        let confirmations: usize = self.latest.values().map(|latest| latest.took.len()).sum();
-        let mut known: Vec<Duration> = self.p90.values().copied().collect();
-        self.usual = (confirmations >= KNOWN_AFTER).then(|| {
+        let answers: usize = self.latest.values().map(|latest| latest.took.len()).sum();
+        self.usual = (answers >= KNOWN_AFTER).then(|| {
+            let mut p90s: Vec<Duration> = self.latest.values().filter_map(Latest::p90).collect();
             // The lower median: of two members, the quicker one.
-            let middle = (known.len() - 1) / 2;
-            *known.select_nth_unstable(middle).1
+            let middle = (p90s.len() - 1) / 2;
+            *p90s.select_nth_unstable(middle).1
         });
         self.judged = Some(now);
     }
@@ -128,7 +121,6 @@ impl<M: Member> Pace<M> {
     /// Forgets the members `keep` does not keep.
     pub(crate) fn retain(&mut self, keep: impl Fn(&M) -> bool) {
         self.latest.retain(|member, _| keep(member));
-        self.p90.retain(|member, _| keep(member));
     }
 }
 

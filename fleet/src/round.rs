@@ -166,24 +166,21 @@ impl<M: Member> Round<M> {
 
     /// How `member` answered an invalidation of this round.
     pub fn answered(&mut self, member: &M, told: Told, now: Moment, grants: &mut Grants<M>) {
+        if told == Told::Confirmed {
+            self.report.confirmed += 1;
+            grants.confirmed(member, self.sent, now);
+            self.stop_waiting(member);
+            let deadline = grants.deadline();
+            if deadline < self.deadline {
+                self.hasten(deadline);
+            }
+            return;
+        }
+        grants.unconfirmed(member, Some(self.sent));
         match (told, self.pending.get(member).copied()) {
-            (Told::Confirmed, _) => {
-                self.report.confirmed += 1;
-                grants.confirmed(member, self.sent, now);
-                self.stop_waiting(member);
-                let deadline = grants.deadline();
-                if deadline < self.deadline {
-                    self.hasten(deadline);
-                }
-            }
-            (told, pending) => {
-                grants.unconfirmed(member, Some(self.sent));
-                match (told, pending) {
-                    (Told::Refused, Some(Pending::Required { .. })) => self.stop_waiting(member),
-                    (_, Some(Pending::Confirmation { .. })) => self.cut(member, now, grants),
-                    _ => {}
-                }
-            }
+            (Told::Refused, Some(Pending::Required { .. })) => self.stop_waiting(member),
+            (_, Some(Pending::Confirmation { .. })) => self.cut(member, now, grants),
+            _ => {}
         }
     }
 

@@ -136,14 +136,9 @@ impl Passthrough {
             Effect::WriteObject | Effect::ChangeKey | Effect::DeleteListed => {
                 let passthrough = self.clone();
                 // The write's origin requests are charged to the request's tenant.
-                let charge = crate::tenant::current_charge();
-                let write = self.tasks.spawn(async move {
-                    let write = passthrough.forward(request, forwarded);
-                    match charge {
-                        Some(charge) => crate::tenant::charged(charge, write).await,
-                        None => write.await,
-                    }
-                });
+                let write = self.tasks.spawn(crate::tenant::for_the_caller(async move {
+                    passthrough.forward(request, forwarded).await
+                }));
                 let waiting = ClientWaits(Some(&self.metrics));
                 let result = write.await;
                 waiting.answered();

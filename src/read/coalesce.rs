@@ -68,15 +68,8 @@ where
                         key: Some(key.clone()),
                         inflight: self.inflight.clone(),
                     };
-                    let task = make();
                     // The run's origin requests are charged to the caller that started it.
-                    let charge = crate::tenant::current_charge();
-                    let task = async move {
-                        match charge {
-                            Some(charge) => crate::tenant::charged(charge, task).await,
-                            None => task.await,
-                        }
-                    };
+                    let task = crate::tenant::for_the_caller(make());
                     // The map lock is held until the entry is inserted, so the completion
                     // guard cannot remove the key before it exists.
                     // The shared work belongs to the trace of the caller that started it.

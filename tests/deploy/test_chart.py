@@ -44,6 +44,22 @@ def render(chart, values=None, release="demo"):
     return [document for document in documents if document]
 
 
+def render_demo(*sets):
+    """The demo release of the chart with the standalone MinIO values and `--set` each of `sets`."""
+    args = ["template", "demo", str(CHART), "-f", str(HERE / "values" / "standalone-minio.yaml")]
+    for value in sets:
+        args += ["--set", value]
+    return [document for document in yaml.safe_load_all(helm(*args).stdout) if document]
+
+
+def portico_config(manifests):
+    """The `portico.toml` the manifests' ConfigMap holds, parsed."""
+    (config_map,) = [
+        config for config in by_kind(manifests, "ConfigMap") if "portico.toml" in config["data"]
+    ]
+    return tomllib.loads(config_map["data"]["portico.toml"])
+
+
 def by_kind(manifests, kind):
     return [manifest for manifest in manifests if manifest["kind"] == kind]
 
@@ -251,31 +267,16 @@ class ChartTest(unittest.TestCase):
         )
 
     def test_a_members_file_from_the_values_is_the_membership_and_the_service_is_not_added(self):
-        values = HERE / "values" / "standalone-minio.yaml"
         # The schema accepts the key (helm checks it while it renders).
-        rendered = helm(
-            "template", "demo", str(CHART), "-f", str(values),
-            "--set", "config.cluster.members_file=/etc/portico/members/members.txt",
-        )
-        manifests = [document for document in yaml.safe_load_all(rendered.stdout) if document]
-        (config_map,) = [
-            config for config in by_kind(manifests, "ConfigMap") if "portico.toml" in config["data"]
-        ]
-        cluster = tomllib.loads(config_map["data"]["portico.toml"])["cluster"]
+        manifests = render_demo("config.cluster.members_file=/etc/portico/members/members.txt")
+        cluster = portico_config(manifests)["cluster"]
         self.assertEqual(cluster["members_file"], "/etc/portico/members/members.txt")
         self.assertNotIn("members_dns", cluster)
 
     def test_mutual_tls_between_pods_mounts_the_secret_and_names_the_members(self):
         values = HERE / "values" / "standalone-minio.yaml"
-        rendered = helm(
-            "template", "demo", str(CHART), "-f", str(values),
-            "--set", "cluster.tls.secretName=portico-peer-tls",
-        )
-        manifests = [document for document in yaml.safe_load_all(rendered.stdout) if document]
-        (config_map,) = [
-            config for config in by_kind(manifests, "ConfigMap") if "portico.toml" in config["data"]
-        ]
-        cluster = tomllib.loads(config_map["data"]["portico.toml"])["cluster"]
+        manifests = render_demo("cluster.tls.secretName=portico-peer-tls")
+        cluster = portico_config(manifests)["cluster"]
         self.assertEqual(cluster["tls_cert"], "/etc/portico/cluster-tls/tls.crt")
         self.assertEqual(cluster["tls_key"], "/etc/portico/cluster-tls/tls.key")
         self.assertEqual(cluster["tls_ca"], "/etc/portico/cluster-tls/ca.crt")

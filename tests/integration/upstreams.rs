@@ -7,6 +7,7 @@
 use aws_sdk_s3::Client;
 use aws_sdk_s3::primitives::ByteStream;
 use portico_testkit::minio::{Minio, free_port, start_on};
+use portico_testkit::portico::Settings;
 use portico_testkit::{create_bucket, http_get, random_bytes, s3_client_as};
 
 use crate::support::{Rig, multipart_upload, put_object, try_get};
@@ -104,13 +105,19 @@ async fn buckets_route_to_their_upstream_for_every_operation() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn reads_fail_over_to_a_replica_pinned_to_their_version_and_writes_do_not() {
+/// A rig whose upstream falls back to the bucket `{bucket}-r` of a second MinIO, made here;
+/// `more` sets the rest. The rig, the second MinIO (it runs while kept), a client of it and
+/// the replica bucket.
+async fn with_a_replica(
+    name: &str,
+    more: impl FnOnce(&mut Settings),
+) -> (Rig, Minio, Client, String) {
     let (replica, direct_replica) = second_minio();
-    let mut rig = Rig::start("failover", |settings| {
+    let rig = Rig::start(name, |settings| {
         settings.upstream_extra =
             "fallback = \"replica\"\nfallback_bucket = \"{bucket}-r\"\n".to_owned();
         settings.tables = entry("replica", &replica, "");
+        more(settings);
     })
     .await;
     let replica_bucket = format!("{}-r", rig.bucket);
@@ -120,6 +127,13 @@ async fn reads_fail_over_to_a_replica_pinned_to_their_version_and_writes_do_not(
         .send()
         .await
         .expect("replica bucket");
+    (rig, replica, direct_replica, replica_bucket)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn reads_fail_over_to_a_replica_pinned_to_their_version_and_writes_do_not() {
+    let (mut rig, _replica, direct_replica, replica_bucket) =
+        with_a_replica("failover", |_| {}).await;
 
     // Replicated: the same bytes (so the same ETag) on both sides.
     let same = random_bytes(5 * MIB / 2, 5);
@@ -191,21 +205,12 @@ async fn reads_fail_over_to_a_replica_pinned_to_their_version_and_writes_do_not(
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_revalidation_that_fails_over_answers_only_for_the_version_it_knows() {
-    let (replica, direct_replica) = second_minio();
-    let mut rig = Rig::start("failover-revalidate", |settings| {
-        settings.metadata_ttl = "0s";
-        settings.upstream_extra =
-            "fallback = \"replica\"\nfallback_bucket = \"{bucket}-r\"\n".to_owned();
-        settings.tables = entry("replica", &replica, "");
-    })
-    .await;
-    let replica_bucket = format!("{}-r", rig.bucket);
-    direct_replica
-        .create_bucket()
-        .bucket(&replica_bucket)
-        .send()
-        .await
-        .expect("replica bucket");
+    let (mut rig, _replica, direct_replica, replica_bucket) =
+        with_a_replica("failover-revalidate", |settings| {
+            settings.metadata_ttl = "0s"
+        })
+        .await;
+
     let newer = random_bytes(MIB / 2, 9);
     let older = random_bytes(MIB / 2, 10);
     rig.put("lagging", &newer).await;

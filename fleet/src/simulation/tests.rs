@@ -9,7 +9,7 @@ use std::time::Duration;
 use proptest::prelude::*;
 
 use super::generate::{self, Fault, Load};
-use super::{Flaw, Network, Op, Outcome, Scenario, run};
+use super::{Flaw, Network, Op, Outcome, RoundTaken, Scenario, run};
 
 fn ms(millis: u64) -> Duration {
     Duration::from_millis(millis)
@@ -43,6 +43,35 @@ fn write(member: u32) -> Op {
         key: 0,
         leaves: false,
     }
+}
+
+/// `count` writes, one every 100 ms from `from` (ms), through members 1 to `members - 1`
+/// in turn, over four keys.
+fn writes_through_all_but_0(members: u32, from: u64, count: u64) -> Vec<(u64, Op)> {
+    (0..count)
+        .map(|at| {
+            let write = Op::Write {
+                member: 1 + (at as u32 % (members - 1)),
+                key: (at % 4) as u32,
+                leaves: false,
+            };
+            (from + at * 100, write)
+        })
+        .collect()
+}
+
+/// The rounds through members other than 0 that began once the fleet is past member 0's
+/// fault: 2 s and a lease after the first round that waited for it.
+fn rounds_past_member_0s_fault(outcome: &Outcome, scenario: &Scenario) -> Vec<RoundTaken> {
+    let bound = ms(2_000) + scenario.lease;
+    let ended = super::past_the_fault(&outcome.stats.rounds, 0, bound).expect("writes waited");
+    outcome
+        .stats
+        .rounds
+        .iter()
+        .filter(|round| round.writer != 0 && round.began > ended)
+        .copied()
+        .collect()
 }
 
 fn assert_kept(outcome: &Outcome) {
@@ -156,27 +185,15 @@ fn a_slow_member_costs_the_fleet_one_wait_whichever_members_the_writes_go_throug
             lasting: ms(60_000),
         },
     )];
-    for at in 0..300u64 {
-        let write = Op::Write {
-            member: 1 + (at as u32 % 9),
-            key: (at % 4) as u32,
-            leaves: false,
-        };
-        ops.push((SETTLED + 500 + at * 100, write));
-    }
+    ops.extend(writes_through_all_but_0(10, SETTLED + 500, 300));
     scenario.ops = ops.into_iter().map(|(at, op)| (ms(at), op)).collect();
     let outcome = run(&scenario);
     assert_kept(&outcome);
     // The first write that meets the slow member waits for it (2 s, then its lease); every
     // member hears of it then, and no write that begins after that bound waits again,
     // whichever member it goes through.
-    let bound = ms(2_000) + scenario.lease;
-    let ended = super::past_the_fault(&outcome.stats.rounds, 0, bound).expect("writes waited");
-    let after: Vec<Duration> = outcome
-        .stats
-        .rounds
+    let after: Vec<Duration> = rounds_past_member_0s_fault(&outcome, &scenario)
         .iter()
-        .filter(|round| round.writer != 0 && round.began > ended)
         .map(|round| round.took)
         .collect();
     assert!(after.len() > 200, "{}", after.len());
@@ -201,26 +218,14 @@ fn a_member_that_answers_late_but_within_2_s_costs_the_fleet_one_wait() {
             lasting: ms(60_000),
         },
     )];
-    for at in 0..320u64 {
-        let write = Op::Write {
-            member: 1 + (at as u32 % 4),
-            key: (at % 4) as u32,
-            leaves: false,
-        };
-        ops.push((SETTLED + at * 100, write));
-    }
+    ops.extend(writes_through_all_but_0(5, SETTLED, 320));
     scenario.ops = ops.into_iter().map(|(at, op)| (ms(at), op)).collect();
     let outcome = run(&scenario);
     assert_kept(&outcome);
     // Cut at the first write it holds back for ten times what the others take (250 ms at
     // least), not waited for after that: it is let back only once it keeps up.
-    let bound = ms(2_000) + scenario.lease;
-    let ended = super::past_the_fault(&outcome.stats.rounds, 0, bound).expect("writes waited");
-    let after: Vec<Duration> = outcome
-        .stats
-        .rounds
+    let after: Vec<Duration> = rounds_past_member_0s_fault(&outcome, &scenario)
         .iter()
-        .filter(|round| round.began > ended)
         .map(|round| round.took)
         .collect();
     assert!(after.len() > 200, "{}", after.len());
@@ -245,24 +250,13 @@ fn a_member_that_stalls_again_and_again_is_not_let_back_between_stalls() {
         };
         ops.push((SETTLED + 2_000 + stall * 2_000, pause));
     }
-    for at in 0..640u64 {
-        let write = Op::Write {
-            member: 1 + (at as u32 % 4),
-            key: (at % 4) as u32,
-            leaves: false,
-        };
-        ops.push((SETTLED + at * 100, write));
-    }
+    ops.extend(writes_through_all_but_0(5, SETTLED, 640));
     scenario.ops = ops.into_iter().map(|(at, op)| (ms(at), op)).collect();
     let outcome = run(&scenario);
     assert_kept(&outcome);
-    let bound = ms(2_000) + scenario.lease;
-    let ended = super::past_the_fault(&outcome.stats.rounds, 0, bound).expect("writes waited");
-    let waited: Vec<(Duration, Duration)> = outcome
-        .stats
-        .rounds
+    let waited: Vec<(Duration, Duration)> = rounds_past_member_0s_fault(&outcome, &scenario)
         .iter()
-        .filter(|round| round.began > ended && round.took > ms(20))
+        .filter(|round| round.took > ms(20))
         .map(|round| (round.began, round.took))
         .collect();
     assert!(

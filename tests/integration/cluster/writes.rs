@@ -66,6 +66,27 @@ fn signal(fleet: &Fleet, at: usize, signal: &str) {
     assert!(status.success(), "kill -{signal} {pid}");
 }
 
+/// Stops member `at` for `stopped`, then lets it run for `running`, again and again until
+/// the task is aborted (then send it `CONT`).
+fn stall_again_and_again(
+    fleet: &Fleet,
+    at: usize,
+    stopped: Duration,
+    running: Duration,
+) -> tokio::task::JoinHandle<()> {
+    let pid = fleet.node(at).pid().expect("the node runs").to_string();
+    tokio::spawn(async move {
+        loop {
+            for (signal, lasting) in [("-STOP", stopped), ("-CONT", running)] {
+                let _ = std::process::Command::new("kill")
+                    .args([signal, &pid])
+                    .status();
+                tokio::time::sleep(lasting).await;
+            }
+        }
+    })
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_write_through_one_member_is_seen_through_every_other_at_once() {
     let fleet = Fleet::start("fleet-writes", 3).await;
@@ -496,19 +517,12 @@ async fn a_slow_member_costs_each_writer_one_wait_and_then_nothing() {
         .await;
     assert!(fleet.get(2, "slow.bin", None).await.is_ok());
     // Member 2 runs 0.3 s in every 3 s: it answers, but later than a write waits.
-    let pid = fleet.node(2).pid().expect("node 2 runs");
-    let slowing = tokio::spawn(async move {
-        loop {
-            let _ = std::process::Command::new("kill")
-                .args(["-STOP", &pid.to_string()])
-                .status();
-            tokio::time::sleep(Duration::from_millis(2_700)).await;
-            let _ = std::process::Command::new("kill")
-                .args(["-CONT", &pid.to_string()])
-                .status();
-            tokio::time::sleep(Duration::from_millis(300)).await;
-        }
-    });
+    let slowing = stall_again_and_again(
+        &fleet,
+        2,
+        Duration::from_millis(2_700),
+        Duration::from_millis(300),
+    );
     // Writes through members 0 and 1 in turn, one after another.
     let mut took = Vec::new();
     let mut last = Vec::new();
@@ -557,19 +571,12 @@ async fn a_member_that_answers_late_but_within_2_s_costs_each_writer_one_wait_an
         "ten times the usual, 250 ms at least: {deadline}"
     );
     // Member 2 stops for 0.9 s in every second: it answers every write, within 0.9 s.
-    let pid = fleet.node(2).pid().expect("node 2 runs");
-    let slowing = tokio::spawn(async move {
-        loop {
-            let _ = std::process::Command::new("kill")
-                .args(["-STOP", &pid.to_string()])
-                .status();
-            tokio::time::sleep(Duration::from_millis(900)).await;
-            let _ = std::process::Command::new("kill")
-                .args(["-CONT", &pid.to_string()])
-                .status();
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    });
+    let slowing = stall_again_and_again(
+        &fleet,
+        2,
+        Duration::from_millis(900),
+        Duration::from_millis(100),
+    );
     let started = Instant::now();
     let mut writes = Vec::new();
     let mut last = Vec::new();
