@@ -140,6 +140,15 @@ impl BlockBuffer {
         self.bytes.extend_from_slice(chunk);
     }
 
+    /// Bytes gathered so far.
+    pub fn len(&self) -> usize {
+        self.bytes.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.bytes.is_empty()
+    }
+
     /// The block's bytes. A whole block's buffer returns to the pool when they are dropped
     /// (every slice of them).
     pub fn freeze(self) -> Bytes {

@@ -420,6 +420,14 @@ impl BlockCache {
         Ok(Some(Part::whole(bytes.slice(within), Tier::Memory)))
     }
 
+    /// Block `key` of `block_len` bytes when the memory tier holds it, not counted as a
+    /// lookup (a fetch about to start finds a block put there meanwhile).
+    pub fn memory_block(&self, key: &BlockKey, block_len: usize) -> Option<Bytes> {
+        let key = CacheKey::Block(self.generational(key));
+        let entry = self.hybrid.memory().get(&key)?;
+        block_of(&entry, block_len).ok()
+    }
+
     /// Caches a whole block: in memory, and its pieces on disk.
     pub fn insert_block(&self, key: BlockKey, bytes: Bytes) {
         let key = self.generational(&key);

@@ -17,6 +17,7 @@ use super::fetch::BlockFetch;
 use super::fills::FillSlots;
 use super::hedge::Hedger;
 use super::integrity::Integrity;
+use super::stream::{Interest, Streams};
 use super::verify::Verifier;
 use super::{Internal, ReadError, Target};
 use crate::budget::{Charge, MemoryBudget};
@@ -50,6 +51,8 @@ struct Inner {
     integrity: Integrity,
     /// Verify mode, when it is on.
     verifier: Option<Verifier>,
+    /// The origin streams that bring many blocks of a read at once.
+    streams: Streams,
     /// For each block being looked up, the latch its lookups share (see
     /// [`Blocks::answer_latch`]).
     answers: parking_lot::Mutex<HashMap<BlockKey, ResponseHead>>,
@@ -64,6 +67,12 @@ impl Blocks {
         peers: Option<Arc<dyn Peers>>,
         (integrity, verifier): (Integrity, Option<Verifier>),
     ) -> Self {
+        let streams = Streams::new(
+            source.clone(),
+            cache.clone(),
+            (integrity.clone(), fills.clone(), fill_threads.clone()),
+            metrics.clone(),
+        );
         Self {
             inner: Arc::new(Inner {
                 cache,
@@ -75,6 +84,7 @@ impl Blocks {
                 peers,
                 integrity,
                 verifier,
+                streams,
                 answers: parking_lot::Mutex::default(),
             }),
         }
@@ -130,6 +140,26 @@ impl Blocks {
             key: key.clone(),
             latch,
         }
+    }
+
+    /// Opens the origin streams that bring the blocks `wanted` of `target` the cache does
+    /// not hold (nor `discovered`), and joins those under way that bring some (see
+    /// `stream.rs`); the read holds the interests while it needs the blocks. In cluster
+    /// mode blocks are fetched by block, each by its owner (docs/cluster.md).
+    pub(super) fn open_streams(
+        &self,
+        target: &Target,
+        wanted: std::ops::RangeInclusive<BlockIndex>,
+        discovered: &Discovered,
+    ) -> Vec<Interest> {
+        if self.inner.peers.is_some() {
+            return Vec::new();
+        }
+        let held = |index| {
+            discovered.block(index).is_some()
+                || self.holds(&target.key(index), target.layout.block_len(index))
+        };
+        self.inner.streams.open(target, wanted, held)
     }
 
     /// The part of block `index` of `target` inside `bytes`: from a block the metadata
@@ -380,12 +410,19 @@ impl Blocks {
                 fills: self.inner.fills.clone(),
             };
             let blocks = self.clone();
+            let streams = self.inner.streams.clone();
             move || {
                 // Created where the lookup starts the fetch, so it is the lookup's child
                 // even though the fetch runs in a task of its own.
                 let span = tracing::info_span!(target: TRACE_TARGET, "upstream.fetch", http.range = %range.header_value(), peer = owner.as_ref().map(|(_, peer)| tracing::field::display(peer.clone())));
                 let threads = blocks.inner.fill_threads.clone();
                 let run = async move {
+                    // A block an origin stream brings is not asked for again.
+                    if owner.is_none()
+                        && let Some(result) = fetch.streamed(&streams).await
+                    {
+                        return result;
+                    }
                     // The owner is asked first; a hedge goes to the source.
                     let mut owner = owner;
                     blocks

@@ -10,6 +10,7 @@ use super::Target;
 use super::block::Owner;
 use super::fills::FillSlots;
 use super::integrity::Integrity;
+use super::stream::{Joined, Streams};
 use crate::checksum::{Algorithm, Crc};
 use crate::object::ObjectMeta;
 use crate::source::{BlockSource, PeerError, ResponseHead, UpstreamError};
@@ -54,6 +55,26 @@ impl BlockFetch {
                 fetch.await
             }
         }
+    }
+
+    /// The block from the origin stream that brings it, when one does and the block is
+    /// not too far ahead of it; `None`: fetch it.
+    pub(super) async fn streamed(&self, streams: &Streams) -> Option<Result<Bytes, UpstreamError>> {
+        let result = match streams.join(&self.target, self.index) {
+            Joined::Uncovered | Joined::Alone => return None,
+            Joined::Arrived(bytes) => Ok(bytes),
+            Joined::Waiting(waiting) => match waiting.block().await {
+                Some(result) => result,
+                None => {
+                    self.metrics.streams.count_alone();
+                    return None;
+                }
+            },
+        };
+        if result.is_ok() {
+            self.answered.arrived();
+        }
+        Some(result)
     }
 
     /// The block from `owner` when one is given and answers, else from the source; a

@@ -21,6 +21,7 @@ use super::lookup::{self, Lookup, failed};
 use super::manage::{self, KnownVersion};
 use super::metadata::{Metadata, MetadataParts};
 use super::prefetch::Prefetcher;
+use super::stream::Interest;
 use super::verify::Verifier;
 use super::writes::{self, AdmitError};
 use super::{
@@ -380,6 +381,11 @@ impl ReadPath {
     ) -> Result<(BodyStream, Arc<Tally>, CacheStatus), ReadError> {
         let target = Target::new(object, meta.clone(), self.block_size).for_fill(fill);
         let first_index = target.layout.block_of(bytes.first());
+        // Before any lookup or prefetch: those of the blocks the streams bring wait for
+        // them.
+        let streams =
+            self.blocks
+                .open_streams(&target, target.layout.blocks_for(bytes), &discovered);
         // Before waiting for the first block: a sequential reader catching up with the
         // prefetches waits here, and the fetch slots freed meanwhile refill at once
         // instead of idling until its block arrives.
@@ -430,6 +436,10 @@ impl ReadPath {
         let status = CacheStatus::new(&discovered, Some(first_block.tier));
         let tally = Arc::new(Tally::default());
         let first = (first_block, check);
+        let ahead = Ahead {
+            lookups: ahead,
+            streams,
+        };
         let body = self.stream(target, bytes, first, ahead, discovered, tally.clone());
         Ok((body, tally, status))
     }
@@ -444,7 +454,7 @@ impl ReadPath {
         target: Target,
         bytes: ByteRange,
         (first_block, mut check): (Part, Option<ResponseCheck>),
-        ahead: Vec<(BlockIndex, Lookup)>,
+        Ahead { lookups, streams }: Ahead,
         discovered: Discovered,
         tally: Arc<Tally>,
     ) -> BodyStream {
@@ -457,7 +467,7 @@ impl ReadPath {
         // The next blocks memory holds, as many as the stream reads ahead: when they are
         // all the rest, the body holds them from the start and is written whole at once;
         // otherwise the stream takes them as lookups already ended, within its readahead.
-        let mut ahead = ahead;
+        let mut ahead = lookups;
         if ahead.is_empty() && !ready.failed() {
             let held = self.held_ahead(&target, blocks.clone(), bytes);
             let rest = if blocks.is_empty() {
@@ -486,6 +496,8 @@ impl ReadPath {
         let this = self.clone();
         let request = tracing::Span::current();
         let task = async move {
+            // The streams run while the body needs their blocks.
+            let _streams = streams;
             let metrics = &this.metrics;
             let readahead = this.readahead_blocks;
             let budget = &this.budget;
@@ -555,4 +567,11 @@ impl ReadPath {
             })
             .collect()
     }
+}
+
+/// What a GET started before its first block was read: the lookups of the blocks after it
+/// (within the readahead), and its holds on the origin streams that bring its blocks.
+struct Ahead {
+    lookups: Vec<(BlockIndex, Lookup)>,
+    streams: Vec<Interest>,
 }

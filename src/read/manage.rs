@@ -11,7 +11,7 @@ use std::sync::Arc;
 use futures::StreamExt;
 
 use super::block::Blocks;
-use super::discovered::FirstRead;
+use super::discovered::{Discovered, FirstRead};
 use super::fills::{FillClass, FillFor};
 use super::metadata::Metadata;
 use super::{Internal, ReadError, Target};
@@ -106,6 +106,12 @@ pub(super) async fn warm(
         tenant: blocks.default_tenant(),
         class: FillClass::Warm,
     });
+    // The blocks come in origin streams, held until the warm ends.
+    let _streams = blocks.open_streams(
+        &target,
+        target.layout.blocks_for(bytes),
+        &Discovered::default(),
+    );
     let layout = target.layout;
     let mut fetches = futures::stream::iter(layout.blocks_for(bytes))
         .map(|index| {

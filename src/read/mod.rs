@@ -64,6 +64,7 @@ mod manage;
 mod metadata;
 mod prefetch;
 mod status;
+mod stream;
 mod uncached;
 mod verify;
 mod writes;

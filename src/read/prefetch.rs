@@ -20,6 +20,7 @@ use tokio::time::Instant;
 
 use super::Target;
 use super::block::Blocks;
+use super::discovered::Discovered;
 use super::fills::FillClass;
 use crate::budget::MemoryBudget;
 use crate::shutdown::Shutdown;
@@ -235,6 +236,7 @@ impl Prefetcher {
         let observation = detector.observe(key, target.layout, bytes, free);
         metrics.count_prefetch(PrefetchOutcome::Used, observation.used);
         metrics.count_prefetch(PrefetchOutcome::Wasted, observation.wasted);
+        let mut issued = Vec::new();
         for index in observation.prefetch {
             let room = budget.try_reserve(target.layout.block_len(index));
             let (Ok(slot), Some(charge)) = (slots.clone().try_acquire_owned(), room) else {
@@ -242,8 +244,23 @@ impl Prefetcher {
                 continue;
             };
             metrics.count_prefetch(PrefetchOutcome::Issued, 1);
+            issued.push((index, slot, charge));
+        }
+        let target = target.of_class(FillClass::Prefetch);
+        // The blocks issued together come in origin streams, held until each is cached.
+        let streams = match (issued.first(), issued.last()) {
+            (Some((first, ..)), Some((last, ..))) => {
+                let none = Discovered::default();
+                self.inner
+                    .blocks
+                    .open_streams(&target, *first..=*last, &none)
+            }
+            _ => Vec::new(),
+        };
+        let streams = Arc::new(streams);
+        for (index, slot, charge) in issued {
             let this = self.inner.clone();
-            let target = target.of_class(FillClass::Prefetch);
+            let (target, streams) = (target.clone(), streams.clone());
             tokio::spawn(async move {
                 let fetched = this.shutdown.run(this.blocks.ensure_block(&target, index));
                 if let Some(Err(error)) = fetched.await {
@@ -251,7 +268,7 @@ impl Prefetcher {
                     tracing::debug!(%object, index, %error, "prefetch failed");
                 }
                 // Once cached, the block is the cache's to account for.
-                drop((slot, charge));
+                drop((slot, charge, streams));
             });
         }
     }

@@ -17,7 +17,7 @@ use super::{BodyStream, ReadError, Tally, abort};
 use crate::budget::Charge;
 use crate::cache::Tier;
 use crate::object::ObjectMeta;
-use crate::source::{BlockSource, UpstreamError};
+use crate::source::{BlockSource, ResponseHead, UpstreamError};
 use crate::telemetry::{Metrics, ServedFrom};
 use crate::types::{ByteRange, ObjectRef};
 
@@ -32,7 +32,7 @@ pub(super) async fn stream_uncached(
     charge: Charge,
 ) -> Result<(BodyStream, Arc<Tally>), ReadError> {
     let mut read = source
-        .stream(object, bytes)
+        .stream(object, bytes, None, &ResponseHead::default())
         .await
         .map_err(ReadError::from_upstream)?;
     let same_object = read.meta.etag.is_empty()

@@ -51,12 +51,16 @@ pub trait BlockSource: Send + Sync + 'static {
         head: &ResponseHead,
     ) -> Result<RangeRead, UpstreamError>;
 
-    /// `range` of `object`, its bytes handed on as they arrive (reads that are never
-    /// cached).
+    /// `range` of `object`, its bytes handed on as they arrive: for reads that are never
+    /// cached, and for a cold read's blocks, many in one request. With `if_match`, only
+    /// that version's bytes; a version that changes after the answer began is still sent
+    /// to its end, as S3 sends it. `head` learns when the answer started to arrive.
     async fn stream(
         &self,
         object: &ObjectRef,
         range: ByteRange,
+        if_match: Option<&str>,
+        head: &ResponseHead,
     ) -> Result<StreamedRead, UpstreamError>;
 }
 

@@ -186,6 +186,8 @@ pub struct Metrics {
     pub tenants: TenantMetrics,
     /// Writes: clients that hung up, fleet rounds, members cut off.
     pub writes: WriteMetrics,
+    /// Origin streams: opened, how they ended, the blocks they brought.
+    pub streams: StreamMetrics,
     /// The cost ledger: origin traffic against what was served, by bucket and tenant.
     pub ledger: Ledger,
 }
@@ -251,6 +253,7 @@ impl Metrics {
             integrity: IntegrityMetrics::default(),
             tenants: TenantMetrics::default(),
             writes: WriteMetrics::default(),
+            streams: StreamMetrics::default(),
             ledger: Ledger::default(),
         };
         register::register_all(&mut registry, &metrics);
@@ -492,11 +495,13 @@ impl Metrics {
 mod integrity;
 mod ledger;
 mod register;
+mod streams;
 mod tenants;
 mod writes;
 
 pub use integrity::IntegrityMetrics;
 pub use ledger::{Ledger, RequestKind};
+pub use streams::{StreamEnd, StreamMetrics};
 pub use tenants::TenantMetrics;
 pub use writes::WriteMetrics;
 

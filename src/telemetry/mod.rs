@@ -14,7 +14,7 @@ pub use labels::{
     BlockLookup, BudgetWait, EventRecord, EventRejection, HedgeOutcome, InvalidationResult,
     ListingLookup, MetadataLookup, PeerResult, PrefetchOutcome, ServedFrom,
 };
-pub use metrics::{Metrics, RequestKind};
+pub use metrics::{Metrics, RequestKind, StreamEnd};
 
 /// Lets a repeated log line through at most once per interval (the first at once), so a
 /// failure every request meets is logged, not repeated per request.

@@ -201,16 +201,17 @@ impl Upstream {
         ))
     }
 
-    /// GETs `range` of `object` and returns its bytes as they arrive, for a read that is
-    /// not cached; counted like [`Upstream::get_range`] once the head arrives.
+    /// GETs `range` of `object` (with `if_match`, only that version) and returns its
+    /// bytes as they arrive; counted like [`Upstream::get_range`] once the head arrives.
     pub async fn stream_range(
         &self,
         object: &ObjectRef,
         range: ByteRange,
+        if_match: Option<&str>,
+        head: &ResponseHead,
     ) -> Result<StreamedRead, UpstreamError> {
-        let head = ResponseHead::default();
         let range = range.header_value();
-        let exchange = self.open_range(object, &range, None, u64::MAX, &head);
+        let exchange = self.open_range(object, &range, if_match, u64::MAX, head);
         let opened = self.counted_get(&range, exchange).await?;
         Ok(self.streamed(opened))
     }

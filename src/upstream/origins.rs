@@ -207,15 +207,37 @@ impl BlockSource for Origins {
         }
     }
 
-    /// Never fails over: nothing names the version of an object without an ETag.
+    /// Fails over only for a version `if_match` names: nothing names the version of an
+    /// object without an ETag.
     async fn stream(
         &self,
         object: &ObjectRef,
         range: ByteRange,
+        if_match: Option<&str>,
+        head: &ResponseHead,
     ) -> Result<StreamedRead, UpstreamError> {
-        self.for_bucket(object.bucket())
+        let primary = self.for_bucket(object.bucket());
+        let error = match primary
             .upstream
-            .stream_range(object, range)
+            .stream_range(object, range, if_match, head)
             .await
+        {
+            Err(error) if if_match.is_some() => error,
+            answer => return answer,
+        };
+        let Some((fallback, mapped)) = self.fallback_for(primary, object, &error) else {
+            return Err(error);
+        };
+        match fallback
+            .upstream
+            .stream_range(&mapped, range, if_match, head)
+            .await
+        {
+            Ok(read) => Ok(read),
+            Err(answer) => {
+                tracing::warn!(%object, primary = %primary.name, fallback = %fallback.name, %error, %answer, "upstream failed and its fallback could not stream the version; reporting the upstream's error");
+                Err(error)
+            }
+        }
     }
 }

@@ -248,6 +248,13 @@ impl Forwarder {
         self.counters.latency_nanos.store(nanos, Ordering::SeqCst);
     }
 
+    /// From now on, every successful object GET's body is sent at most `bytes_per_second`
+    /// fast, each response on its own (an origin far away, or busy); `None` stops it.
+    pub fn limit_rate(&self, bytes_per_second: Option<u64>) {
+        let rate = bytes_per_second.unwrap_or(0);
+        self.counters.rate.store(rate, Ordering::SeqCst);
+    }
+
     /// Requests forwarded and response body bytes (by `Content-Length`) since the last
     /// call, and reset both.
     pub fn take_counts(&self) -> (u64, u64) {
@@ -302,6 +309,8 @@ struct Counters {
     lost_write_answers: AtomicUsize,
     /// The offset of the byte inverted in every successful body; `u64::MAX`: none.
     flip_at: AtomicU64,
+    /// Bytes per second each successful object GET's body is sent at most; 0: no limit.
+    rate: AtomicU64,
 }
 
 impl Default for Counters {
@@ -313,6 +322,7 @@ impl Default for Counters {
             bytes: AtomicU64::default(),
             lost_write_answers: AtomicUsize::default(),
             flip_at: AtomicU64::new(u64::MAX),
+            rate: AtomicU64::default(),
         }
     }
 }
@@ -354,6 +364,7 @@ impl Shared {
             .filter(|_| observed.is_object())
             .and_then(|queue| queue.lock().unwrap().pop_front());
         let object_put = observed.method == "PUT" && observed.is_object();
+        let object_get = observed.method == "GET" && observed.is_object();
         self.seen.lock().unwrap().push(observed);
         let mut unfinished = Unfinished(Some(self.cancelled.clone()));
         match fault {
@@ -419,13 +430,36 @@ impl Shared {
                 | Fault::LongBody(_)
                 | Fault::FlipByte(_)),
             ) => damage_body(response, fault).await?,
-            _ => response.map(BodyExt::boxed),
+            _ => {
+                let rate = self.counters.rate.load(Ordering::Relaxed);
+                let limited = rate > 0 && !is_head && object_get && response.status().is_success();
+                match limited {
+                    true => response.map(|body| throttled(body, rate)),
+                    false => response.map(BodyExt::boxed),
+                }
+            }
         };
         if self.counters.strip_etags.load(Ordering::Relaxed) {
             response.headers_mut().remove(http::header::ETAG);
         }
         Ok(response)
     }
+}
+
+/// `body`, each frame sent no sooner than `rate` bytes per second since the first allows.
+fn throttled(body: Incoming, rate: u64) -> BoxBody<Bytes, hyper::Error> {
+    let started = tokio::time::Instant::now();
+    let frames = futures::stream::unfold((body, 0u64), move |(mut body, sent)| async move {
+        let frame = body.frame().await?;
+        let sent = match &frame {
+            Ok(frame) => sent + frame.data_ref().map_or(0, |data| data.len() as u64),
+            Err(_) => sent,
+        };
+        let due = started + std::time::Duration::from_secs_f64(sent as f64 / rate as f64);
+        tokio::time::sleep_until(due).await;
+        Some((frame, (body, sent)))
+    });
+    http_body_util::StreamBody::new(frames).boxed()
 }
 
 /// `response` with its body damaged as `fault` says.

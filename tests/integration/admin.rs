@@ -70,7 +70,7 @@ async fn purge_of_a_key_or_prefix_sends_the_next_get_upstream() {
     assert_eq!(status, 200, "{purged}");
     assert_eq!(purged, json!({ "objects": 1, "blocks": 3 }));
     assert!(rig.get("logs/a.bin", None).await == data);
-    assert_eq!(rig.upstream_gets(), 3, "the purged key is read again");
+    assert_eq!(rig.upstream_blocks(), 3, "the purged key is read again");
     rig.forwarder.take();
     assert!(rig.get("logs/b.bin", None).await == data);
     assert_eq!(rig.upstream_gets(), 0, "other keys stay cached");
@@ -87,7 +87,7 @@ async fn purge_of_a_key_or_prefix_sends_the_next_get_upstream() {
     assert!(rig.get("other/c.bin", None).await == data);
     assert_eq!(rig.upstream_gets(), 0, "outside the prefix stays cached");
     assert!(rig.get("logs/b.bin", None).await == data);
-    assert_eq!(rig.upstream_gets(), 3, "inside the prefix is read again");
+    assert_eq!(rig.upstream_blocks(), 3, "inside the prefix is read again");
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -120,7 +120,7 @@ async fn a_purge_holds_across_a_restart_and_counts_what_it_removed() {
     rig.forwarder.take();
     assert!(rig.get("purged.bin", None).await == data);
     assert_eq!(
-        rig.upstream_gets(),
+        rig.upstream_blocks(),
         4,
         "every block of the purged object came from the upstream: {:#?}",
         rig.forwarder.take()
@@ -184,7 +184,7 @@ async fn warm_of_a_prefix_fills_the_cache_and_reports_progress() {
         percents.windows(2).all(|pair| pair[0] <= pair[1]),
         "progress only grows: {percents:?}"
     );
-    assert_eq!(rig.upstream_gets(), 6, "3 + 3 blocks, each fetched once");
+    assert_eq!(rig.upstream_blocks(), 6, "3 + 3 blocks, each fetched once");
 
     rig.forwarder.take();
     assert!(rig.get("set/one.bin", None).await == first);
@@ -197,7 +197,7 @@ async fn warm_of_a_prefix_fills_the_cache_and_reports_progress() {
     assert_eq!(rig.upstream_heads(), 0, "with their metadata");
     assert!(rig.get("elsewhere.bin", None).await == first);
     assert_eq!(
-        rig.upstream_gets(),
+        rig.upstream_blocks(),
         3,
         "nothing outside the prefix was warmed"
     );

@@ -149,7 +149,7 @@ async fn a_byte_the_origin_flips_is_caught_the_object_purged_and_never_served_wh
         body == data,
         "the bytes read after the purge are the object's"
     );
-    assert!(rig.upstream_gets() >= 4, "every block was fetched again");
+    assert!(rig.upstream_blocks() >= 4, "every block was fetched again");
     assert_eq!(portico.metric(VERIFIED).await, 1.0);
 
     // Ranged readers: a block flipped before its object is complete cannot be judged

@@ -9,6 +9,7 @@ mod auth;
 mod clients;
 mod cluster;
 mod coalescing;
+mod cold_reads;
 mod conditionals;
 mod conformance;
 mod corruption;

@@ -64,11 +64,11 @@ async fn a_dataset_that_fits_the_disk_tier_read_twice_costs_no_upstream_get_the_
     .await;
     let dataset = upload(&rig, "data", 10, 4 * MIB).await;
     read_all(&rig, &dataset).await;
-    let first = rig.upstream_gets();
+    let first = rig.upstream_blocks();
     assert!(first >= 40, "the first pass fetched {first} blocks of 40");
     read_all(&rig, &dataset).await;
     assert_eq!(
-        rig.upstream_gets() - first,
+        rig.upstream_blocks() - first,
         0,
         "the second pass fetched blocks from the upstream again"
     );

@@ -281,14 +281,36 @@ impl BlockSource for MemorySource {
         Ok(RangeRead { meta, first, body })
     }
 
+    /// A pinned stream (a cold read's blocks) is logged as the GET it is; an unpinned one
+    /// (an object without an ETag) as a stream.
     async fn stream(
         &self,
         object: &ObjectRef,
         range: ByteRange,
+        if_match: Option<&str>,
+        head: &ResponseHead,
     ) -> Result<StreamedRead, UpstreamError> {
         let key = object.key().to_owned();
-        self.answer(Call::Stream { key }).await?;
-        let (meta, body) = self.object(object.key())?;
+        let header = range.header_value();
+        let held = self.holds.lock().remove(&(key.clone(), header.clone()));
+        if let Some(held) = held {
+            let _ = held.await;
+        }
+        // Like S3, the version is the one the object had when the request arrived.
+        let arrived = self.object(object.key());
+        let call = match if_match {
+            Some(_) => Call::Get { key, range: header },
+            None => Call::Stream { key },
+        };
+        self.answer(call).await?;
+        let (meta, body) = arrived?;
+        if if_match.is_some_and(|etag| etag != meta.etag) {
+            return Err(UpstreamError::PreconditionFailed { request_id: None });
+        }
+        if range.last() >= meta.size {
+            return Err(UpstreamError::InvalidRange { request_id: None });
+        }
+        head.arrived();
         let bytes = body.slice(range.first() as usize..=range.last() as usize);
         let chunks = futures::stream::iter([Ok(bytes)]);
         Ok(StreamedRead::new(

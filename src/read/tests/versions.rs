@@ -42,29 +42,30 @@ async fn the_blocks_after_the_first_are_asked_for_with_it_so_an_overwrite_after_
     assert!(bytes == first, "the version the read started with");
 }
 
-/// An overwrite lands between the fetches a read starts at once (block 1 answered,
-/// block 2 not yet sent): the read's headers wait for every answer, so it starts over on
-/// the new version instead of cutting its body off.
+/// An overwrite lands between the requests a read starts at once (block 0 with the
+/// metadata answered, the stream of blocks 1 and 2 not yet sent): the read's headers wait
+/// for every answer, so it starts over on the new version instead of cutting its body off.
 #[tokio::test(start_paused = true)]
 async fn an_overwrite_between_a_read_s_first_fetches_restarts_it_before_its_headers() {
     let source = Arc::new(MemorySource::default());
     source.put("model", body(3 * BLOCK as usize, 1), 1);
     let second = body(3 * BLOCK as usize, 2);
     let read = read_path(&source, settings()).await;
-    let release = source.hold_next("model", &block_range(2));
+    let rest = format!("bytes={BLOCK}-{}", 3 * BLOCK - 1);
+    let release = source.hold_next("model", &rest);
     let reader = tokio::spawn({
         let read = read.clone();
         async move { get_plain(&read, &object("model"), None).await }
     });
     tokio::time::sleep(LATENCY * 5).await;
     assert_eq!(
-        source.gets_of("model", &block_range(1)),
+        source.gets_of("model", &block_range(0)),
         1,
-        "block 1 answered"
+        "block 0 answered"
     );
     assert!(
         !reader.is_finished(),
-        "the headers wait for block 2's answer"
+        "the headers wait for the stream's answer"
     );
     source.put("model", second.clone(), 2);
     release.send(()).unwrap();
@@ -168,4 +169,34 @@ async fn conditions_are_judged_before_a_byte_is_read() {
     let (bytes, error) = collect(answer).await;
     assert_eq!(error, None);
     assert!(bytes == data, "the whole object, not the range");
+}
+
+/// A cold read of many blocks (more than the readahead) in an unversioned bucket, its
+/// object overwritten after its headers: the blocks come in streams the origin began
+/// before the overwrite, so the read completes with the version it announced, in a few
+/// requests rather than one a block.
+#[tokio::test(start_paused = true)]
+async fn a_long_cold_read_overtaken_by_an_overwrite_completes_with_its_version() {
+    let source = Arc::new(MemorySource::default());
+    let first = body(20 * BLOCK as usize + 33, 1);
+    source.put("model", first.clone(), 1);
+    let read = read_path(&source, settings()).await;
+    let answer = get_plain(&read, &object("model"), None).await.unwrap();
+    source.put("model", body(20 * BLOCK as usize + 33, 2), 2);
+    let (bytes, error) = collect(answer).await;
+    assert_eq!(error, None, "the read was cut off");
+    assert!(bytes == first, "the version the read started with");
+    let calls = source.calls();
+    assert!(
+        calls.len() <= 1 + crate::read::stream::STREAMS_PER_READ,
+        "{calls:?}"
+    );
+    // Every whole block once (the last, short one is not a whole block).
+    for index in 0..20 {
+        assert_eq!(
+            fetches_of(&source, "model", index),
+            1,
+            "block {index}: {calls:?}"
+        );
+    }
 }

@@ -17,6 +17,7 @@ pub(super) fn register_all(registry: &mut Registry, metrics: &Metrics) {
     listings_and_events(registry, metrics);
     metrics.integrity.register(registry);
     metrics.writes.register(registry);
+    metrics.streams.register(registry);
     metrics.tenants.register(registry);
     metrics.ledger.register(registry);
 }
@@ -365,6 +366,7 @@ pub(super) fn start_known_series_at_zero(metrics: &Metrics) {
     }));
     metrics.integrity.start_at_zero();
     metrics.writes.start_at_zero();
+    metrics.streams.start_at_zero();
     // The tenant of requests without a credential (`crate::tenant::DEFAULT_TENANT`).
     metrics.tenants.start_at_zero("default");
 }

@@ -174,6 +174,17 @@ impl Rig {
         self.forwarder.object_requests("GET").len()
     }
 
+    /// Blocks the object GETs the upstream received since the last `take` asked for,
+    /// by their ranges: one per block fetched alone, many per origin stream.
+    pub fn upstream_blocks(&self) -> usize {
+        let block = parse_size(self.settings.block_size);
+        self.forwarder
+            .object_requests("GET")
+            .iter()
+            .map(|seen| blocks_asked(seen, block))
+            .sum()
+    }
+
     pub fn upstream_heads(&self) -> usize {
         self.forwarder.object_requests("HEAD").len()
     }
@@ -276,4 +287,30 @@ pub async fn enable_versioning(direct: &Client, bucket: &str) {
 
 pub fn crc32_base64(data: &[u8]) -> String {
     aws_smithy_types::base64::encode(crc32fast::hash(data).to_be_bytes())
+}
+
+/// Bytes in a size as the settings spell it (`1MiB`, `64KiB`).
+fn parse_size(size: &str) -> usize {
+    let (number, unit) = size.split_at(
+        size.find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(size.len()),
+    );
+    let number: usize = number.parse().expect("a size");
+    number
+        * match unit {
+            "KiB" => 1024,
+            "MiB" => 1024 * 1024,
+            "" => 1,
+            other => panic!("size unit {other}"),
+        }
+}
+
+/// The blocks of `block` bytes a GET the upstream received asked for, by its range (one
+/// without a range: one).
+pub fn blocks_asked(seen: &portico_testkit::forwarder::Seen, block: usize) -> usize {
+    let range = seen.range.as_deref().and_then(|range| {
+        let (first, last) = range.strip_prefix("bytes=")?.split_once('-')?;
+        Some((first.parse::<usize>().ok()?, last.parse::<usize>().ok()?))
+    });
+    range.map_or(1, |(first, last)| (last - first + 1).div_ceil(block))
 }

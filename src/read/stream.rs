@@ -1,0 +1,522 @@
+//! Origin streams ([`Streams`]): a read's uncached blocks asked of the origin in a few GETs
+//! started at once, each covering many blocks, rather than one GET per block.
+//!
+//! When a GET starts, the blocks of its range that the cache does not hold (nor a stream
+//! already brings) are split into runs of consecutive blocks; each run of two blocks or
+//! more is asked for in at most [`STREAMS_PER_READ`] ranged GETs of at least
+//! [`BLOCKS_PER_STREAM`] blocks, pinned to the version the read announced (`If-Match`, and
+//! the version id when the bucket has one). A stream cuts its bytes into blocks as they
+//! arrive; each whole block is checked (`integrity.rs`) and goes to the lookups waiting
+//! for it, or else into the cache. A GET the origin began before an overwrite sends the
+//! old version to its end, as S3 does, so a long cold read that an overwrite overtakes
+//! completes with the version it announced.
+//!
+//! Coalescing across streams: while a stream will bring a block, a lookup of that block
+//! (the one that leads its fetch: `cache.rs` coalesces the others behind it) waits for the
+//! stream instead of asking the origin again, unless the block is more than
+//! [`WAIT_AHEAD_BLOCKS`] past the block the stream is filling: such a reader fetches the
+//! block alone (`portico_stream_blocks_total{outcome="alone"}`), as it does when the
+//! stream stopped or failed other than by a changed version.
+//!
+//! Bounds: a stream holds one partial block in memory (its bytes go to the cache block by
+//! block) and one fill slot of its opener's tenant, as a block fetch does; its bytes are
+//! charged to that tenant. A stream stops within a block once no reader is left (every GET
+//! that opened or joined it ended, and no lookup waits for one of its blocks), keeping
+//! the blocks it completed.
+
+use std::collections::HashMap;
+use std::ops::RangeInclusive;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
+use bytes::Bytes;
+use tokio::sync::{Notify, oneshot};
+use tracing::Instrument;
+
+use super::Target;
+use super::fetch::pinned;
+use super::fills::FillSlots;
+use super::integrity::Integrity;
+use crate::buffers::BlockBuffers;
+use crate::cache::{BlockCache, BlockKey};
+use crate::fill_threads::FillThreads;
+use crate::source::{BlockSource, ResponseHead, StreamedRead, UpstreamError};
+use crate::telemetry::{Metrics, StreamEnd, TRACE_TARGET};
+use crate::tenant::{Charge, charged};
+use crate::types::{BlockIndex, ByteRange};
+
+/// Streams one read starts at most (more runs of uncached blocks are fetched by block).
+pub(super) const STREAMS_PER_READ: usize = 4;
+/// Blocks a stream covers at least when a run is split between several.
+pub(super) const BLOCKS_PER_STREAM: u64 = 4;
+/// How far past the block a stream is filling a lookup still waits for it.
+pub(super) const WAIT_AHEAD_BLOCKS: u64 = 8;
+/// Blocks a stream completed that a lookup still finds with it (a lookup that missed the
+/// cache just before the stream put the block there).
+const KEPT_BEHIND: u64 = 2;
+
+/// The origin streams under way. Cheap to clone.
+#[derive(Clone)]
+pub(super) struct Streams {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    source: Arc<dyn BlockSource>,
+    cache: BlockCache,
+    integrity: Integrity,
+    fills: FillSlots,
+    fill_threads: FillThreads,
+    metrics: Arc<Metrics>,
+    /// Every block a stream under way brings, or completed lately.
+    blocks: parking_lot::Mutex<HashMap<BlockKey, Slot>>,
+}
+
+struct Slot {
+    flow: Arc<Flow>,
+    state: State,
+}
+
+enum State {
+    /// Still to arrive; the lookups waiting for it.
+    Coming(Vec<oneshot::Sender<Delivery>>),
+    /// Arrived, and also in the cache.
+    Arrived(Bytes),
+}
+
+/// A block a lookup waited for, or why it did not come.
+type Delivery = Result<Bytes, Undelivered>;
+
+#[derive(Debug, Clone)]
+enum Undelivered {
+    /// The origin's answer for the version: it changed, or is gone.
+    Refused(UpstreamError),
+    /// The stream stopped or broke off before the block: the lookup fetches it alone.
+    Stopped,
+}
+
+/// One stream's progress, shared with the lookups and reads that wait for it.
+struct Flow {
+    /// The block it is filling.
+    filling: AtomicU64,
+    /// Reads that opened or joined it and lookups waiting for one of its blocks.
+    readers: AtomicUsize,
+    /// Told when the last reader leaves.
+    left: Notify,
+}
+
+/// A read's hold on a stream: the stream runs while one is held.
+pub(super) struct Interest(Arc<Flow>);
+
+impl Interest {
+    fn new(flow: &Arc<Flow>) -> Self {
+        flow.readers.fetch_add(1, Ordering::AcqRel);
+        Self(flow.clone())
+    }
+}
+
+impl Drop for Interest {
+    fn drop(&mut self) {
+        if self.0.readers.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.0.left.notify_one();
+        }
+    }
+}
+
+/// What a lookup of a block finds among the streams.
+pub(super) enum Joined {
+    /// No stream brings it: fetch it.
+    Uncovered,
+    /// A stream brings it, too far ahead to wait for: fetch it alone.
+    Alone,
+    /// A stream brought it a moment ago.
+    Arrived(Bytes),
+    /// A stream will bring it.
+    Waiting(Waiting),
+}
+
+/// A lookup waiting for a stream's block.
+pub(super) struct Waiting {
+    delivery: oneshot::Receiver<Delivery>,
+    _interest: Interest,
+}
+
+impl Waiting {
+    /// The block; `None` when the stream stopped before it (fetch it alone).
+    pub(super) async fn block(self) -> Option<Result<Bytes, UpstreamError>> {
+        match self.delivery.await {
+            Ok(Ok(bytes)) => Some(Ok(bytes)),
+            Ok(Err(Undelivered::Refused(error))) => Some(Err(error)),
+            Ok(Err(Undelivered::Stopped)) | Err(_) => None,
+        }
+    }
+}
+
+impl Streams {
+    pub(super) fn new(
+        source: Arc<dyn BlockSource>,
+        cache: BlockCache,
+        (integrity, fills, fill_threads): (Integrity, FillSlots, FillThreads),
+        metrics: Arc<Metrics>,
+    ) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                source,
+                cache,
+                integrity,
+                fills,
+                fill_threads,
+                metrics,
+                blocks: parking_lot::Mutex::default(),
+            }),
+        }
+    }
+
+    /// Opens the streams that bring the blocks `wanted` of `target` for a read, but those
+    /// `held` says the read has (cached, or discovered with the metadata), and joins the
+    /// streams under way that bring some of them. The read keeps the interests while it
+    /// needs their blocks.
+    pub(super) fn open(
+        &self,
+        target: &Target,
+        wanted: RangeInclusive<BlockIndex>,
+        held: impl Fn(BlockIndex) -> bool,
+    ) -> Vec<Interest> {
+        let needed: Vec<(BlockIndex, bool)> = wanted.map(|index| (index, held(index))).collect();
+        let mut interests: Vec<Interest> = Vec::new();
+        let mut runs: Vec<RangeInclusive<BlockIndex>> = Vec::new();
+        {
+            let mut blocks = self.inner.blocks.lock();
+            let mut run: Option<RangeInclusive<BlockIndex>> = None;
+            for (index, held) in needed {
+                let flow = blocks.get(&target.key(index)).map(|slot| &slot.flow);
+                if held || flow.is_some() {
+                    runs.extend(run.take());
+                }
+                if let Some(flow) = flow
+                    && !interests.iter().any(|held| Arc::ptr_eq(&held.0, flow))
+                {
+                    interests.push(Interest::new(flow));
+                }
+                if !held && flow.is_none() {
+                    run = Some(run.map_or(index..=index, |run| *run.start()..=index));
+                }
+            }
+            runs.extend(run);
+            let mut parts = split(&runs);
+            for part in &mut parts {
+                let flow = Arc::new(Flow {
+                    filling: AtomicU64::new(*part.start()),
+                    readers: AtomicUsize::new(0),
+                    left: Notify::new(),
+                });
+                for index in part.clone() {
+                    let slot = Slot {
+                        flow: flow.clone(),
+                        state: State::Coming(Vec::new()),
+                    };
+                    blocks.insert(target.key(index), slot);
+                }
+                interests.push(Interest::new(&flow));
+                self.spawn(target, part.clone(), flow);
+            }
+        }
+        interests
+    }
+
+    /// What a lookup of block `index` of `target` finds: a stream to wait for, a block one
+    /// brought (with it still, or in memory: a lookup that missed the cache just before a
+    /// stream put the block there), or none.
+    pub(super) fn join(&self, target: &Target, index: BlockIndex) -> Joined {
+        let key = target.key(index);
+        let mut blocks = self.inner.blocks.lock();
+        let Some(slot) = blocks.get_mut(&key) else {
+            drop(blocks);
+            let length = usize::try_from(target.layout.block_len(index)).unwrap_or(usize::MAX);
+            return match self.inner.cache.memory_block(&key, length) {
+                Some(bytes) => Joined::Arrived(bytes),
+                None => Joined::Uncovered,
+            };
+        };
+        match &mut slot.state {
+            State::Arrived(bytes) => Joined::Arrived(bytes.clone()),
+            State::Coming(waiting) => {
+                let filling = slot.flow.filling.load(Ordering::Acquire);
+                if index > filling + WAIT_AHEAD_BLOCKS {
+                    self.inner.metrics.streams.count_alone();
+                    return Joined::Alone;
+                }
+                let (sender, delivery) = oneshot::channel();
+                waiting.push(sender);
+                Joined::Waiting(Waiting {
+                    delivery,
+                    _interest: Interest::new(&slot.flow),
+                })
+            }
+        }
+    }
+
+    /// Runs the stream of the blocks `part` of `target` in a task of its own, on the fill
+    /// threads.
+    fn spawn(&self, target: &Target, part: RangeInclusive<BlockIndex>, flow: Arc<Flow>) {
+        let this = self.clone();
+        let target = target.clone();
+        let range = match (
+            target.layout.block_range(*part.start()),
+            target.layout.block_range(*part.end()),
+        ) {
+            (Some(first), Some(last)) => ByteRange::new(first.first(), last.last()),
+            _ => None,
+        };
+        let span = tracing::info_span!(target: TRACE_TARGET, "upstream.stream", http.range = range.map(|range| tracing::field::display(range.header_value())));
+        let run = async move {
+            let end = match range {
+                Some(range) => this.run(&target, &part, range, &flow).await,
+                None => Err(Undelivered::Stopped),
+            };
+            this.end(&target, &part, &flow, end);
+        };
+        drop(self.inner.fill_threads.spawn(run.instrument(span)));
+    }
+
+    /// Streams `range` (the blocks `part`) of `target`, handing on each block as it
+    /// completes; how it ended.
+    async fn run(
+        &self,
+        target: &Target,
+        part: &RangeInclusive<BlockIndex>,
+        range: ByteRange,
+        flow: &Arc<Flow>,
+    ) -> Result<(), Undelivered> {
+        let inner = &self.inner;
+        inner.metrics.streams.count_opened();
+        let fill = target
+            .fill
+            .clone()
+            .unwrap_or_else(|| inner.fills.default_fill());
+        let _slot = tokio::select! {
+            slot = inner.fills.acquire(&fill) => slot,
+            () = left(flow) => return Err(Undelivered::Stopped),
+        };
+        let meta = &target.meta;
+        let if_match = (!meta.etag.is_empty()).then_some(meta.etag.as_str());
+        let object = pinned(target.object.clone(), meta);
+        let head = ResponseHead::default();
+        let charge = Charge::new(fill.tenant.clone());
+        let open = inner.source.stream(&object, range, if_match, &head);
+        let mut read = tokio::select! {
+            read = charged(charge.clone(), open) => read.map_err(refused)?,
+            () = left(flow) => return Err(Undelivered::Stopped),
+        };
+        if read.meta.etag != meta.etag || read.meta.size != meta.size {
+            return Err(Undelivered::Refused(UpstreamError::PreconditionFailed {
+                request_id: None,
+            }));
+        }
+        if read.first != range.first() || read.length != range.len_bytes() {
+            return Err(Undelivered::Stopped);
+        }
+        let mut carry = Bytes::new();
+        for index in part.clone() {
+            let length = target.layout.block_len(index);
+            let next = next_block(&mut read, (length, inner.cache.buffers()), &mut carry);
+            let block = tokio::select! {
+                block = charged(charge.clone(), next) => block?,
+                () = left(flow) => return Err(Undelivered::Stopped),
+            };
+            fill.fetched(block.len());
+            if let Err(error) = inner.integrity.admit(target, index, &block, None) {
+                return Err(Undelivered::Refused(error));
+            }
+            self.arrived(target, index, block, flow);
+            flow.filling.store(index + 1, Ordering::Release);
+            inner.metrics.streams.count_streamed();
+            if flow.readers.load(Ordering::Acquire) == 0 {
+                return Err(Undelivered::Stopped);
+            }
+        }
+        Ok(())
+    }
+
+    /// Block `index` of `target` arrived: to the lookups waiting for it, or else into the
+    /// cache (a lookup that waited caches what it gets). Blocks completed before the last
+    /// [`KEPT_BEHIND`] are no longer found with the stream.
+    fn arrived(&self, target: &Target, index: BlockIndex, bytes: Bytes, flow: &Arc<Flow>) {
+        let key = target.key(index);
+        let waiting = {
+            let mut blocks = self.inner.blocks.lock();
+            if let Some(behind) = index.checked_sub(KEPT_BEHIND) {
+                let behind = target.key(behind);
+                let ours = blocks.get(&behind).is_some_and(|slot| {
+                    Arc::ptr_eq(&slot.flow, flow) && matches!(slot.state, State::Arrived(_))
+                });
+                if ours {
+                    blocks.remove(&behind);
+                }
+            }
+            match blocks.get_mut(&key) {
+                Some(slot) => {
+                    match std::mem::replace(&mut slot.state, State::Arrived(bytes.clone())) {
+                        State::Coming(waiting) => waiting,
+                        State::Arrived(_) => Vec::new(),
+                    }
+                }
+                None => Vec::new(),
+            }
+        };
+        let mut taken = false;
+        for sender in waiting {
+            taken |= sender.send(Ok(bytes.clone())).is_ok();
+        }
+        if !taken {
+            self.inner.cache.insert_block(key, bytes);
+        }
+    }
+
+    /// The stream of `part` ended with `end`: its blocks are no longer found with it, and
+    /// the lookups still waiting for one are told.
+    fn end(
+        &self,
+        target: &Target,
+        part: &RangeInclusive<BlockIndex>,
+        flow: &Arc<Flow>,
+        end: Result<(), Undelivered>,
+    ) {
+        let outcome = match &end {
+            Ok(()) => StreamEnd::Completed,
+            Err(Undelivered::Stopped) if flow.readers.load(Ordering::Acquire) == 0 => {
+                StreamEnd::ReadersLeft
+            }
+            Err(_) => StreamEnd::Failed,
+        };
+        self.inner.metrics.streams.count_ended(outcome);
+        let undelivered = end.err().unwrap_or(Undelivered::Stopped);
+        let mut told = Vec::new();
+        {
+            let mut blocks = self.inner.blocks.lock();
+            for index in part.clone() {
+                let key = target.key(index);
+                if blocks
+                    .get(&key)
+                    .is_some_and(|slot| Arc::ptr_eq(&slot.flow, flow))
+                    && let Some(slot) = blocks.remove(&key)
+                    && let State::Coming(waiting) = slot.state
+                {
+                    told.extend(waiting);
+                }
+            }
+        }
+        for sender in told {
+            let _ = sender.send(Err(undelivered.clone()));
+        }
+    }
+}
+
+/// The next `length` bytes of `read`, as one block gathered in one of `buffers`: `carry` first (what the previous
+/// block's last chunk held past its end), and what this block's last chunk holds past its
+/// own end left in `carry`.
+async fn next_block(
+    read: &mut StreamedRead,
+    (length, buffers): (u64, &BlockBuffers),
+    carry: &mut Bytes,
+) -> Result<Bytes, Undelivered> {
+    let length = usize::try_from(length).map_err(|_| Undelivered::Stopped)?;
+    let mut block = buffers.take(length);
+    while block.len() < length {
+        let mut chunk = if carry.is_empty() {
+            match read.next_chunk().await {
+                Some(Ok(chunk)) => chunk,
+                Some(Err(error)) => {
+                    tracing::warn!(%error, "origin stream broke off; its readers fetch the rest by block");
+                    return Err(Undelivered::Stopped);
+                }
+                None => return Err(Undelivered::Stopped),
+            }
+        } else {
+            std::mem::take(carry)
+        };
+        let room = length - block.len();
+        if chunk.len() > room {
+            *carry = chunk.split_off(room);
+        }
+        block.extend_from_slice(&chunk);
+    }
+    Ok(block.freeze())
+}
+
+/// Returns once no reader holds `flow`.
+async fn left(flow: &Flow) {
+    loop {
+        let notified = flow.left.notified();
+        if flow.readers.load(Ordering::Acquire) == 0 {
+            return;
+        }
+        notified.await;
+    }
+}
+
+/// An error opening a stream: the version's own answer (changed, gone) is every
+/// reader's; any other lets each lookup fetch its block alone.
+fn refused(error: UpstreamError) -> Undelivered {
+    match error {
+        UpstreamError::PreconditionFailed { .. } | UpstreamError::NotFound { .. } => {
+            Undelivered::Refused(error)
+        }
+        _ => Undelivered::Stopped,
+    }
+}
+
+/// `runs` as streams: each run of two blocks or more in parts of at least
+/// [`BLOCKS_PER_STREAM`] blocks, as many as [`STREAMS_PER_READ`] allows in all; runs past
+/// that, and single blocks, are fetched by block.
+fn split(runs: &[RangeInclusive<BlockIndex>]) -> Vec<RangeInclusive<BlockIndex>> {
+    let mut parts = Vec::new();
+    for run in runs {
+        let left = STREAMS_PER_READ - parts.len();
+        let length = run.end() - run.start() + 1;
+        if left == 0 {
+            break;
+        }
+        if length < 2 {
+            continue;
+        }
+        let count = length.div_ceil(BLOCKS_PER_STREAM).min(left as u64);
+        let each = length.div_ceil(count);
+        let mut first = *run.start();
+        while first <= *run.end() {
+            let last = (first + each - 1).min(*run.end());
+            parts.push(first..=last);
+            first = last + 1;
+        }
+    }
+    parts
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_long_run_is_split_in_a_few_parts_of_many_blocks() {
+        assert_eq!(
+            split(&[0..=255]),
+            vec![0..=63, 64..=127, 128..=191, 192..=255]
+        );
+        assert_eq!(split(&[1..=15]), vec![1..=4, 5..=8, 9..=12, 13..=15]);
+        assert_eq!(split(&[3..=8]), vec![3..=5, 6..=8]);
+        assert_eq!(split(&[3..=4]), vec![3..=4]);
+    }
+
+    #[test]
+    fn single_blocks_are_left_to_block_fetches_and_the_streams_per_read_are_bounded() {
+        assert_eq!(split(&[0..=0, 2..=2]), Vec::<RangeInclusive<u64>>::new());
+        assert_eq!(
+            split(&[0..=1, 3..=3, 5..=6, 8..=9, 11..=12, 14..=15]),
+            vec![0..=1, 5..=6, 8..=9, 11..=12]
+        );
+        assert_eq!(
+            split(&[0..=99, 200..=201]),
+            vec![0..=24, 25..=49, 50..=74, 75..=99]
+        );
+    }
+}
