@@ -5,9 +5,10 @@
 //! request by a time to first byte (`BENCH_TTFB_MS`, default 20) and counts requests and
 //! bytes (the origin); nginx from Debian with `proxy_cache`, `slice 4m` and
 //! `proxy_cache_lock`; and the release `portico` binary. The same lean HTTP client loads
-//! each target in four scenarios:
+//! each target in these scenarios:
 //!
 //! - `cold-sequential`: one client reads a cold 1 GiB object in 1 MiB ranges, in order;
+//! - `cold-whole`: one client GETs a cold 1 GiB object whole, in one request;
 //! - `cold-herd`: 64 clients GET the same cold 64 MiB object at once;
 //! - `random-cold`: 8 clients read random small ranges of 128 cold 8 MiB objects;
 //! - `hot-random`: 16 clients read random 64 KiB–4 MiB ranges of a 256 MiB working set
@@ -251,6 +252,9 @@ async fn suite() {
 
     if wanted("cold-sequential") {
         peak_rss.push(field::cold_sequential_scenario(&targets, &origin).await);
+    }
+    if wanted("cold-whole") {
+        peak_rss.push(field::cold_whole_scenario(&targets, &origin).await);
     }
     if wanted("cold-herd") {
         peak_rss.push(field::cold_herd_scenario(&portico, &targets, &origin).await);

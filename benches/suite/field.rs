@@ -37,6 +37,27 @@ pub(super) async fn cold_sequential_scenario(targets: &[Target], origin: &Forwar
     runs[PORTICO].peak_rss_mib.unwrap_or(0)
 }
 
+/// cold-whole: 1 client GETs a cold 1 GiB object whole; the origin requests it cost.
+pub(super) async fn cold_whole_scenario(targets: &[Target], origin: &Forwarder) -> u64 {
+    let runs = run_all(
+        "cold-whole: 1 client GETs a cold 1 GiB object whole",
+        true,
+        targets,
+        origin,
+        cold_whole,
+    )
+    .await;
+    let portico = &runs[PORTICO];
+    println!(
+        "portico origin requests {} (target <= 16: {}), origin bytes / object {:.2}; portico / direct: {:.2}x",
+        portico.origin_requests,
+        verdict(portico.origin_requests <= 16),
+        portico.origin_bytes as f64 / SEQUENTIAL_BYTES as f64,
+        portico.mib_per_sec() / runs[DIRECT].mib_per_sec()
+    );
+    portico.peak_rss_mib.unwrap_or(0)
+}
+
 /// cold-herd: 64 clients GET the same cold object at once.
 pub(super) async fn cold_herd_scenario(
     portico: &Portico,
@@ -181,6 +202,9 @@ pub(super) async fn upload_scenario_objects(
 ) {
     if wanted("cold-sequential") {
         upload_large(direct, bucket, work, "sequential.bin", SEQUENTIAL_BYTES, 11).await;
+    }
+    if wanted("cold-whole") {
+        upload_large(direct, bucket, work, "whole.bin", SEQUENTIAL_BYTES, 13).await;
     }
     if wanted("cold-herd") {
         let herd = random_bytes(HERD_BYTES as usize, 12);

@@ -19,6 +19,16 @@ pub(super) async fn sequential(base: String, key: &str) -> Run {
     Run::new(exchanges, started.elapsed())
 }
 
+/// One client GETs the cold-whole object (of `SEQUENTIAL_BYTES`) whole.
+pub(super) async fn cold_whole(base: String) -> Run {
+    let client = http_client();
+    let url = format!("{base}/whole.bin");
+    let started = Instant::now();
+    let exchange = fetch(&client, &url, None).await;
+    assert_eq!(exchange.bytes, SEQUENTIAL_BYTES);
+    Run::new(vec![exchange], started.elapsed())
+}
+
 /// The cold-sequential object read straight from `base` in `BLOCK_BYTES` ranges,
 /// `PARALLEL_GETS` at a time, in order.
 pub(super) async fn direct_parallel(base: String) -> Run {

@@ -63,13 +63,28 @@ impl BlockFetch {
         let result = match streams.join(&self.target, self.index) {
             Joined::Uncovered | Joined::Alone => return None,
             Joined::Arrived(bytes) => Ok(bytes),
-            Joined::Waiting(waiting) => match waiting.block().await {
-                Some(result) => result,
-                None => {
-                    self.metrics.streams.count_alone();
-                    return None;
+            Joined::Waiting(waiting) => {
+                // The version is settled once the stream is answered, long before this
+                // block's bytes arrive: the read's headers need not wait for them.
+                let opened = waiting.opened();
+                let block = waiting.block();
+                tokio::pin!(block);
+                let delivered = tokio::select! {
+                    biased;
+                    delivered = &mut block => delivered,
+                    () = opened.wait() => {
+                        self.answered.arrived();
+                        block.await
+                    }
+                };
+                match delivered {
+                    Some(result) => result,
+                    None => {
+                        self.metrics.streams.count_alone();
+                        return None;
+                    }
                 }
-            },
+            }
         };
         if result.is_ok() {
             self.answered.arrived();

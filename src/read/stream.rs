@@ -103,6 +103,8 @@ struct Flow {
     readers: AtomicUsize,
     /// Told when the last reader leaves.
     left: Notify,
+    /// Arrives when the origin began to answer: the version is settled from then on.
+    opened: ResponseHead,
 }
 
 /// A read's hold on a stream: the stream runs while one is held.
@@ -138,10 +140,15 @@ pub(super) enum Joined {
 /// A lookup waiting for a stream's block.
 pub(super) struct Waiting {
     delivery: oneshot::Receiver<Delivery>,
-    _interest: Interest,
+    interest: Interest,
 }
 
 impl Waiting {
+    /// Arrives when the stream's origin began to answer (its version is settled).
+    pub(super) fn opened(&self) -> ResponseHead {
+        self.interest.0.opened.clone()
+    }
+
     /// The block; `None` when the stream stopped before it (fetch it alone).
     pub(super) async fn block(self) -> Option<Result<Bytes, UpstreamError>> {
         match self.delivery.await {
@@ -209,6 +216,7 @@ impl Streams {
                     filling: AtomicU64::new(*part.start()),
                     readers: AtomicUsize::new(0),
                     left: Notify::new(),
+                    opened: ResponseHead::default(),
                 });
                 for index in part.clone() {
                     let slot = Slot {
@@ -250,7 +258,7 @@ impl Streams {
                 waiting.push(sender);
                 Joined::Waiting(Waiting {
                     delivery,
-                    _interest: Interest::new(&slot.flow),
+                    interest: Interest::new(&slot.flow),
                 })
             }
         }
@@ -301,9 +309,8 @@ impl Streams {
         let meta = &target.meta;
         let if_match = (!meta.etag.is_empty()).then_some(meta.etag.as_str());
         let object = pinned(target.object.clone(), meta);
-        let head = ResponseHead::default();
         let charge = Charge::new(fill.tenant.clone());
-        let open = inner.source.stream(&object, range, if_match, &head);
+        let open = inner.source.stream(&object, range, if_match, &flow.opened);
         let mut read = tokio::select! {
             read = charged(charge.clone(), open) => read.map_err(refused)?,
             () = left(flow) => return Err(Undelivered::Stopped),
