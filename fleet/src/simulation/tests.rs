@@ -236,6 +236,32 @@ fn a_member_that_answers_late_but_within_2_s_costs_the_fleet_one_wait() {
     );
 }
 
+/// A seeded scenario gives the same outcome every time it runs, in the same process and
+/// after other runs: what the benches report is the protocol's, not chance's.
+#[test]
+fn the_same_scenario_gives_the_same_outcome_every_time() {
+    let load = Load {
+        writes_per_second: 20.0,
+        reads_per_second: 100.0,
+        keys: 4,
+        hang_ups: 0.1,
+    };
+    let mut scenario = generate::scenario(12, 7, Duration::from_secs(10), load, &[]);
+    let start = generate::settled(&scenario);
+    let late = Op::Slow {
+        member: 0,
+        by: ms(1_000),
+        lasting: ms(20_000),
+    };
+    scenario.ops.push((start, late));
+    scenario.ops.sort_by_key(|(at, _)| *at);
+    let first = format!("{:?}", run(&scenario));
+    let other = generate::scenario(5, 8, Duration::from_secs(5), load, &Fault::ALL);
+    drop(run(&other));
+    let again = format!("{:?}", run(&scenario));
+    assert!(first == again, "two runs of one scenario differ");
+}
+
 #[test]
 fn a_member_that_stalls_again_and_again_is_not_let_back_between_stalls() {
     // Member 0 stops for 1 s in every 2 s for a minute; a write every 100 ms through the
