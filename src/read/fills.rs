@@ -172,6 +172,24 @@ impl FillSlots {
         slot
     }
 
+    /// How many fetches `fill` could start now without waiting: the free slots, within
+    /// its tenant's cap, none while fetches wait for a slot.
+    pub fn free_for(&self, fill: &FillFor) -> usize {
+        let state = self.inner.state.lock();
+        if state.tenants.values().any(|queue| queue.waiting() > 0) {
+            return 0;
+        }
+        let free = self.inner.capacity.saturating_sub(state.in_use);
+        let in_flight = state
+            .tenants
+            .get(&fill.tenant.key())
+            .map_or(0, |queue| queue.in_flight);
+        match fill.tenant.max_concurrent_fills() {
+            Some(cap) => free.min(cap.saturating_sub(in_flight)),
+            None => free,
+        }
+    }
+
     /// A demand fetch of the default tenant.
     pub fn default_fill(&self) -> FillFor {
         FillFor {

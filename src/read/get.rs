@@ -419,12 +419,19 @@ impl ReadPath {
         // The headers go out once the version of every block started is settled: a
         // block whose object changed meanwhile (or that failed otherwise) still turns
         // into a retry or a status code, not into a body cut off after its headers.
+        // So do the streams of the rest of the range: once each is answered, it sends
+        // the version it began with to its end, whatever overwrites it meanwhile.
+        let mut refused = None;
         if first_block.is_ok() {
             for (_, lookup) in &mut ahead {
                 lookup.settle().await;
             }
+            for stream in &streams {
+                refused = refused.or(stream.settled().await);
+            }
         }
-        let first_block = match (first_block, failed(&mut ahead)) {
+        let refused = refused.map(ReadError::from_upstream);
+        let first_block = match (first_block, failed(&mut ahead).or(refused)) {
             (Ok(block), None) => block,
             (Err(error), _) | (Ok(_), Some(error)) => {
                 for (_, lookup) in ahead {

@@ -51,6 +51,9 @@ pub(super) const STREAMS_PER_READ: usize = 4;
 pub(super) const BLOCKS_PER_STREAM: u64 = 4;
 /// How far past the block a stream is filling a lookup still waits for it.
 pub(super) const WAIT_AHEAD_BLOCKS: u64 = 8;
+/// Cached blocks a stream asks for again rather than leave a hole on each side of them to
+/// be fetched alone.
+const GAP_BRIDGED: u64 = 1;
 /// Blocks a stream completed that a lookup still finds with it (a lookup that missed the
 /// cache just before the stream put the block there).
 const KEPT_BEHIND: u64 = 2;
@@ -105,6 +108,10 @@ struct Flow {
     left: Notify,
     /// Arrives when the origin began to answer: the version is settled from then on.
     opened: ResponseHead,
+    /// Arrives when the origin began to answer or the stream ended, whichever first.
+    settled: ResponseHead,
+    /// The origin's refusal of the version (changed, gone), when it refused it.
+    refused: std::sync::OnceLock<UpstreamError>,
 }
 
 /// A read's hold on a stream: the stream runs while one is held.
@@ -114,6 +121,17 @@ impl Interest {
     fn new(flow: &Arc<Flow>) -> Self {
         flow.readers.fetch_add(1, Ordering::AcqRel);
         Self(flow.clone())
+    }
+}
+
+impl Interest {
+    /// Returns once the stream's origin answered or the stream ended: the origin's refusal
+    /// of the version, if it refused it. A read whose headers wait for this for every
+    /// stream it holds cannot be cut off later by an overwrite: each stream then sends
+    /// the version it began with to its end.
+    pub(super) async fn settled(&self) -> Option<UpstreamError> {
+        self.0.settled.wait().await;
+        self.0.refused.get().cloned()
     }
 }
 
@@ -195,10 +213,14 @@ impl Streams {
         {
             let mut blocks = self.inner.blocks.lock();
             let mut run: Option<RangeInclusive<BlockIndex>> = None;
+            let mut covered = Vec::new();
             for (index, held) in needed {
                 let flow = blocks.get(&target.key(index)).map(|slot| &slot.flow);
                 if held || flow.is_some() {
                     runs.extend(run.take());
+                }
+                if flow.is_some() {
+                    covered.push(index);
                 }
                 if let Some(flow) = flow
                     && !interests.iter().any(|held| Arc::ptr_eq(&held.0, flow))
@@ -210,13 +232,23 @@ impl Streams {
                 }
             }
             runs.extend(run);
-            let mut parts = split(&runs);
+            let runs = bridged(runs, |gap| !covered.iter().any(|index| gap.contains(index)));
+            // No more streams than fill slots free now: one that waits for a slot would
+            // start late, and might find the version gone.
+            let fill = target
+                .fill
+                .clone()
+                .unwrap_or_else(|| self.inner.fills.default_fill());
+            let room = self.inner.fills.free_for(&fill).clamp(1, STREAMS_PER_READ);
+            let mut parts = split(&runs, room);
             for part in &mut parts {
                 let flow = Arc::new(Flow {
                     filling: AtomicU64::new(*part.start()),
                     readers: AtomicUsize::new(0),
                     left: Notify::new(),
                     opened: ResponseHead::default(),
+                    settled: ResponseHead::default(),
+                    refused: std::sync::OnceLock::new(),
                 });
                 for index in part.clone() {
                     let slot = Slot {
@@ -323,6 +355,7 @@ impl Streams {
         if read.first != range.first() || read.length != range.len_bytes() {
             return Err(Undelivered::Stopped);
         }
+        flow.settled.arrived();
         let mut carry = Bytes::new();
         for index in part.clone() {
             let length = target.layout.block_len(index);
@@ -398,6 +431,10 @@ impl Streams {
         };
         self.inner.metrics.streams.count_ended(outcome);
         let undelivered = end.err().unwrap_or(Undelivered::Stopped);
+        if let Undelivered::Refused(error) = &undelivered {
+            let _ = flow.refused.set(error.clone());
+        }
+        flow.settled.arrived();
         let mut told = Vec::new();
         {
             let mut blocks = self.inner.blocks.lock();
@@ -473,13 +510,35 @@ fn refused(error: UpstreamError) -> Undelivered {
     }
 }
 
-/// `runs` as streams: each run of two blocks or more in parts of at least
-/// [`BLOCKS_PER_STREAM`] blocks, as many as [`STREAMS_PER_READ`] allows in all; runs past
-/// that, and single blocks, are fetched by block.
-fn split(runs: &[RangeInclusive<BlockIndex>]) -> Vec<RangeInclusive<BlockIndex>> {
+/// `runs`, those apart by at most [`GAP_BRIDGED`] blocks (cached ones, `bridgeable`)
+/// joined into one: a read of a partly cached object asks for its holes in a stream
+/// rather than one block at a time, before its headers, at the cost of the cached blocks
+/// in between.
+fn bridged(
+    runs: Vec<RangeInclusive<BlockIndex>>,
+    bridgeable: impl Fn(&RangeInclusive<BlockIndex>) -> bool,
+) -> Vec<RangeInclusive<BlockIndex>> {
+    let mut joined: Vec<RangeInclusive<BlockIndex>> = Vec::new();
+    for run in runs {
+        if let Some(last) = joined.last_mut() {
+            let gap = last.end() + 1..=run.start().saturating_sub(1);
+            if run.start() - last.end() - 1 <= GAP_BRIDGED && bridgeable(&gap) {
+                *last = *last.start()..=*run.end();
+                continue;
+            }
+        }
+        joined.push(run);
+    }
+    joined
+}
+
+/// `runs` as at most `streams` streams: each run of two blocks or more in parts of at
+/// least [`BLOCKS_PER_STREAM`] blocks; runs past that, and single blocks, are fetched by
+/// block.
+fn split(runs: &[RangeInclusive<BlockIndex>], streams: usize) -> Vec<RangeInclusive<BlockIndex>> {
     let mut parts = Vec::new();
     for run in runs {
-        let left = STREAMS_PER_READ - parts.len();
+        let left = streams.saturating_sub(parts.len());
         let length = run.end() - run.start() + 1;
         if left == 0 {
             break;
@@ -503,27 +562,52 @@ fn split(runs: &[RangeInclusive<BlockIndex>]) -> Vec<RangeInclusive<BlockIndex>>
 mod tests {
     use super::*;
 
+    const ALL: usize = STREAMS_PER_READ;
+
     #[test]
     fn a_long_run_is_split_in_a_few_parts_of_many_blocks() {
         assert_eq!(
-            split(&[0..=255]),
+            split(&[0..=255], ALL),
             vec![0..=63, 64..=127, 128..=191, 192..=255]
         );
-        assert_eq!(split(&[1..=15]), vec![1..=4, 5..=8, 9..=12, 13..=15]);
-        assert_eq!(split(&[3..=8]), vec![3..=5, 6..=8]);
-        assert_eq!(split(&[3..=4]), vec![3..=4]);
+        assert_eq!(split(&[1..=15], ALL), vec![1..=4, 5..=8, 9..=12, 13..=15]);
+        assert_eq!(split(&[3..=8], ALL), vec![3..=5, 6..=8]);
+        assert_eq!(split(&[3..=4], ALL), vec![3..=4]);
     }
 
     #[test]
     fn single_blocks_are_left_to_block_fetches_and_the_streams_per_read_are_bounded() {
-        assert_eq!(split(&[0..=0, 2..=2]), Vec::<RangeInclusive<u64>>::new());
         assert_eq!(
-            split(&[0..=1, 3..=3, 5..=6, 8..=9, 11..=12, 14..=15]),
+            split(&[0..=0, 2..=2], ALL),
+            Vec::<RangeInclusive<u64>>::new()
+        );
+        assert_eq!(
+            split(&[0..=1, 3..=3, 5..=6, 8..=9, 11..=12, 14..=15], ALL),
             vec![0..=1, 5..=6, 8..=9, 11..=12]
         );
         assert_eq!(
-            split(&[0..=99, 200..=201]),
+            split(&[0..=99, 200..=201], ALL),
             vec![0..=24, 25..=49, 50..=74, 75..=99]
         );
+    }
+
+    #[test]
+    fn holes_one_cached_block_apart_are_asked_for_in_one_run() {
+        let every = |_: &RangeInclusive<u64>| true;
+        assert_eq!(bridged(vec![1..=1, 3..=3, 5..=9], every), vec![1..=9]);
+        assert_eq!(bridged(vec![1..=1, 4..=4], every), vec![1..=1, 4..=4]);
+        // A block another stream brings is not asked for twice.
+        let not_3 = |gap: &RangeInclusive<u64>| !gap.contains(&3);
+        assert_eq!(
+            bridged(vec![1..=2, 4..=5, 7..=7], not_3),
+            vec![1..=2, 4..=7]
+        );
+    }
+
+    #[test]
+    fn with_few_fill_slots_free_a_read_opens_fewer_longer_streams() {
+        assert_eq!(split(&[0..=255], 1), vec![0..=255]);
+        assert_eq!(split(&[0..=255], 2), vec![0..=127, 128..=255]);
+        assert_eq!(split(&[0..=9, 20..=29], 1), vec![0..=9]);
     }
 }

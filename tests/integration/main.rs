@@ -10,6 +10,7 @@ mod clients;
 mod cluster;
 mod coalescing;
 mod cold_reads;
+mod cold_reads_seams;
 mod conditionals;
 mod conformance;
 mod corruption;

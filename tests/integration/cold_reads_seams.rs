@@ -1,0 +1,337 @@
+//! Cold reads at their seams: an overwrite while a read's later streams reach the origin
+//! late or wait for a fill slot, an object cached with holes, herds that arrive apart or
+//! read overlapping ranges, and every edge of sizes and ranges read as MinIO reads them.
+
+use std::time::Duration;
+
+use aws_sdk_s3::Client;
+use portico_testkit::forwarder::Fault;
+
+use crate::support::{Rig, multipart_upload, put_object, random_bytes};
+
+const MIB: usize = 1024 * 1024;
+
+/// Starts a GET of `key` (optionally `range`) through `client`, waits for its headers,
+/// then runs `during` and reads the body, `pause` between chunks: the body, or why it
+/// failed.
+async fn read_around<F, Fut>(
+    client: &Client,
+    bucket: &str,
+    key: &str,
+    range: Option<String>,
+    pause: Duration,
+    during: F,
+) -> Result<Vec<u8>, String>
+where
+    F: FnOnce() -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    let output = client
+        .get_object()
+        .bucket(bucket)
+        .key(key)
+        .set_range(range)
+        .send()
+        .await
+        .map_err(|error| format!("GET: {error:?}"))?;
+    during().await;
+    let mut body = output.body;
+    let mut bytes = Vec::new();
+    loop {
+        match body.next().await {
+            Some(Ok(chunk)) => {
+                bytes.extend_from_slice(&chunk);
+                if !pause.is_zero() {
+                    tokio::time::sleep(pause).await;
+                }
+            }
+            Some(Err(error)) => {
+                return Err(format!("body cut after {} bytes: {error}", bytes.len()));
+            }
+            None => return Ok(bytes),
+        }
+    }
+}
+
+fn verdict(name: &str, got: &Result<Vec<u8>, String>, old: &[u8], new: &[u8]) -> &'static str {
+    let verdict = match got {
+        Ok(body) if body == old => "old version, whole",
+        Ok(body) if body == new => "NEW version",
+        Ok(body) => {
+            let mixed = body.len() == old.len();
+            if mixed { "MIXED bytes" } else { "WRONG length" }
+        }
+        Err(_) => "CUT / error",
+    };
+    let detail = match got {
+        Ok(body) => format!("{} bytes", body.len()),
+        Err(error) => error.chars().take(300).collect(),
+    };
+    println!("[{name}] {verdict}: {detail}");
+    verdict
+}
+
+async fn overwrite(direct: &Client, bucket: &str, key: &str, data: &[u8]) {
+    put_object(direct, bucket, key, data).await;
+}
+
+async fn metric(rig: &Rig, sample: &str) -> f64 {
+    rig.portico().metric(sample).await
+}
+
+async fn stream_metrics(rig: &Rig) -> String {
+    let mut out = String::new();
+    for sample in [
+        "portico_origin_streams_total",
+        "portico_origin_streams_ended_total{result=\"completed\"}",
+        "portico_origin_streams_ended_total{result=\"readers_left\"}",
+        "portico_origin_streams_ended_total{result=\"failed\"}",
+        "portico_stream_blocks_total{result=\"streamed\"}",
+        "portico_stream_blocks_total{result=\"alone\"}",
+    ] {
+        out.push_str(&format!("{sample}={} ", metric(rig, sample).await));
+    }
+    out
+}
+
+/// With few fill slots (`upstream.max_concurrent_fills = 2`), a read opens no more streams
+/// than it gets slots for at once, so none waits for one while an overwrite lands: the
+/// read completes with the old version.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn overwrite_while_later_streams_wait_for_a_fill_slot() {
+    let rig = Rig::start("seams-slots", |settings| {
+        settings.upstream_extra = "max_concurrent_fills = 2\n".to_owned();
+    })
+    .await;
+    let old = random_bytes(16 * MIB, 3);
+    // A small overwrite lands at once.
+    let new = random_bytes(1000, 4);
+    rig.put("o.bin", &old).await;
+    rig.forwarder.take();
+    rig.forwarder.limit_rate(Some(2 * MIB as u64));
+    let (direct, bucket) = (rig.direct.clone(), rig.bucket.clone());
+    let got = read_around(
+        &rig.client,
+        &rig.bucket,
+        "o.bin",
+        None,
+        Duration::ZERO,
+        || async {
+            overwrite(&direct, &bucket, "o.bin", &new).await;
+        },
+    )
+    .await;
+    println!("{}", stream_metrics(&rig).await);
+    println!(
+        "upstream GETs: {:?}",
+        rig.forwarder
+            .object_requests("GET")
+            .iter()
+            .map(|s| s.range.clone())
+            .collect::<Vec<_>>()
+    );
+    assert_eq!(verdict("few-slots", &got, &old, &new), "old version, whole");
+}
+
+/// A partially cached object: every other block of its second half cached, so its holes
+/// are single blocks; they are asked for in a stream with the cached blocks between them,
+/// before the headers, so an overwrite after the headers does not cut the read off.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn overwrite_during_a_read_of_an_object_with_single_block_holes() {
+    let rig = Rig::start("seams-holes", |_| {}).await;
+    let old = random_bytes(24 * MIB, 11);
+    let new = random_bytes(24 * MIB, 12);
+    rig.put("o.bin", &old).await;
+    for block in (8..24).step_by(2) {
+        let range = format!("bytes={}-{}", block * MIB, (block + 1) * MIB - 1);
+        assert!(rig.get("o.bin", Some(&range)).await == old[block * MIB..(block + 1) * MIB]);
+    }
+    rig.forwarder.limit_rate(Some(8 * MIB as u64));
+    let (direct, bucket) = (rig.direct.clone(), rig.bucket.clone());
+    let got = read_around(
+        &rig.client,
+        &rig.bucket,
+        "o.bin",
+        None,
+        Duration::ZERO,
+        || async {
+            overwrite(&direct, &bucket, "o.bin", &new).await;
+        },
+    )
+    .await;
+    println!("{}", stream_metrics(&rig).await);
+    assert_eq!(verdict("holes", &got, &old, &new), "old version, whole");
+}
+
+/// One stream's request reaches the origin late (a slow connection): the headers wait for
+/// every stream to be answered, so an overwrite after them cannot fail the late one; one
+/// before them restarts the read on the new version.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn overwrite_before_a_delayed_later_stream_reaches_the_origin() {
+    let mut cut = 0;
+    for attempt in 0..4 {
+        let rig = Rig::start("seams-delay", |_| {}).await;
+        let old = random_bytes(16 * MIB, 17);
+        let new = random_bytes(1000, 18);
+        rig.put("o.bin", &old).await;
+        rig.head("o.bin").await;
+        // No discovery GET: the four streams are the next four GETs; the last to arrive
+        // is held back 2 s before it is forwarded.
+        rig.forwarder.inject(&[
+            Fault::Delay(Duration::ZERO),
+            Fault::Delay(Duration::ZERO),
+            Fault::Delay(Duration::ZERO),
+            Fault::Delay(Duration::from_secs(2)),
+        ]);
+        let (direct, bucket) = (rig.direct.clone(), rig.bucket.clone());
+        let got = read_around(
+            &rig.client,
+            &rig.bucket,
+            "o.bin",
+            None,
+            Duration::ZERO,
+            || async {
+                overwrite(&direct, &bucket, "o.bin", &new).await;
+            },
+        )
+        .await;
+        println!("{}", stream_metrics(&rig).await);
+        // A read whose headers waited for the delayed stream is retried on the new
+        // version before its headers: that is not counted, only a body cut off.
+        let v = verdict(&format!("delayed stream #{attempt}"), &got, &old, &new);
+        if v != "old version, whole" && v != "NEW version" {
+            cut += 1;
+        }
+    }
+    assert_eq!(cut, 0, "{cut} of 4 reads were cut off");
+}
+
+/// A herd that arrives staggered (each reader 150 ms after the last) while the origin is
+/// slow, and one of mixed ranges.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn staggered_and_ranged_herds_cost_the_object_once() {
+    let rig = Rig::start("seams-herd2", |_| {}).await;
+    let data = random_bytes(32 * MIB, 20);
+    rig.put("s.bin", &data).await;
+    rig.put("r.bin", &data).await;
+    rig.forwarder.limit_rate(Some(16 * MIB as u64));
+    rig.forwarder.take_counts();
+    let mut tasks = Vec::new();
+    for _ in 0..8 {
+        let (client, bucket) = (rig.client.clone(), rig.bucket.clone());
+        tasks.push(tokio::spawn(async move {
+            read_around(&client, &bucket, "s.bin", None, Duration::ZERO, || async {}).await
+        }));
+        tokio::time::sleep(Duration::from_millis(150)).await;
+    }
+    for task in tasks {
+        assert!(task.await.unwrap().expect("read") == data);
+    }
+    let (_, bytes) = rig.forwarder.take_counts();
+    let staggered = bytes as f64 / data.len() as f64;
+    println!(
+        "[staggered herd] {staggered:.3}x; {}",
+        stream_metrics(&rig).await
+    );
+
+    let mut tasks = Vec::new();
+    for n in 0..8usize {
+        let (client, bucket) = (rig.client.clone(), rig.bucket.clone());
+        let first = n * 3 * MIB + 12345;
+        let range = format!("bytes={first}-");
+        tasks.push(tokio::spawn(async move {
+            (
+                first,
+                read_around(
+                    &client,
+                    &bucket,
+                    "r.bin",
+                    Some(range),
+                    Duration::ZERO,
+                    || async {},
+                )
+                .await,
+            )
+        }));
+    }
+    for task in tasks {
+        let (first, got) = task.await.unwrap();
+        assert!(got.expect("read") == data[first..]);
+    }
+    let (_, bytes) = rig.forwarder.take_counts();
+    let ranged = bytes as f64 / data.len() as f64;
+    println!("[ranged herd] {ranged:.3}x; {}", stream_metrics(&rig).await);
+    assert!(
+        staggered <= 1.05 && ranged <= 1.05,
+        "staggered {staggered:.3}x, ranged {ranged:.3}x"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn edge_sizes_and_ranges_read_like_minio() {
+    for auth in ["sigv4", "none"] {
+        let rig = Rig::start("seams-edges", |settings| {
+            if auth == "none" {
+                settings.without_auth();
+            }
+        })
+        .await;
+        let sizes = [
+            0,
+            1,
+            MIB - 1,
+            MIB,
+            MIB + 1,
+            2 * MIB,
+            2 * MIB + 1,
+            5 * MIB,
+            16 * MIB + 7,
+        ];
+        for (n, size) in sizes.into_iter().enumerate() {
+            let data = random_bytes(size, 100 + n as u64);
+            for head_first in [false, true] {
+                let key = format!("e{n}-{head_first}.bin");
+                rig.put(&key, &data).await;
+                if head_first {
+                    rig.head(&key).await;
+                }
+                let mut ranges: Vec<Option<String>> = vec![None];
+                if size > 0 {
+                    ranges.push(Some(format!("bytes={}-", size / 3)));
+                    ranges.push(Some(format!("bytes=-{}", (size / 2).max(1))));
+                    ranges.push(Some(format!("bytes={}-{}", size / 4, size - 1)));
+                }
+                for range in ranges {
+                    let ours =
+                        crate::support::try_get(&rig.client, &rig.bucket, &key, range.as_deref())
+                            .await;
+                    let theirs =
+                        crate::support::try_get(&rig.direct, &rig.bucket, &key, range.as_deref())
+                            .await;
+                    assert_eq!(
+                        ours.as_ref().map(Vec::len),
+                        theirs.as_ref().map(Vec::len),
+                        "{auth} size {size} head_first {head_first} range {range:?}"
+                    );
+                    assert!(
+                        ours == theirs,
+                        "{auth} size {size} range {range:?}: bytes differ"
+                    );
+                }
+            }
+        }
+        // Multipart, parts not block-aligned.
+        let parts = vec![
+            random_bytes(5 * MIB + 3, 200),
+            random_bytes(5 * MIB + 11, 201),
+            random_bytes(MIB / 3, 202),
+        ];
+        multipart_upload(&rig.direct, &rig.bucket, "mp.bin", &parts).await;
+        let whole: Vec<u8> = parts.concat();
+        assert!(
+            rig.get("mp.bin", None).await == whole,
+            "{auth}: multipart object"
+        );
+        println!("[edges {auth}] {}", stream_metrics(&rig).await);
+    }
+}
