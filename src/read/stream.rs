@@ -49,6 +49,8 @@ use crate::types::{BlockIndex, ByteRange};
 pub(super) const STREAMS_PER_READ: usize = 4;
 /// Blocks a stream covers at least when a run is split between several.
 pub(super) const BLOCKS_PER_STREAM: u64 = 4;
+/// How far a stream runs ahead of the furthest block its lookups asked for.
+pub(super) const LEAD_BLOCKS: u64 = 8;
 /// How far past the block a stream is filling a lookup still waits for it.
 pub(super) const WAIT_AHEAD_BLOCKS: u64 = 8;
 /// Cached blocks a stream asks for again rather than leave a hole on each side of them to
@@ -102,6 +104,11 @@ enum Undelivered {
 struct Flow {
     /// The block it is filling.
     filling: AtomicU64,
+    /// The furthest block a lookup asked it for: it fills no more than [`LEAD_BLOCKS`]
+    /// past it, so it does not run far ahead of its readers into the cache.
+    wanted: AtomicU64,
+    /// Told when a lookup asks for a block further on.
+    asked: Notify,
     /// Reads that opened or joined it and lookups waiting for one of its blocks.
     readers: AtomicUsize,
     /// Told when the last reader leaves.
@@ -112,6 +119,26 @@ struct Flow {
     settled: ResponseHead,
     /// The origin's refusal of the version (changed, gone), when it refused it.
     refused: std::sync::OnceLock<UpstreamError>,
+}
+
+impl Flow {
+    /// A lookup asked for block `index`.
+    fn asked_for(&self, index: BlockIndex) {
+        if self.wanted.fetch_max(index, Ordering::AcqRel) < index {
+            self.asked.notify_one();
+        }
+    }
+
+    /// Returns once block `index` is at most [`LEAD_BLOCKS`] past the furthest block asked.
+    async fn within_lead(&self, index: BlockIndex) {
+        loop {
+            let asked = self.asked.notified();
+            if index <= self.wanted.load(Ordering::Acquire) + LEAD_BLOCKS {
+                return;
+            }
+            asked.await;
+        }
+    }
 }
 
 /// A read's hold on a stream: the stream runs while one is held.
@@ -244,6 +271,8 @@ impl Streams {
             for part in &mut parts {
                 let flow = Arc::new(Flow {
                     filling: AtomicU64::new(*part.start()),
+                    wanted: AtomicU64::new(*part.start()),
+                    asked: Notify::new(),
                     readers: AtomicUsize::new(0),
                     left: Notify::new(),
                     opened: ResponseHead::default(),
@@ -279,8 +308,12 @@ impl Streams {
             };
         };
         match &mut slot.state {
-            State::Arrived(bytes) => Joined::Arrived(bytes.clone()),
+            State::Arrived(bytes) => {
+                slot.flow.asked_for(index);
+                Joined::Arrived(bytes.clone())
+            }
             State::Coming(waiting) => {
+                slot.flow.asked_for(index);
                 let filling = slot.flow.filling.load(Ordering::Acquire);
                 if index > filling + WAIT_AHEAD_BLOCKS {
                     self.inner.metrics.streams.count_alone();
@@ -358,6 +391,11 @@ impl Streams {
         flow.settled.arrived();
         let mut carry = Bytes::new();
         for index in part.clone() {
+            // Paused while it is far enough ahead of its readers (the origin waits).
+            tokio::select! {
+                () = flow.within_lead(index) => {}
+                () = left(flow) => return Err(Undelivered::Stopped),
+            }
             let length = target.layout.block_len(index);
             let next = next_block(&mut read, (length, inner.cache.buffers()), &mut carry);
             let block = tokio::select! {
