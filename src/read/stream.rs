@@ -2,27 +2,30 @@
 //! started at once, each covering many blocks, rather than one GET per block.
 //!
 //! When a GET starts, the blocks of its range that the cache does not hold (nor a stream
-//! already brings) are split into runs of consecutive blocks; each run of two blocks or
-//! more is asked for in at most [`STREAMS_PER_READ`] ranged GETs of at least
-//! [`BLOCKS_PER_STREAM`] blocks, pinned to the version the read announced (`If-Match`, and
-//! the version id when the bucket has one). A stream cuts its bytes into blocks as they
-//! arrive; each whole block is checked (`integrity.rs`) and goes to the lookups waiting
-//! for it, or else into the cache. A GET the origin began before an overwrite sends the
-//! old version to its end, as S3 does, so a long cold read that an overwrite overtakes
-//! completes with the version it announced.
+//! already brings) form runs of consecutive blocks (two runs [`GAP_BRIDGED`] cached block
+//! apart are one); each run of two blocks or more is asked for in ranged GETs of at least
+//! [`BLOCKS_PER_STREAM`] blocks, at most [`STREAMS_PER_READ`] and no more than the fill
+//! slots free, pinned to the version the read announced (`If-Match`, and the version id
+//! when the bucket has one). A stream cuts its bytes into blocks as they arrive; each whole
+//! block is checked (`integrity.rs`) and goes to the lookups waiting for it, or else into
+//! the cache. The read's headers wait until each of its streams has been answered
+//! ([`Interest::settled`]); from then on the origin sends the version it began with to its
+//! end, as S3 does, so a long cold read that an overwrite overtakes completes with the
+//! version it announced.
 //!
 //! Coalescing across streams: while a stream will bring a block, a lookup of that block
 //! (the one that leads its fetch: `cache.rs` coalesces the others behind it) waits for the
 //! stream instead of asking the origin again, unless the block is more than
 //! [`WAIT_AHEAD_BLOCKS`] past the block the stream is filling: such a reader fetches the
-//! block alone (`portico_stream_blocks_total{outcome="alone"}`), as it does when the
+//! block alone (`portico_stream_blocks_total{result="alone"}`), as it does when the
 //! stream stopped or failed other than by a changed version.
 //!
 //! Bounds: a stream holds one partial block in memory (its bytes go to the cache block by
-//! block) and one fill slot of its opener's tenant, as a block fetch does; its bytes are
-//! charged to that tenant. A stream stops within a block once no reader is left (every GET
-//! that opened or joined it ended, and no lookup waits for one of its blocks), keeping
-//! the blocks it completed.
+//! block), runs at most [`LEAD_BLOCKS`] past the furthest block a lookup asked it for, and
+//! holds one fill slot of its opener's tenant, as a block fetch does; its bytes are charged
+//! to that tenant. A stream stops within a block once no reader is left (every GET that
+//! opened or joined it ended, and no lookup waits for one of its blocks), keeping the
+//! blocks it completed.
 
 use std::collections::HashMap;
 use std::ops::RangeInclusive;

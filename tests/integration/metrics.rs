@@ -133,7 +133,7 @@ async fn every_block_lookup_is_counted_where_it_happened() {
         assert!(rig.get("sequential", Some(&range)).await == sequential[offset..offset + MIB]);
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    assert_eq!(rig.upstream_gets(), 6, "every block fetched once");
+    assert_eq!(rig.upstream_blocks(), 6, "every block fetched once");
     let issued = prefetch(&rig, "issued").await - issued_before;
     let delta = Counters::read(&rig).await.since(before);
     let [miss, memory, disk, coalesced] = delta.lookups;
