@@ -150,7 +150,7 @@ impl BlockFetch {
         }
         let if_match = (!meta.etag.is_empty()).then_some(meta.etag.as_str());
         let object = pinned(object.clone(), meta);
-        let fill = target.fill.clone().unwrap_or_else(|| fills.default_fill());
+        let fill = target.fill_or_default(&fills);
         let _slot = fills.acquire(&fill).await;
         let fetch = source.get(&object, range.into(), if_match, range.len_bytes(), &head);
         let read = charged(Charge::new(fill.tenant.clone()), fetch).await?;

@@ -357,6 +357,11 @@ impl Target {
         }
     }
 
+    /// Who its blocks are fetched for: its fill, else the default tenant's demand.
+    fn fill_or_default(&self, fills: &FillSlots) -> FillFor {
+        self.fill.clone().unwrap_or_else(|| fills.default_fill())
+    }
+
     /// The same version, its blocks fetched for the same tenant as `class`.
     fn of_class(&self, class: FillClass) -> Self {
         let mut target = self.clone();

@@ -265,10 +265,7 @@ impl Streams {
             let runs = bridged(runs, |gap| !covered.iter().any(|index| gap.contains(index)));
             // No more streams than fill slots free now: one that waits for a slot would
             // start late, and might find the version gone.
-            let fill = target
-                .fill
-                .clone()
-                .unwrap_or_else(|| self.inner.fills.default_fill());
+            let fill = target.fill_or_default(&self.inner.fills);
             let room = self.inner.fills.free_for(&fill).clamp(1, STREAMS_PER_READ);
             let mut parts = split(&runs, room);
             for part in &mut parts {
@@ -366,10 +363,7 @@ impl Streams {
     ) -> Result<(), Undelivered> {
         let inner = &self.inner;
         inner.metrics.streams.count_opened();
-        let fill = target
-            .fill
-            .clone()
-            .unwrap_or_else(|| inner.fills.default_fill());
+        let fill = target.fill_or_default(&inner.fills);
         let _slot = tokio::select! {
             slot = inner.fills.acquire(&fill) => slot,
             () = left(flow) => return Err(Undelivered::Stopped),

@@ -11,40 +11,23 @@ use crate::support::{Rig, multipart_upload, put_object, random_bytes};
 
 const MIB: usize = 1024 * 1024;
 
-/// Starts a GET of `key` (optionally `range`) through `client`, waits for its headers,
-/// then runs `during` and reads the body, `pause` between chunks: the body, or why it
-/// failed.
-async fn read_around<F, Fut>(
-    client: &Client,
-    bucket: &str,
-    key: &str,
-    range: Option<String>,
-    pause: Duration,
-    during: F,
-) -> Result<Vec<u8>, String>
-where
-    F: FnOnce() -> Fut,
-    Fut: std::future::Future<Output = ()>,
-{
-    let output = client
+/// GETs `key` through Portico, waits for its headers, overwrites it at MinIO with `new`,
+/// then reads the body: the body, or why it failed.
+async fn read_overwritten(rig: &Rig, key: &str, new: &[u8]) -> Result<Vec<u8>, String> {
+    let output = rig
+        .client
         .get_object()
-        .bucket(bucket)
+        .bucket(&rig.bucket)
         .key(key)
-        .set_range(range)
         .send()
         .await
         .map_err(|error| format!("GET: {error:?}"))?;
-    during().await;
+    overwrite(&rig.direct, &rig.bucket, key, new).await;
     let mut body = output.body;
     let mut bytes = Vec::new();
     loop {
         match body.next().await {
-            Some(Ok(chunk)) => {
-                bytes.extend_from_slice(&chunk);
-                if !pause.is_zero() {
-                    tokio::time::sleep(pause).await;
-                }
-            }
+            Some(Ok(chunk)) => bytes.extend_from_slice(&chunk),
             Some(Err(error)) => {
                 return Err(format!("body cut after {} bytes: {error}", bytes.len()));
             }
@@ -109,18 +92,7 @@ async fn overwrite_while_later_streams_wait_for_a_fill_slot() {
     rig.put("o.bin", &old).await;
     rig.forwarder.take();
     rig.forwarder.limit_rate(Some(2 * MIB as u64));
-    let (direct, bucket) = (rig.direct.clone(), rig.bucket.clone());
-    let got = read_around(
-        &rig.client,
-        &rig.bucket,
-        "o.bin",
-        None,
-        Duration::ZERO,
-        || async {
-            overwrite(&direct, &bucket, "o.bin", &new).await;
-        },
-    )
-    .await;
+    let got = read_overwritten(&rig, "o.bin", &new).await;
     println!("{}", stream_metrics(&rig).await);
     println!(
         "upstream GETs: {:?}",
@@ -147,18 +119,7 @@ async fn overwrite_during_a_read_of_an_object_with_single_block_holes() {
         assert!(rig.get("o.bin", Some(&range)).await == old[block * MIB..(block + 1) * MIB]);
     }
     rig.forwarder.limit_rate(Some(8 * MIB as u64));
-    let (direct, bucket) = (rig.direct.clone(), rig.bucket.clone());
-    let got = read_around(
-        &rig.client,
-        &rig.bucket,
-        "o.bin",
-        None,
-        Duration::ZERO,
-        || async {
-            overwrite(&direct, &bucket, "o.bin", &new).await;
-        },
-    )
-    .await;
+    let got = read_overwritten(&rig, "o.bin", &new).await;
     println!("{}", stream_metrics(&rig).await);
     assert_eq!(verdict("holes", &got, &old, &new), "old version, whole");
 }
@@ -183,18 +144,7 @@ async fn overwrite_before_a_delayed_later_stream_reaches_the_origin() {
             Fault::Delay(Duration::ZERO),
             Fault::Delay(Duration::from_secs(2)),
         ]);
-        let (direct, bucket) = (rig.direct.clone(), rig.bucket.clone());
-        let got = read_around(
-            &rig.client,
-            &rig.bucket,
-            "o.bin",
-            None,
-            Duration::ZERO,
-            || async {
-                overwrite(&direct, &bucket, "o.bin", &new).await;
-            },
-        )
-        .await;
+        let got = read_overwritten(&rig, "o.bin", &new).await;
         println!("{}", stream_metrics(&rig).await);
         // A read whose headers waited for the delayed stream is retried on the new
         // version before its headers: that is not counted, only a body cut off.
@@ -220,7 +170,7 @@ async fn staggered_and_ranged_herds_cost_the_object_once() {
     for _ in 0..8 {
         let (client, bucket) = (rig.client.clone(), rig.bucket.clone());
         tasks.push(tokio::spawn(async move {
-            read_around(&client, &bucket, "s.bin", None, Duration::ZERO, || async {}).await
+            crate::support::try_get(&client, &bucket, "s.bin", None).await
         }));
         tokio::time::sleep(Duration::from_millis(150)).await;
     }
@@ -242,15 +192,7 @@ async fn staggered_and_ranged_herds_cost_the_object_once() {
         tasks.push(tokio::spawn(async move {
             (
                 first,
-                read_around(
-                    &client,
-                    &bucket,
-                    "r.bin",
-                    Some(range),
-                    Duration::ZERO,
-                    || async {},
-                )
-                .await,
+                crate::support::try_get(&client, &bucket, "r.bin", Some(&range)).await,
             )
         }));
     }
