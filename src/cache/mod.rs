@@ -440,6 +440,32 @@ impl BlockCache {
         self.fit_buffers();
     }
 
+    /// Caches a whole block just fetched (by an origin stream, here or on another member
+    /// for this node, its owner): as [`Self::insert_block`], waiting for room on the disk
+    /// as a fill does.
+    pub async fn insert_fetched(&self, key: BlockKey, bytes: Bytes) {
+        let key = self.generational(&key);
+        self.store_fetched(&key, &bytes).await;
+        self.hybrid.memory().insert_with_properties(
+            CacheKey::Block(key),
+            CacheValue::Block(bytes),
+            self.placement(Location::InMem),
+        );
+        self.fit_buffers();
+    }
+
+    /// Caches a whole block in memory only: a block another cluster member owns (and
+    /// keeps on its disk).
+    pub fn insert_in_memory(&self, key: BlockKey, bytes: Bytes) {
+        let key = self.generational(&key);
+        self.hybrid.memory().insert_with_properties(
+            CacheKey::Block(key),
+            CacheValue::Block(bytes),
+            HybridCacheProperties::default().with_location(Location::InMem),
+        );
+        self.fit_buffers();
+    }
+
     /// Entry properties for `location`, kept in memory while the disk tier is off.
     fn placement(&self, location: Location) -> HybridCacheProperties {
         let location = if self.disk_in_use() {

@@ -14,9 +14,10 @@ use portico_fleet::Token;
 
 use super::protocol::{
     BLOCK_PATH, BlockRequest, CRC_HEADER, CUT_HEADER, CUT_PATH, CutRequest, FILL_HEADER,
-    FillHeaders, HEALTH_PATH, INVALIDATE_PATH, InvalidateRequest, LEASE_PATH, LEASE_TOKEN_HEADER,
-    LeaseGrant, LeaseRequest, MISSING_HEADER, PURGE_PATH, PurgeRequest, RESULT_HEADER,
-    TENANT_HEADER, ZONE_HEADER, parse_token,
+    FillHeaders, HAND_HEADER, HAND_PATH, HEALTH_PATH, HELD_PATH, HeldAnswer, HeldRequest,
+    INVALIDATE_PATH, InvalidateRequest, LEASE_PATH, LEASE_TOKEN_HEADER, LeaseGrant, LeaseRequest,
+    MISSING_HEADER, PURGE_PATH, PurgeRequest, RESULT_HEADER, TENANT_HEADER, ZONE_HEADER,
+    parse_token,
 };
 use crate::object::Missing;
 use crate::source::{PeerError, PeerId};
@@ -181,6 +182,67 @@ impl PeerClient {
             Ok(result) => result,
             Err(_) => Err(failed(format!("no whole answer within {:?}", self.timeout))),
         }
+    }
+
+    /// Which of the blocks `request` names `peer` holds or has coming; `Ok(None)` when it
+    /// answered otherwise (a member of an older release does not know the request). An
+    /// error when it did not answer.
+    pub async fn held(
+        &self,
+        peer: &PeerId,
+        request: &HeldRequest,
+    ) -> Result<Option<Vec<u64>>, String> {
+        let body = serde_json::to_vec(request).map_err(|error| error.to_string())?;
+        let exchange = async {
+            let response = self
+                .send(peer, (Method::POST, HELD_PATH), &[], body)
+                .await
+                .map_err(|error| error.to_string())?;
+            if response.status() != StatusCode::OK {
+                return Ok(None);
+            }
+            let body = Limited::new(response.into_body(), 64 * 1024)
+                .collect()
+                .await
+                .map_err(|error| format!("body: {error}"))?
+                .to_bytes();
+            let answer: HeldAnswer = serde_json::from_slice(&body)
+                .map_err(|error| format!("answered no list of blocks: {error}"))?;
+            Ok(Some(answer.held))
+        };
+        tokio::time::timeout(self.timeout, exchange)
+            .await
+            .unwrap_or_else(|_| Err(format!("no answer within {:?}", self.timeout)))
+    }
+
+    /// Hands `peer` the whole block `request` names, `bytes`, whose CRC64NVME is `crc`:
+    /// `Ok(Err(status))` when it answered without taking it, an error when it did not
+    /// answer.
+    pub async fn hand(
+        &self,
+        peer: &PeerId,
+        request: &BlockRequest,
+        (bytes, crc): (Bytes, u64),
+    ) -> Result<Result<(), StatusCode>, String> {
+        let named = serde_json::to_string(request).map_err(|error| error.to_string())?;
+        let named =
+            percent_encoding::utf8_percent_encode(&named, percent_encoding::NON_ALPHANUMERIC)
+                .to_string();
+        let crc = format!("{crc:016x}");
+        let exchange = async {
+            let headers = [(HAND_HEADER, named.as_str()), (CRC_HEADER, crc.as_str())];
+            let response = self
+                .send(peer, (Method::POST, HAND_PATH), &headers, bytes)
+                .await
+                .map_err(|error| error.to_string())?;
+            Ok(match response.status() {
+                StatusCode::NO_CONTENT => Ok(()),
+                other => Err(other),
+            })
+        };
+        tokio::time::timeout(self.timeout, exchange)
+            .await
+            .unwrap_or_else(|_| Err(format!("no answer within {:?}", self.timeout)))
     }
 
     /// Passes a purge on to `peer`; its JSON answer.
@@ -349,7 +411,7 @@ impl PeerClient {
         peer: &PeerId,
         (method, path): (Method, &str),
         headers: &[(&'static str, &str)],
-        body: Vec<u8>,
+        body: impl Into<Bytes>,
     ) -> Result<http::Response<hyper::body::Incoming>, PeerError> {
         self.exchange(peer, (method, path), headers, body)
             .await
@@ -365,7 +427,7 @@ impl PeerClient {
         peer: &PeerId,
         (method, path): (Method, &str),
         headers: &[(&'static str, &str)],
-        body: Vec<u8>,
+        body: impl Into<Bytes>,
     ) -> Result<http::Response<hyper::body::Incoming>, SendError> {
         let mut request = Request::builder()
             .method(method)
@@ -378,7 +440,7 @@ impl PeerClient {
             }
         }
         let request = request
-            .body(Full::new(Bytes::from(body)))
+            .body(Full::new(body.into()))
             .map_err(|error| SendError::Other(format!("request: {error}")))?;
         self.client
             .request(request)

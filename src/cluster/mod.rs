@@ -26,19 +26,24 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
+use bytes::Bytes;
 use parking_lot::{Mutex, RwLock};
 use portico_fleet::Timing;
 
 pub use client::{LeaseAnswer, PeerClient};
 pub use portico_fleet::RoundReport;
 pub use protocol::{BlockRequest, FillHeaders, InvalidateRequest, PurgeRequest, WrittenObject};
+use protocol::{HELD_MOST, HeldRequest};
 pub use ring::{Ring, peer_id};
 pub use server::{PeerState, serve};
 
 use crate::checksum::{Algorithm, Crc};
 use crate::config::ClusterConfig;
+use crate::object::ObjectMeta;
 use crate::shutdown::{Shutdown, Tasks};
-use crate::source::{BlockAsk, Lease, PeerBlock, PeerError, PeerId, Peers, ResponseHead};
+use crate::source::{
+    BlockAsk, BlocksAsk, Lease, PeerBlock, PeerError, PeerId, Peers, ResponseHead,
+};
 use crate::telemetry::{Metrics, PeerResult};
 use crate::types::{BlockIndex, ObjectRef};
 use fleet::Fleet;
@@ -347,29 +352,15 @@ impl Peers for Cluster {
         ask: BlockAsk<'_>,
         head: &ResponseHead,
     ) -> Result<PeerBlock, PeerError> {
+        let request = block_request(&ask);
         let BlockAsk {
             object,
-            meta,
-            block_size,
             index,
             within,
             tenant,
             class,
+            ..
         } = ask;
-        let request = BlockRequest {
-            bucket: object.bucket().to_owned(),
-            key: object.key().to_owned(),
-            // The owner fetches the block pinned to the version, as this member would.
-            version_id: object
-                .version()
-                .or(meta.pinned_version())
-                .map(str::to_owned),
-            etag: meta.etag.clone(),
-            size: meta.size,
-            block_size,
-            index,
-            within: [within.start, within.end],
-        };
         let length = within.end.saturating_sub(within.start);
         let started = Instant::now();
         let fill = FillHeaders { tenant, class };
@@ -421,9 +412,97 @@ impl Peers for Cluster {
         self.keep_in_memory
     }
 
+    async fn held(&self, peer: &PeerId, ask: BlocksAsk<'_>) -> Vec<BlockIndex> {
+        let BlocksAsk {
+            object,
+            meta,
+            block_size,
+            indexes,
+        } = ask;
+        let mut held = Vec::new();
+        for indexes in indexes.chunks(HELD_MOST) {
+            let request = HeldRequest {
+                member: self.identity.to_string(),
+                bucket: object.bucket().to_owned(),
+                key: object.key().to_owned(),
+                version_id: version_asked(object, meta),
+                etag: meta.etag.clone(),
+                size: meta.size,
+                block_size,
+                indexes: indexes.to_vec(),
+            };
+            match self.client.held(peer, &request).await {
+                Ok(Some(answer)) => {
+                    held.extend(answer.into_iter().filter(|index| indexes.contains(index)));
+                }
+                Ok(None) => held.extend_from_slice(indexes),
+                Err(reason) => {
+                    // Its blocks are asked of it one by one (or, now that it is passed
+                    // over, of the next member), as before streams.
+                    self.metrics.count_peer_request(PeerResult::Error);
+                    let error = PeerError::Failed {
+                        peer: peer.clone(),
+                        reason,
+                    };
+                    self.suspect(peer, &error);
+                    held.extend_from_slice(indexes);
+                }
+            }
+        }
+        held
+    }
+
+    async fn hand(&self, peer: &PeerId, ask: BlockAsk<'_>, bytes: Bytes) -> bool {
+        let request = block_request(&ask);
+        let crc = Crc::of(Algorithm::Crc64Nvme, &bytes).value;
+        match self.client.hand(peer, &request, (bytes, crc)).await {
+            Ok(Ok(())) => {
+                self.metrics.streams.count_handed(true);
+                return true;
+            }
+            Ok(Err(status)) => {
+                self.metrics.streams.count_handed(false);
+                tracing::debug!(object = %ask.object, index = ask.index, %peer, %status, "a block owner did not take its block");
+            }
+            Err(reason) => {
+                self.metrics.streams.count_handed(false);
+                self.metrics.count_peer_request(PeerResult::Error);
+                let error = PeerError::Failed {
+                    peer: peer.clone(),
+                    reason,
+                };
+                self.suspect(peer, &error);
+            }
+        }
+        false
+    }
+
     fn lease(&self) -> Arc<Lease> {
         self.fleet.lease().clone()
     }
+}
+
+/// What a member asks of the owner of the block `ask` names.
+fn block_request(ask: &BlockAsk<'_>) -> BlockRequest {
+    BlockRequest {
+        bucket: ask.object.bucket().to_owned(),
+        key: ask.object.key().to_owned(),
+        version_id: version_asked(ask.object, ask.meta),
+        etag: ask.meta.etag.clone(),
+        size: ask.meta.size,
+        block_size: ask.block_size,
+        index: ask.index,
+        within: [ask.within.start, ask.within.end],
+    }
+}
+
+/// The version id a member names to an owner: the owner fetches blocks pinned to the
+/// version, as the member would.
+fn version_asked(object: &ObjectRef, meta: &ObjectMeta) -> Option<String> {
+    object
+        .version()
+        .or(meta.pinned_version())
+        .map(str::to_owned)
 }
 
 /// The addresses `name` (`host:port`) resolves to, as member ids; `None` (logged) when it

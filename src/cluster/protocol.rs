@@ -12,6 +12,16 @@
 //!   or `miss`; `x-portico-crc64nvme` is the CRC64NVME of the body, in hex, which the asking
 //!   member checks before it uses a byte (an answer without it is refused). A changed
 //!   object answers 412, a missing one 404 with `x-portico-missing`.
+//! - `POST /peer/v1/held` with a JSON [`HeldRequest`]: which of the blocks named this
+//!   member holds or has coming, as a JSON [`HeldAnswer`] (200); it claims the others for
+//!   the asking member, which is to stream them. A member about to stream a cold read from
+//!   the origin asks the owners of the read's blocks first, and streams only those no one
+//!   holds or brings (docs/cluster.md, "Cold reads in a fleet").
+//! - `POST /peer/v1/hand` with a whole block as its body and [`HAND_HEADER`] naming it (a
+//!   [`BlockRequest`] whose `within` is the whole block, as JSON, percent-encoded): a block
+//!   of this member's that another member's origin stream brought, which this member
+//!   caches (204) when its body has the length of the block and the CRC64NVME
+//!   `x-portico-crc64nvme` names, else refuses (400).
 //! - `POST /peer/v1/purge` with the admin API's purge body: purges on this member only.
 //! - `POST /peer/v1/invalidate` with a JSON [`InvalidateRequest`]: forgets what this member
 //!   knows of objects a write through another member changed (204), before that member
@@ -33,6 +43,8 @@
 use serde::{Deserialize, Serialize};
 
 pub const BLOCK_PATH: &str = "/peer/v1/block";
+pub const HELD_PATH: &str = "/peer/v1/held";
+pub const HAND_PATH: &str = "/peer/v1/hand";
 pub const PURGE_PATH: &str = "/peer/v1/purge";
 pub const INVALIDATE_PATH: &str = "/peer/v1/invalidate";
 pub const LEASE_PATH: &str = "/peer/v1/lease";
@@ -46,6 +58,10 @@ pub const ZONE_HEADER: &str = "x-portico-zone";
 pub const CRC_HEADER: &str = "x-portico-crc64nvme";
 /// What is missing in a 404: `key`, `bucket` or `version`.
 pub const MISSING_HEADER: &str = "x-portico-missing";
+/// On a handed block: the [`BlockRequest`] that names it, as JSON, percent-encoded.
+pub const HAND_HEADER: &str = "x-portico-block";
+/// Blocks one [`HeldRequest`] may name: a read of 16 GiB at 4 MiB blocks.
+pub const HELD_MOST: usize = 4096;
 /// On a block request: the tenant a fill from the origin is for.
 pub const TENANT_HEADER: &str = "x-portico-tenant";
 /// On a block request: why the block is fetched, `demand`, `prefetch` or `warm`.
@@ -77,6 +93,32 @@ pub struct BlockRequest {
     pub index: u64,
     /// The bytes of the block to send: from the first, up to the second (excluded).
     pub within: [u64; 2],
+}
+
+/// Blocks of one version asked about: which does the member hold, or have coming (from
+/// its own origin stream or another member's)? It claims the others for `member`, whose
+/// stream is to bring them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HeldRequest {
+    /// The asking member, as the members know it (its `cluster.advertise`).
+    pub member: String,
+    pub bucket: String,
+    pub key: String,
+    pub version_id: Option<String>,
+    /// The ETag of the version, quotes included.
+    pub etag: String,
+    pub size: u64,
+    pub block_size: u64,
+    /// At most [`HELD_MOST`].
+    pub indexes: Vec<u64>,
+}
+
+/// The blocks of a [`HeldRequest`] the member holds whole or has coming.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HeldAnswer {
+    pub held: Vec<u64>,
 }
 
 /// A purge passed on to a member: a key, or every object under a prefix.

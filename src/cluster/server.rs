@@ -12,6 +12,7 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use http_body_util::BodyExt;
 use serde_json::json;
 use subtle::ConstantTimeEq;
 use tokio::net::TcpListener;
@@ -20,13 +21,14 @@ use super::listener::TlsListener;
 use super::peer_id;
 use super::protocol::{
     BLOCK_PATH, BlockRequest, CRC_HEADER, CUT_HEADER, CUT_PATH, CutRequest, FILL_HEADER,
-    HEALTH_PATH, INVALIDATE_PATH, InvalidateRequest, LEASE_PATH, LEASE_TOKEN_HEADER, LeaseRequest,
+    HAND_HEADER, HAND_PATH, HEALTH_PATH, HELD_MOST, HELD_PATH, HeldAnswer, HeldRequest,
+    INVALIDATE_PATH, InvalidateRequest, LEASE_PATH, LEASE_TOKEN_HEADER, LeaseRequest,
     MISSING_HEADER, PURGE_PATH, PurgeRequest, RESULT_HEADER, TENANT_HEADER, ZONE_HEADER,
     token_header,
 };
 use crate::auth::Authenticator;
 use crate::cache::Tier;
-use crate::checksum::{Algorithm, Running};
+use crate::checksum::{Algorithm, Crc, Running};
 use crate::object::{Missing, ObjectMeta};
 use crate::read::{FillClass, FillFor, ReadError, ReadPath};
 use crate::shutdown::Shutdown;
@@ -56,6 +58,8 @@ pub struct PeerState {
 pub fn router(state: Arc<PeerState>) -> Router {
     Router::new()
         .route(BLOCK_PATH, post(block))
+        .route(HELD_PATH, post(held))
+        .route(HAND_PATH, post(hand))
         .route(PURGE_PATH, post(purge))
         .route(INVALIDATE_PATH, post(invalidate))
         .route(LEASE_PATH, post(lease))
@@ -126,27 +130,13 @@ async fn block(
         Ok(Json(request)) => request,
         Err(rejection) => return refusal(rejection.status(), rejection.body_text()),
     };
-    if request.block_size != state.block_size {
-        state.metrics.count_peer_served(PeerResult::Error, 0);
-        return refusal(
-            StatusCode::CONFLICT,
-            format!(
-                "this member's cache.block_size is {}, the request's {}: every member must use the same",
-                state.block_size, request.block_size
-            ),
-        );
-    }
-    let object = match ObjectRef::new(&request.bucket, &request.key)
-        .and_then(|object| object.with_version(request.version_id.as_deref()))
-    {
-        Ok(object) => object,
-        Err(error) => return refusal(StatusCode::BAD_REQUEST, error.to_string()),
+    let (object, meta) = match named_version(&state, Named::block(&request)) {
+        Ok(named) => named,
+        Err((status, message)) => {
+            state.metrics.count_peer_served(PeerResult::Error, 0);
+            return refusal(status, message);
+        }
     };
-    let meta = Arc::new(ObjectMeta {
-        size: request.size,
-        etag: request.etag.clone(),
-        ..ObjectMeta::default()
-    });
     let [first, end] = request.within;
     let part = match state
         .read
@@ -194,6 +184,151 @@ async fn block(
         HeaderValue::from_static(if hit { "hit" } else { "miss" }),
     );
     response
+}
+
+/// The version of an object a member's request names.
+struct Named<'a> {
+    bucket: &'a str,
+    key: &'a str,
+    version_id: Option<&'a str>,
+    etag: &'a str,
+    size: u64,
+    block_size: u64,
+}
+
+impl<'a> Named<'a> {
+    fn block(request: &'a BlockRequest) -> Self {
+        Self {
+            bucket: &request.bucket,
+            key: &request.key,
+            version_id: request.version_id.as_deref(),
+            etag: &request.etag,
+            size: request.size,
+            block_size: request.block_size,
+        }
+    }
+
+    fn held(request: &'a HeldRequest) -> Self {
+        Self {
+            bucket: &request.bucket,
+            key: &request.key,
+            version_id: request.version_id.as_deref(),
+            etag: &request.etag,
+            size: request.size,
+            block_size: request.block_size,
+        }
+    }
+}
+
+/// The object and version `named` names, or the refusal of a request naming another
+/// block size or an invalid object.
+fn named_version(
+    state: &PeerState,
+    named: Named<'_>,
+) -> Result<(ObjectRef, Arc<ObjectMeta>), (StatusCode, String)> {
+    if named.block_size != state.block_size {
+        return Err((
+            StatusCode::CONFLICT,
+            format!(
+                "this member's cache.block_size is {}, the request's {}: every member must use the same",
+                state.block_size, named.block_size
+            ),
+        ));
+    }
+    let object = ObjectRef::new(named.bucket, named.key)
+        .and_then(|object| object.with_version(named.version_id))
+        .map_err(|error| (StatusCode::BAD_REQUEST, error.to_string()))?;
+    let meta = Arc::new(ObjectMeta {
+        size: named.size,
+        etag: named.etag.to_owned(),
+        ..ObjectMeta::default()
+    });
+    Ok((object, meta))
+}
+
+/// `POST /peer/v1/held`: which of the blocks asked about this member holds whole.
+async fn held(
+    State(state): State<Arc<PeerState>>,
+    body: Result<Json<HeldRequest>, JsonRejection>,
+) -> Response {
+    let request = match body {
+        Ok(Json(request)) => request,
+        Err(rejection) => return refusal(rejection.status(), rejection.body_text()),
+    };
+    if request.indexes.len() > HELD_MOST {
+        return refusal(
+            StatusCode::BAD_REQUEST,
+            format!("at most {HELD_MOST} blocks may be asked about at once"),
+        );
+    }
+    let (object, meta) = match named_version(&state, Named::held(&request)) {
+        Ok(named) => named,
+        Err((status, message)) => return refusal(status, message),
+    };
+    let member = peer_id(&request.member);
+    let held = state
+        .read
+        .blocks_held(&object, meta, &request.indexes, member);
+    Json(HeldAnswer { held }).into_response()
+}
+
+/// `POST /peer/v1/hand`: a block of this member's that another member's origin stream
+/// brought, cached once its length and CRC64NVME are right.
+async fn hand(State(state): State<Arc<PeerState>>, request: Request) -> Response {
+    let (parts, body) = request.into_parts();
+    let header = |name: &str| {
+        parts
+            .headers
+            .get(name)
+            .and_then(|value| value.to_str().ok())
+            .map(str::to_owned)
+    };
+    let named = header(HAND_HEADER).and_then(|named| {
+        let named = percent_encoding::percent_decode_str(&named)
+            .decode_utf8()
+            .ok()?;
+        serde_json::from_str::<BlockRequest>(&named).ok()
+    });
+    let Some(named) = named else {
+        return refusal(
+            StatusCode::BAD_REQUEST,
+            format!(
+                "a handed block needs {HAND_HEADER}: its block request, as JSON, percent-encoded"
+            ),
+        );
+    };
+    let Some(crc) = header(CRC_HEADER).and_then(|crc| u64::from_str_radix(&crc, 16).ok()) else {
+        return refusal(
+            StatusCode::BAD_REQUEST,
+            format!("a handed block needs {CRC_HEADER}: the CRC64NVME of its bytes, in hex"),
+        );
+    };
+    let (object, meta) = match named_version(&state, Named::block(&named)) {
+        Ok(version) => version,
+        Err((status, message)) => return refusal(status, message),
+    };
+    let limit = usize::try_from(state.block_size)
+        .unwrap_or(usize::MAX)
+        .saturating_add(1);
+    let bytes = match http_body_util::Limited::new(body, limit).collect().await {
+        Ok(body) => body.to_bytes(),
+        Err(error) => return refusal(StatusCode::BAD_REQUEST, format!("body: {error}")),
+    };
+    if Crc::of(Algorithm::Crc64Nvme, &bytes).value != crc {
+        state.metrics.integrity.count_mismatch("peer");
+        return refusal(
+            StatusCode::BAD_REQUEST,
+            "the block's bytes fail the CRC64NVME sent with them",
+        );
+    }
+    match state
+        .read
+        .take_handed(&object, meta, named.index, bytes)
+        .await
+    {
+        Ok(()) => StatusCode::NO_CONTENT.into_response(),
+        Err(error) => refusal(StatusCode::BAD_REQUEST, error.to_string()),
+    }
 }
 
 /// Who a fill for the asking member is for: the tenant its `x-portico-tenant` names when

@@ -5,26 +5,27 @@
 //! its length is checked before a byte of it is used. The lookups of one block under way
 //! share one answer latch, which arrives when the fetch one of them leads is answered.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use bytes::Bytes;
 use tracing::Instrument;
 use tracing::field::Empty;
 
+use super::claims::{Bringer, Claims};
 use super::discovered::Discovered;
 use super::fetch::BlockFetch;
 use super::fills::FillSlots;
 use super::hedge::Hedger;
 use super::integrity::Integrity;
-use super::stream::{Interest, Streams};
+use super::stream::{Has, Interest, Streams};
 use super::verify::Verifier;
 use super::{Internal, ReadError, Target};
 use crate::budget::{Charge, MemoryBudget};
 use crate::cache::{BlockCache, BlockKey, Keep, LookupError, Part, Tier};
 use crate::fill_threads::FillThreads;
 use crate::source::ResponseHead;
-use crate::source::{BlockSource, PeerError, PeerId, Peers, UpstreamError};
+use crate::source::{BlockSource, BlocksAsk, PeerError, PeerId, Peers, UpstreamError};
 use crate::telemetry::{Metrics, TRACE_TARGET};
 use crate::types::{BlockIndex, ByteRange, ObjectRef};
 
@@ -53,6 +54,10 @@ struct Inner {
     verifier: Option<Verifier>,
     /// The origin streams that bring many blocks of a read at once.
     streams: Streams,
+    /// This node's blocks that other members' streams bring, in cluster mode.
+    claims: Claims,
+    /// The blocks a lookup here is asking another member for, with how many do.
+    asking: parking_lot::Mutex<HashMap<BlockKey, usize>>,
     /// For each block being looked up, the latch its lookups share (see
     /// [`Blocks::answer_latch`]).
     answers: parking_lot::Mutex<HashMap<BlockKey, ResponseHead>>,
@@ -67,8 +72,9 @@ impl Blocks {
         peers: Option<Arc<dyn Peers>>,
         (integrity, verifier): (Integrity, Option<Verifier>),
     ) -> Self {
+        let claims = Claims::default();
         let streams = Streams::new(
-            source.clone(),
+            (source.clone(), peers.clone(), claims.clone()),
             cache.clone(),
             (integrity.clone(), fills.clone(), fill_threads.clone()),
             metrics.clone(),
@@ -85,6 +91,8 @@ impl Blocks {
                 integrity,
                 verifier,
                 streams,
+                claims,
+                asking: parking_lot::Mutex::default(),
                 answers: parking_lot::Mutex::default(),
             }),
         }
@@ -143,23 +151,153 @@ impl Blocks {
     }
 
     /// Opens the origin streams that bring the blocks `wanted` of `target` the cache does
-    /// not hold (nor `discovered`), and joins those under way that bring some (see
-    /// `stream.rs`); the read holds the interests while it needs the blocks. In cluster
-    /// mode blocks are fetched by block, each by its owner (docs/cluster.md).
-    pub(super) fn open_streams(
+    /// not hold (nor `discovered`, nor, in cluster mode, their owners), and joins those
+    /// under way that bring some (see `stream.rs`); the read holds the interests while it
+    /// needs the blocks.
+    pub(super) async fn open_streams(
         &self,
         target: &Target,
         wanted: std::ops::RangeInclusive<BlockIndex>,
         discovered: &Discovered,
     ) -> Vec<Interest> {
-        if self.inner.peers.is_some() {
-            return Vec::new();
-        }
-        let held = |index| {
+        let here = |index| {
             discovered.block(index).is_some()
                 || self.holds(&target.key(index), target.layout.block_len(index))
         };
-        self.inner.streams.open(target, wanted, held)
+        let (elsewhere, claimed) = match &self.inner.peers {
+            Some(peers) => {
+                self.held_elsewhere(peers, target, wanted.clone(), &here)
+                    .await
+            }
+            None => (HashSet::new(), Vec::new()),
+        };
+        let has = |index| match (here(index), elsewhere.contains(&index)) {
+            (true, _) => Has::Here,
+            (false, true) => Has::Elsewhere,
+            (false, false) => Has::Missing,
+        };
+        let interests = self.inner.streams.open(target, wanted.clone(), has);
+        if !claimed.is_empty() {
+            // The blocks this read claimed that none of its streams brings after all.
+            for index in claimed {
+                let key = target.key(index);
+                if !self.inner.streams.brings(&key) {
+                    self.inner.claims.release_here(&key);
+                }
+            }
+            self.inner.streams.claims_settled();
+        }
+        interests
+    }
+
+    /// The blocks `wanted` of `target` this node does not hold (`here`) that another
+    /// member holds or brings, so no stream of this node is to bring them: this node's
+    /// own blocks another member claimed (see `claims.rs`; those no one did are claimed
+    /// for this node), and the others' blocks their owners said they hold or have coming,
+    /// asked of each owner at once (each claims the rest for this node). A member that
+    /// does not answer holds all of its blocks: they are asked of it by block. A read that
+    /// misses fewer than two blocks here opens no stream, and asks no one. Also the blocks
+    /// this read claimed (none, when it asked no one).
+    async fn held_elsewhere(
+        &self,
+        peers: &Arc<dyn Peers>,
+        target: &Target,
+        wanted: std::ops::RangeInclusive<BlockIndex>,
+        here: &impl Fn(BlockIndex) -> bool,
+    ) -> (HashSet<BlockIndex>, Vec<BlockIndex>) {
+        let block_size = target.layout.block_size();
+        let missed: Vec<BlockIndex> = wanted.filter(|index| !here(*index)).collect();
+        if missed.len() < 2 {
+            let elsewhere = missed
+                .into_iter()
+                .filter(|index| self.owner(target, *index).is_some())
+                .collect();
+            return (elsewhere, Vec::new());
+        }
+        let mut owned: HashMap<PeerId, Vec<BlockIndex>> = HashMap::new();
+        let mut elsewhere = HashSet::new();
+        for index in missed.iter().copied() {
+            // Claimed for this node at once: a lookup here waits for this read's streams
+            // rather than fetch a block one of them is about to bring.
+            let claimed = self.inner.claims.claim(&target.key(index), Bringer::Here);
+            match peers.owner(&target.object, block_size, index) {
+                Some(owner) => owned.entry(owner).or_default().push(index),
+                None if !claimed => {
+                    elsewhere.insert(index);
+                }
+                None => {}
+            }
+        }
+        let asked = owned.iter().map(|(owner, indexes)| {
+            let ask = BlocksAsk {
+                object: &target.object,
+                meta: &target.meta,
+                block_size,
+                indexes,
+            };
+            peers.held(owner, ask)
+        });
+        let answers = futures::future::join_all(asked).await;
+        // The rest their owners claimed for this node: its lookups of them fetch them from
+        // the origin (when no stream brings them) rather than from owners that would ask
+        // this node back.
+        elsewhere.extend(answers.into_iter().flatten());
+        (elsewhere, missed)
+    }
+
+    /// Of the blocks `indexes` of `target` (this node's), those the cache holds whole or a
+    /// stream brings; the others are claimed for `member` (see `claims.rs`).
+    pub(super) fn held_or_claimed(
+        &self,
+        target: &Target,
+        indexes: &[BlockIndex],
+        member: &PeerId,
+    ) -> Vec<BlockIndex> {
+        let bringer = Bringer::Member(member.clone());
+        indexes
+            .iter()
+            .copied()
+            .filter(|index| target.layout.block_range(*index).is_some())
+            .filter(|index| {
+                let key = target.key(*index);
+                self.holds(&key, target.layout.block_len(*index))
+                    || self.inner.streams.brings(&key)
+                    || !self.inner.claims.claim(&key, bringer.clone())
+            })
+            .collect()
+    }
+
+    /// Block `index` of `target`, which another member's stream brought for this node
+    /// (its owner): cached, and its claim ends.
+    pub(super) async fn handed(&self, target: &Target, index: BlockIndex, bytes: Bytes) {
+        let key = target.key(index);
+        if !self.holds(&key, target.layout.block_len(index)) {
+            self.inner.cache.insert_fetched(key.clone(), bytes).await;
+        }
+        self.inner.claims.release(&key);
+    }
+
+    /// Notes that a lookup here asks another member for block `key`, until the note is
+    /// dropped: a member that asks this node for it meanwhile does not wait for that
+    /// lookup (see [`Self::serve_peer`]).
+    fn asking(&self, key: BlockKey) -> Asking {
+        *self.inner.asking.lock().entry(key.clone()).or_default() += 1;
+        Asking {
+            blocks: self.clone(),
+            key,
+        }
+    }
+
+    /// The member a fetch of block `index` of `target` asks first, when no stream of this
+    /// node brings it: `owner`, or, for a block of this node's, the member whose stream
+    /// brings it, while its claim holds.
+    fn ask_first(&self, target: &Target, index: BlockIndex, owner: Owner) -> Owner {
+        let peers = self.inner.peers.as_ref()?;
+        match (owner, self.inner.claims.bringer(&target.key(index))) {
+            (Some(owner), _) => Some(owner),
+            (None, Some(Bringer::Member(member))) => Some((peers.clone(), member)),
+            (None, _) => None,
+        }
     }
 
     /// The part of block `index` of `target` inside `bytes`: from a block the metadata
@@ -288,10 +426,13 @@ impl Blocks {
 
     /// The bytes `within` block `index` of the version `meta` names, for a member that
     /// asked this node (its owner) for them: from the cache, or from the whole block
-    /// fetched once from this node's own source. Never from another member: members
-    /// whose views of the membership differ for a moment cannot send a request round in
-    /// circles.
-    /// `charge` covers the bytes asked for.
+    /// fetched once from this node's own source, or from the member whose stream brings
+    /// it (see `claims.rs`). A block of another member's (the owner asked this node,
+    /// whose stream it claimed for, or the members' views of the membership differ for a
+    /// moment) is looked up here as this node's own, unless a lookup here is asking a
+    /// member for it: then it comes from memory, from a stream of this node's, or from the
+    /// source, never after that lookup, so requests cannot go round in circles. `charge`
+    /// covers the bytes asked for.
     pub(super) async fn serve_peer(
         &self,
         target: &Target,
@@ -311,8 +452,60 @@ impl Blocks {
         }
         let within = within.start as usize..within.end as usize;
         let answered = ResponseHead::default();
-        self.lookup(target, index, within, None, charge, &answered)
-            .await
+        let key = target.key(index);
+        if self.owner(target, index).is_none() || !self.inner.asking.lock().contains_key(&key) {
+            return self
+                .lookup(target, index, within, None, charge, &answered)
+                .await;
+        }
+        let span = lookup_span(index);
+        let part = match self.held_in_memory(target, index, within.clone()) {
+            Some(part) => part,
+            None => {
+                let fetch = self.block_fetch(target, index, &answered)?;
+                let block = match fetch.streamed(&self.inner.streams).await {
+                    Some(result) => result,
+                    None => fetch.run(None, ResponseHead::default()).await,
+                };
+                let block = block.map_err(ReadError::from_upstream)?;
+                let got = block.len();
+                let slice = slice_of(&block, within.clone()).ok_or_else(|| {
+                    ReadError::Internal(Internal::WrongLength {
+                        object: target.object.clone(),
+                        index,
+                        got,
+                        wanted: within.end,
+                    })
+                })?;
+                Part::whole(slice, Tier::Upstream)
+            }
+        };
+        Ok(self.looked_up(&span, target, (index, within), part, charge))
+    }
+
+    /// The fetch of block `index` of `target`, whose first answer `answered` learns of.
+    fn block_fetch(
+        &self,
+        target: &Target,
+        index: BlockIndex,
+        answered: &ResponseHead,
+    ) -> Result<BlockFetch, ReadError> {
+        let range = target.layout.block_range(index).ok_or_else(|| {
+            ReadError::Internal(Internal::OutsideObject {
+                index,
+                within: 0..0,
+            })
+        })?;
+        Ok(BlockFetch {
+            source: self.inner.source.clone(),
+            target: target.clone(),
+            range,
+            index,
+            metrics: self.inner.metrics.clone(),
+            integrity: self.inner.integrity.clone(),
+            answered: answered.clone(),
+            fills: self.inner.fills.clone(),
+        })
     }
 
     /// The member that owns block `index` of `target`, when cluster mode is on and it is
@@ -361,22 +554,37 @@ impl Blocks {
         answered: &ResponseHead,
     ) -> Result<Part, ReadError> {
         let object = &target.object;
-        let range = target.layout.block_range(index).ok_or_else(|| {
-            ReadError::Internal(Internal::OutsideObject {
-                index,
-                within: 0..0,
-            })
-        })?;
+        let fetch = self.block_fetch(target, index, answered)?;
+        let range = fetch.range;
         let key = target.key(index);
         let block_len = usize::try_from(range.len_bytes()).unwrap_or(usize::MAX);
+        let theirs = owner.is_some();
         let mut owner = owner;
         if let Some((peers, peer)) = &owner
             && !peers.keep_in_memory()
             && !self.inner.cache.holds(&key, block_len)
         {
+            // A block an origin stream of this node brings is not asked of its owner.
+            if let Some(result) = fetch.streamed(&self.inner.streams).await {
+                let block = result.map_err(ReadError::from_upstream)?;
+                let got = block.len();
+                return slice_of(&block, within.clone())
+                    .map(|slice| Part::whole(slice, Tier::Upstream))
+                    .ok_or_else(|| {
+                        ReadError::Internal(Internal::WrongLength {
+                            object: object.clone(),
+                            index,
+                            got,
+                            wanted: within.end,
+                        })
+                    });
+            }
             // Nothing of it stays here: only the bytes asked for cross the network.
             let asked = within.start as u64..within.end as u64;
-            match peers.fetch(peer, target.ask(index, asked), answered).await {
+            let asking = self.asking(key.clone());
+            let fetched = peers.fetch(peer, target.ask(index, asked), answered).await;
+            drop(asking);
+            match fetched {
                 Ok(block) if block.bytes.len() == within.len() => {
                     return Ok(Part::whole(block.bytes, Tier::Upstream));
                 }
@@ -391,40 +599,36 @@ impl Blocks {
             // The owner is passed over now: the next member, or this node.
             owner = self.owner(target, index);
         }
-        let keep = match &owner {
-            None => Keep::Everywhere,
-            Some(_) => Keep::Memory,
+        let keep = match theirs {
+            false => Keep::Everywhere,
+            true => Keep::Memory,
         };
         let keep_in_memory = owner
             .as_ref()
             .is_none_or(|(peers, _)| peers.keep_in_memory());
+        let streamed = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let fetch = {
-            let fetch = BlockFetch {
-                source: self.inner.source.clone(),
-                target: target.clone(),
-                range,
-                index,
-                metrics: self.inner.metrics.clone(),
-                integrity: self.inner.integrity.clone(),
-                answered: answered.clone(),
-                fills: self.inner.fills.clone(),
-            };
             let blocks = self.clone();
             let streams = self.inner.streams.clone();
+            let streamed = streamed.clone();
             move || {
                 // Created where the lookup starts the fetch, so it is the lookup's child
                 // even though the fetch runs in a task of its own.
                 let span = tracing::info_span!(target: TRACE_TARGET, "upstream.fetch", http.range = %range.header_value(), peer = owner.as_ref().map(|(_, peer)| tracing::field::display(peer.clone())));
                 let threads = blocks.inner.fill_threads.clone();
                 let run = async move {
-                    // A block an origin stream brings is not asked for again.
-                    if owner.is_none()
-                        && let Some(result) = fetch.streamed(&streams).await
-                    {
+                    // A block an origin stream brings is not asked for again, of the
+                    // origin nor of its owner.
+                    if let Some(result) = fetch.streamed(&streams).await {
+                        streamed.store(true, std::sync::atomic::Ordering::Release);
                         return result;
                     }
-                    // The owner is asked first; a hedge goes to the source.
-                    let mut owner = owner;
+                    // The owner is asked first (for a block of this node's, the member
+                    // whose stream brings it); a hedge goes to the source.
+                    let mut owner = blocks.ask_first(&fetch.target, fetch.index, owner);
+                    let _asking = owner
+                        .is_some()
+                        .then(|| blocks.asking(fetch.target.key(fetch.index)));
                     blocks
                         .inner
                         .hedger
@@ -463,8 +667,13 @@ impl Blocks {
         };
         let part = result?;
         // Only what this lookup fetched from the owner: a block the cache held is kept
-        // by this node as its owner, and so is one whose owner failed meanwhile.
-        if !keep_in_memory && part.tier == Tier::Upstream && self.owner(target, index).is_some() {
+        // by this node as its owner, and so is one whose owner failed meanwhile. One a
+        // stream brought stays until its owner took it (see `stream.rs`).
+        if !keep_in_memory
+            && part.tier == Tier::Upstream
+            && !streamed.load(std::sync::atomic::Ordering::Acquire)
+            && self.owner(target, index).is_some()
+        {
             self.inner.cache.remove_block(&key);
         }
         let got = part.total_bytes();
@@ -477,6 +686,24 @@ impl Blocks {
             }));
         }
         Ok(part)
+    }
+}
+
+/// A lookup's note that it is asking another member for a block, until dropped.
+struct Asking {
+    blocks: Blocks,
+    key: BlockKey,
+}
+
+impl Drop for Asking {
+    fn drop(&mut self) {
+        let mut asking = self.blocks.inner.asking.lock();
+        if let Some(count) = asking.get_mut(&self.key) {
+            *count -= 1;
+            if *count == 0 {
+                asking.remove(&self.key);
+            }
+        }
     }
 }
 

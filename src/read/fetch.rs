@@ -60,7 +60,7 @@ impl BlockFetch {
     /// The block from the origin stream that brings it, when one does and the block is
     /// not too far ahead of it; `None`: fetch it.
     pub(super) async fn streamed(&self, streams: &Streams) -> Option<Result<Bytes, UpstreamError>> {
-        let result = match streams.join(&self.target, self.index) {
+        let result = match streams.join_claimed(&self.target, self.index).await {
             Joined::Uncovered | Joined::Alone => return None,
             Joined::Arrived(bytes) => Ok(bytes),
             Joined::Waiting(waiting) => {

@@ -58,14 +58,14 @@ pub struct ReadParts {
 #[derive(Clone)]
 pub struct ReadPath {
     metadata: Metadata,
-    blocks: Blocks,
+    pub(super) blocks: Blocks,
     /// `None` when prefetch is off.
     prefetcher: Option<Prefetcher>,
     source: Arc<dyn BlockSource>,
-    budget: MemoryBudget,
+    pub(super) budget: MemoryBudget,
     metrics: Arc<Metrics>,
     integrity: Integrity,
-    block_size: u64,
+    pub(super) block_size: u64,
     readahead_blocks: usize,
 }
 
@@ -235,28 +235,6 @@ impl ReadPath {
         .await
     }
 
-    /// The bytes `within` block `index` of the version `meta` names, for a member that
-    /// asked this node (its owner) for them, charged to the budget (see
-    /// `Blocks::serve_peer`: never from another member). A fill from the origin is for
-    /// `fill` (the tenant and class the member named), else the default tenant's demand.
-    pub async fn serve_peer(
-        &self,
-        object: &ObjectRef,
-        meta: Arc<ObjectMeta>,
-        index: BlockIndex,
-        within: std::ops::Range<u64>,
-        fill: Option<FillFor>,
-    ) -> Result<Part, ReadError> {
-        let target = Target::new(object, meta, self.block_size);
-        let target = match fill {
-            Some(fill) => target.for_fill(fill),
-            None => target,
-        };
-        let length = within.end.saturating_sub(within.start);
-        let charge = self.budget.reserve_within(length).await?;
-        self.blocks.serve_peer(&target, index, within, charge).await
-    }
-
     /// The object's metadata for a HEAD, with what the cache did for the `Cache-Status`
     /// header; with `checksums`, including its stored checksums. `policy` is the object's.
     pub async fn head(
@@ -383,9 +361,10 @@ impl ReadPath {
         let first_index = target.layout.block_of(bytes.first());
         // Before any lookup or prefetch: those of the blocks the streams bring wait for
         // them.
-        let streams =
-            self.blocks
-                .open_streams(&target, target.layout.blocks_for(bytes), &discovered);
+        let streams = self
+            .blocks
+            .open_streams(&target, target.layout.blocks_for(bytes), &discovered)
+            .await;
         // Before waiting for the first block: a sequential reader catching up with the
         // prefetches waits here, and the fetch slots freed meanwhile refill at once
         // instead of idling until its block arrives.

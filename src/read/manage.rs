@@ -107,11 +107,10 @@ pub(super) async fn warm(
         class: FillClass::Warm,
     });
     // The blocks come in origin streams, held until the warm ends.
-    let _streams = blocks.open_streams(
-        &target,
-        target.layout.blocks_for(bytes),
-        &Discovered::default(),
-    );
+    let none = Discovered::default();
+    let _streams = blocks
+        .open_streams(&target, target.layout.blocks_for(bytes), &none)
+        .await;
     let layout = target.layout;
     let mut fetches = futures::stream::iter(layout.blocks_for(bytes))
         .map(|index| {

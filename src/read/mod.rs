@@ -52,6 +52,7 @@
 
 mod block;
 mod body;
+mod claims;
 mod coalesce;
 mod discovered;
 mod fetch;
@@ -62,6 +63,7 @@ mod integrity;
 mod lookup;
 mod manage;
 mod metadata;
+mod peers;
 mod prefetch;
 mod status;
 mod stream;

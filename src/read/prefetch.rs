@@ -247,30 +247,32 @@ impl Prefetcher {
             issued.push((index, slot, charge));
         }
         let target = target.of_class(FillClass::Prefetch);
-        // The blocks issued together come in origin streams, held until each is cached.
-        let streams = match (issued.first(), issued.last()) {
-            (Some((first, ..)), Some((last, ..))) => {
-                let none = Discovered::default();
-                self.inner
-                    .blocks
-                    .open_streams(&target, *first..=*last, &none)
-            }
-            _ => Vec::new(),
+        let Some(run) = issued
+            .first()
+            .zip(issued.last())
+            .map(|(first, last)| first.0..=last.0)
+        else {
+            return;
         };
-        let streams = Arc::new(streams);
-        for (index, slot, charge) in issued {
-            let this = self.inner.clone();
-            let (target, streams) = (target.clone(), streams.clone());
-            tokio::spawn(async move {
-                let fetched = this.shutdown.run(this.blocks.ensure_block(&target, index));
-                if let Some(Err(error)) = fetched.await {
-                    let object = &target.object;
-                    tracing::debug!(%object, index, %error, "prefetch failed");
-                }
-                // Once cached, the block is the cache's to account for.
-                drop((slot, charge, streams));
-            });
-        }
+        let this = self.inner.clone();
+        tokio::spawn(async move {
+            // The blocks issued together come in origin streams, held until each is cached.
+            let none = Discovered::default();
+            let streams = Arc::new(this.blocks.open_streams(&target, run, &none).await);
+            for (index, slot, charge) in issued {
+                let this = this.clone();
+                let (target, streams) = (target.clone(), streams.clone());
+                tokio::spawn(async move {
+                    let fetched = this.shutdown.run(this.blocks.ensure_block(&target, index));
+                    if let Some(Err(error)) = fetched.await {
+                        let object = &target.object;
+                        tracing::debug!(%object, index, %error, "prefetch failed");
+                    }
+                    // Once cached, the block is the cache's to account for.
+                    drop((slot, charge, streams));
+                });
+            }
+        });
     }
 }
 

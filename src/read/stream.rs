@@ -33,17 +33,18 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use bytes::Bytes;
-use tokio::sync::{Notify, oneshot};
+use tokio::sync::{Notify, Semaphore, oneshot};
 use tracing::Instrument;
 
 use super::Target;
+use super::claims::{Bringer, Claims};
 use super::fetch::pinned;
 use super::fills::FillSlots;
 use super::integrity::Integrity;
 use crate::buffers::BlockBuffers;
 use crate::cache::{BlockCache, BlockKey};
 use crate::fill_threads::FillThreads;
-use crate::source::{BlockSource, ResponseHead, StreamedRead, UpstreamError};
+use crate::source::{BlockSource, PeerId, Peers, ResponseHead, StreamedRead, UpstreamError};
 use crate::telemetry::{Metrics, StreamEnd, TRACE_TARGET};
 use crate::tenant::{Charge, charged};
 use crate::types::{BlockIndex, ByteRange};
@@ -56,6 +57,12 @@ pub(super) const BLOCKS_PER_STREAM: u64 = 4;
 pub(super) const LEAD_BLOCKS: u64 = 8;
 /// How far past the block a stream is filling a lookup still waits for it.
 pub(super) const WAIT_AHEAD_BLOCKS: u64 = 8;
+/// Longest a lookup waits for the read that claimed its block to open its streams (the
+/// time that read's questions to the block owners take).
+const CLAIM_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+/// Blocks streams hand to their owners at once, at most: a stream whose owners take their
+/// blocks slower than the origin sends them waits for them.
+const HANDS_IN_FLIGHT: usize = 8;
 /// Cached blocks a stream asks for again rather than leave a hole on each side of them to
 /// be fetched alone.
 const GAP_BRIDGED: u64 = 1;
@@ -71,6 +78,14 @@ pub(super) struct Streams {
 
 struct Inner {
     source: Arc<dyn BlockSource>,
+    /// The other members, in cluster mode: a block another member owns goes to it too.
+    peers: Option<Arc<dyn Peers>>,
+    /// Blocks handed to their owners at once, at most.
+    hands: Arc<Semaphore>,
+    /// The blocks this node's streams are to bring, claimed (cluster mode).
+    claims: Claims,
+    /// Told when a read that claimed blocks opened its streams.
+    opened: Notify,
     cache: BlockCache,
     integrity: Integrity,
     fills: FillSlots,
@@ -173,6 +188,18 @@ impl Drop for Interest {
     }
 }
 
+/// Whether a read has a block without a stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Has {
+    /// No: a stream is to bring it.
+    Missing,
+    /// In this node's cache, or discovered with the metadata.
+    Here,
+    /// Another member holds it or brings it (cluster mode): no stream of this node asks
+    /// for it, not even to bridge a gap.
+    Elsewhere,
+}
+
 /// What a lookup of a block finds among the streams.
 pub(super) enum Joined {
     /// No stream brings it: fetch it.
@@ -209,7 +236,7 @@ impl Waiting {
 
 impl Streams {
     pub(super) fn new(
-        source: Arc<dyn BlockSource>,
+        (source, peers, claims): (Arc<dyn BlockSource>, Option<Arc<dyn Peers>>, Claims),
         cache: BlockCache,
         (integrity, fills, fill_threads): (Integrity, FillSlots, FillThreads),
         metrics: Arc<Metrics>,
@@ -217,6 +244,10 @@ impl Streams {
         Self {
             inner: Arc::new(Inner {
                 source,
+                peers,
+                hands: Arc::new(Semaphore::new(HANDS_IN_FLIGHT)),
+                claims,
+                opened: Notify::new(),
                 cache,
                 integrity,
                 fills,
@@ -228,46 +259,52 @@ impl Streams {
     }
 
     /// Opens the streams that bring the blocks `wanted` of `target` for a read, but those
-    /// `held` says the read has (cached, or discovered with the metadata), and joins the
-    /// streams under way that bring some of them. The read keeps the interests while it
-    /// needs their blocks.
+    /// `has` says the read has (cached, or discovered with the metadata) or another member
+    /// holds or brings, and joins the streams under way that bring some of them. The read
+    /// keeps the interests while it needs their blocks.
     pub(super) fn open(
         &self,
         target: &Target,
         wanted: RangeInclusive<BlockIndex>,
-        held: impl Fn(BlockIndex) -> bool,
+        has: impl Fn(BlockIndex) -> Has,
     ) -> Vec<Interest> {
-        let needed: Vec<(BlockIndex, bool)> = wanted.map(|index| (index, held(index))).collect();
+        let needed: Vec<(BlockIndex, Has)> = wanted.map(|index| (index, has(index))).collect();
         let mut interests: Vec<Interest> = Vec::new();
         let mut runs: Vec<RangeInclusive<BlockIndex>> = Vec::new();
         {
             let mut blocks = self.inner.blocks.lock();
             let mut run: Option<RangeInclusive<BlockIndex>> = None;
-            let mut covered = Vec::new();
-            for (index, held) in needed {
+            // Blocks a stream is not to ask for again to bridge a gap.
+            let mut unbridgeable = Vec::new();
+            for (index, has) in needed {
                 let flow = blocks.get(&target.key(index)).map(|slot| &slot.flow);
-                if held || flow.is_some() {
+                if has != Has::Missing || flow.is_some() {
                     runs.extend(run.take());
                 }
-                if flow.is_some() {
-                    covered.push(index);
+                if flow.is_some() || has == Has::Elsewhere {
+                    unbridgeable.push(index);
                 }
                 if let Some(flow) = flow
                     && !interests.iter().any(|held| Arc::ptr_eq(&held.0, flow))
                 {
                     interests.push(Interest::new(flow));
                 }
-                if !held && flow.is_none() {
+                if has == Has::Missing && flow.is_none() {
                     run = Some(run.map_or(index..=index, |run| *run.start()..=index));
                 }
             }
             runs.extend(run);
-            let runs = bridged(runs, |gap| !covered.iter().any(|index| gap.contains(index)));
+            let runs = bridged(runs, |gap| {
+                !unbridgeable.iter().any(|index| gap.contains(index))
+            });
             // No more streams than fill slots free now: one that waits for a slot would
             // start late, and might find the version gone.
             let fill = target.fill_or_default(&self.inner.fills);
             let room = self.inner.fills.free_for(&fill).clamp(1, STREAMS_PER_READ);
-            let mut parts = split(&runs, room);
+            // In cluster mode a single block is streamed too: its owner claimed it for this
+            // node, and the lookups the owner sends here join the stream.
+            let shortest = if self.inner.peers.is_some() { 1 } else { 2 };
+            let mut parts = split(&runs, room, shortest);
             for part in &mut parts {
                 let flow = Arc::new(Flow {
                     filling: AtomicU64::new(*part.start()),
@@ -291,6 +328,44 @@ impl Streams {
             }
         }
         interests
+    }
+
+    /// A read that claimed blocks opened its streams (and released the claims of the
+    /// blocks none brings): the lookups waiting for them look again.
+    pub(super) fn claims_settled(&self) {
+        self.inner.opened.notify_waiters();
+    }
+
+    /// [`Self::join`], once the read that claimed block `index` for this node (cluster
+    /// mode) has opened its streams: a lookup that comes while that read still asks the
+    /// block owners waits for it (at most [`CLAIM_WAIT`]) rather than fetch the block a
+    /// stream is about to bring.
+    pub(super) async fn join_claimed(&self, target: &Target, index: BlockIndex) -> Joined {
+        let key = target.key(index);
+        let deadline = tokio::time::Instant::now() + CLAIM_WAIT;
+        loop {
+            let opened = self.inner.opened.notified();
+            tokio::pin!(opened);
+            opened.as_mut().enable();
+            let joined = self.join(target, index);
+            if !matches!(joined, Joined::Uncovered)
+                || self.inner.claims.bringer(&key) != Some(Bringer::Here)
+            {
+                return joined;
+            }
+            if tokio::time::timeout_at(deadline, opened).await.is_err() {
+                return joined;
+            }
+        }
+    }
+
+    /// Whether a stream under way brings block `key`.
+    pub(super) fn brings(&self, key: &BlockKey) -> bool {
+        self.inner
+            .blocks
+            .lock()
+            .get(key)
+            .is_some_and(|slot| matches!(slot.state, State::Coming(_)))
     }
 
     /// What a lookup of block `index` of `target` finds: a stream to wait for, a block one
@@ -403,7 +478,17 @@ impl Streams {
             if let Err(error) = inner.integrity.admit(target, index, &block, None) {
                 return Err(Undelivered::Refused(error));
             }
-            self.arrived(target, index, block, flow);
+            let owner = self.owner(target, index);
+            if self.arrived(target, index, block.clone(), flow, owner.is_some()) {
+                // At the disk's pace, as a block fetch.
+                inner
+                    .cache
+                    .insert_fetched(target.key(index), block.clone())
+                    .await;
+            }
+            if let Some((peers, owner)) = owner {
+                self.hand(target, index, block, (peers, owner)).await;
+            }
             flow.filling.store(index + 1, Ordering::Release);
             inner.metrics.streams.count_streamed();
             if flow.readers.load(Ordering::Acquire) == 0 {
@@ -413,11 +498,55 @@ impl Streams {
         Ok(())
     }
 
+    /// The member that owns block `index` of `target`, when that is another one.
+    fn owner(&self, target: &Target, index: BlockIndex) -> Option<(Arc<dyn Peers>, PeerId)> {
+        let peers = self.inner.peers.as_ref()?;
+        let owner = peers.owner(&target.object, target.layout.block_size(), index)?;
+        Some((peers.clone(), owner))
+    }
+
+    /// Hands block `index` of `target` to its owner, in a task of its own once fewer than
+    /// [`HANDS_IN_FLIGHT`] are under way.
+    async fn hand(
+        &self,
+        target: &Target,
+        index: BlockIndex,
+        bytes: Bytes,
+        (peers, owner): (Arc<dyn Peers>, PeerId),
+    ) {
+        let Ok(permit) = self.inner.hands.clone().acquire_owned().await else {
+            return;
+        };
+        let (target, cache) = (target.clone(), self.inner.cache.clone());
+        tokio::spawn(async move {
+            let whole = 0..bytes.len() as u64;
+            let taken = peers.hand(&owner, target.ask(index, whole), bytes).await;
+            if taken && !peers.keep_in_memory() {
+                // Its owner has it now, and lookups here go to the owner.
+                cache.remove_block(&target.key(index));
+            }
+            drop(permit);
+        });
+    }
+
     /// Block `index` of `target` arrived: to the lookups waiting for it, or else into the
-    /// cache (a lookup that waited caches what it gets). Blocks completed before the last
-    /// [`KEPT_BEHIND`] are no longer found with the stream.
-    fn arrived(&self, target: &Target, index: BlockIndex, bytes: Bytes, flow: &Arc<Flow>) {
+    /// cache (a lookup that waited caches what it gets; `true`: the caller caches it,
+    /// at the disk's pace); into memory only when another
+    /// member owns it (`elsewhere`), kept there without
+    /// `cluster.keep_peer_blocks_in_memory` only until the owner took it (see
+    /// [`Self::hand`]).
+    /// Blocks completed before the last [`KEPT_BEHIND`] are no longer found with the
+    /// stream.
+    fn arrived(
+        &self,
+        target: &Target,
+        index: BlockIndex,
+        bytes: Bytes,
+        flow: &Arc<Flow>,
+        elsewhere: bool,
+    ) -> bool {
         let key = target.key(index);
+        self.inner.claims.release(&key);
         let waiting = {
             let mut blocks = self.inner.blocks.lock();
             if let Some(behind) = index.checked_sub(KEPT_BEHIND) {
@@ -443,9 +572,12 @@ impl Streams {
         for sender in waiting {
             taken |= sender.send(Ok(bytes.clone())).is_ok();
         }
-        if !taken {
-            self.inner.cache.insert_block(key, bytes);
+        // Another member's block is kept in memory even when a lookup took it (the one its
+        // owner sends here takes it without caching it), at least until its owner has it.
+        if elsewhere {
+            self.inner.cache.insert_in_memory(key, bytes);
         }
+        !taken && !elsewhere
     }
 
     /// The stream of `part` ended with `end`: its blocks are no longer found with it, and
@@ -475,6 +607,7 @@ impl Streams {
             let mut blocks = self.inner.blocks.lock();
             for index in part.clone() {
                 let key = target.key(index);
+                self.inner.claims.release_here(&key);
                 if blocks
                     .get(&key)
                     .is_some_and(|slot| Arc::ptr_eq(&slot.flow, flow))
@@ -567,10 +700,14 @@ fn bridged(
     joined
 }
 
-/// `runs` as at most `streams` streams: each run of two blocks or more in parts of at
-/// least [`BLOCKS_PER_STREAM`] blocks; runs past that, and single blocks, are fetched by
+/// `runs` as at most `streams` streams: each run of `shortest` blocks or more in parts of
+/// at least [`BLOCKS_PER_STREAM`] blocks; runs past that, and shorter ones, are fetched by
 /// block.
-fn split(runs: &[RangeInclusive<BlockIndex>], streams: usize) -> Vec<RangeInclusive<BlockIndex>> {
+fn split(
+    runs: &[RangeInclusive<BlockIndex>],
+    streams: usize,
+    shortest: u64,
+) -> Vec<RangeInclusive<BlockIndex>> {
     let mut parts = Vec::new();
     for run in runs {
         let left = streams.saturating_sub(parts.len());
@@ -578,7 +715,7 @@ fn split(runs: &[RangeInclusive<BlockIndex>], streams: usize) -> Vec<RangeInclus
         if left == 0 {
             break;
         }
-        if length < 2 {
+        if length < shortest {
             continue;
         }
         let count = length.div_ceil(BLOCKS_PER_STREAM).min(left as u64);
@@ -602,26 +739,29 @@ mod tests {
     #[test]
     fn a_long_run_is_split_in_a_few_parts_of_many_blocks() {
         assert_eq!(
-            split(&[0..=255], ALL),
+            split(&[0..=255], ALL, 2),
             vec![0..=63, 64..=127, 128..=191, 192..=255]
         );
-        assert_eq!(split(&[1..=15], ALL), vec![1..=4, 5..=8, 9..=12, 13..=15]);
-        assert_eq!(split(&[3..=8], ALL), vec![3..=5, 6..=8]);
-        assert_eq!(split(&[3..=4], ALL), vec![3..=4]);
+        assert_eq!(
+            split(&[1..=15], ALL, 2),
+            vec![1..=4, 5..=8, 9..=12, 13..=15]
+        );
+        assert_eq!(split(&[3..=8], ALL, 2), vec![3..=5, 6..=8]);
+        assert_eq!(split(&[3..=4], ALL, 2), vec![3..=4]);
     }
 
     #[test]
     fn single_blocks_are_left_to_block_fetches_and_the_streams_per_read_are_bounded() {
         assert_eq!(
-            split(&[0..=0, 2..=2], ALL),
+            split(&[0..=0, 2..=2], ALL, 2),
             Vec::<RangeInclusive<u64>>::new()
         );
         assert_eq!(
-            split(&[0..=1, 3..=3, 5..=6, 8..=9, 11..=12, 14..=15], ALL),
+            split(&[0..=1, 3..=3, 5..=6, 8..=9, 11..=12, 14..=15], ALL, 2),
             vec![0..=1, 5..=6, 8..=9, 11..=12]
         );
         assert_eq!(
-            split(&[0..=99, 200..=201], ALL),
+            split(&[0..=99, 200..=201], ALL, 2),
             vec![0..=24, 25..=49, 50..=74, 75..=99]
         );
     }
@@ -641,8 +781,8 @@ mod tests {
 
     #[test]
     fn with_few_fill_slots_free_a_read_opens_fewer_longer_streams() {
-        assert_eq!(split(&[0..=255], 1), vec![0..=255]);
-        assert_eq!(split(&[0..=255], 2), vec![0..=127, 128..=255]);
-        assert_eq!(split(&[0..=9, 20..=29], 1), vec![0..=9]);
+        assert_eq!(split(&[0..=255], 1, 2), vec![0..=255]);
+        assert_eq!(split(&[0..=255], 2, 2), vec![0..=127, 128..=255]);
+        assert_eq!(split(&[0..=9, 20..=29], 1, 2), vec![0..=9]);
     }
 }

@@ -81,6 +81,16 @@ pub struct BlockAsk<'a> {
     pub class: &'static str,
 }
 
+/// Blocks of the version of `object` that `meta` names (blocks of `block_size` bytes) a
+/// member asks their owner about.
+#[derive(Debug, Clone, Copy)]
+pub struct BlocksAsk<'a> {
+    pub object: &'a ObjectRef,
+    pub meta: &'a ObjectMeta,
+    pub block_size: u64,
+    pub indexes: &'a [BlockIndex],
+}
+
 /// Bytes a member sent, and their CRC64NVME, checked on arrival.
 #[derive(Debug, Clone)]
 pub struct PeerBlock {
@@ -128,6 +138,21 @@ pub trait Peers: Send + Sync + 'static {
     /// Purges `object` on every other member (bytes of it were found wrong); failures
     /// are logged.
     async fn purge_others(&self, object: &ObjectRef);
+
+    /// Which of the blocks `ask` names `peer` (their owner) holds. A member that cannot
+    /// answer holds them all: its blocks are then fetched from it block by block.
+    async fn held(&self, peer: &PeerId, ask: BlocksAsk<'_>) -> Vec<BlockIndex> {
+        let _ = peer;
+        ask.indexes.to_vec()
+    }
+
+    /// Hands `peer` (their owner) the whole block `ask` names, which an origin stream of
+    /// this node brought; whether it took it. Failures are logged, and the owner fetches
+    /// the block itself when it is asked for it.
+    async fn hand(&self, peer: &PeerId, ask: BlockAsk<'_>, bytes: Bytes) -> bool {
+        let _ = (peer, ask, bytes);
+        false
+    }
 
     /// The fleet lease, which says whether this node may serve its cached metadata as it
     /// is (see [`Lease`]).

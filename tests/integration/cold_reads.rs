@@ -10,7 +10,7 @@ use crate::support::{Rig, eventually, put_object, random_bytes};
 const MIB: usize = 1024 * 1024;
 
 /// A version of `size` bytes, numbered in its first bytes.
-fn numbered(base: &[u8], number: u64) -> Vec<u8> {
+pub(crate) fn numbered(base: &[u8], number: u64) -> Vec<u8> {
     let mut data = base.to_vec();
     data[..8].copy_from_slice(&number.to_le_bytes());
     data
@@ -18,7 +18,7 @@ fn numbered(base: &[u8], number: u64) -> Vec<u8> {
 
 /// Reads `key` through `client`, overwriting it with `overwrite` (through `writer`) once
 /// `boundary` bytes of the body have arrived: the body, or why it broke off.
-async fn read_across_an_overwrite(
+pub(crate) async fn read_across_an_overwrite(
     client: &Client,
     (writer, bucket, key): (&Client, &str, &str),
     boundary: usize,

@@ -215,7 +215,7 @@ async fn a_member_that_fails_is_replaced_by_the_source_and_asked_no_more() {
     assert!(second_seen.asked.load(Ordering::SeqCst) <= 1);
     for index in 0..4 {
         assert_eq!(
-            source.gets_of("shard", &block_range(index)),
+            source.gets_covering("shard", index, BLOCK),
             1,
             "block {index}"
         );

@@ -115,6 +115,25 @@ impl MemorySource {
         self.calls().iter().filter(|call| **call == wanted).count()
     }
 
+    /// GETs of `key` whose range covers block `index` (of `block` bytes): a GET of the
+    /// block alone, or a stream of many.
+    pub(super) fn gets_covering(&self, key: &str, index: u64, block: u64) -> usize {
+        let first = index * block;
+        self.calls()
+            .iter()
+            .filter(|call| match call {
+                Call::Get { key: got, range } if got == key => range
+                    .strip_prefix("bytes=")
+                    .and_then(|range| range.split_once('-'))
+                    .and_then(|(from, to)| {
+                        Some((from.parse::<u64>().ok()?, to.parse::<u64>().ok()?))
+                    })
+                    .is_some_and(|(from, to)| from <= first && first <= to),
+                _ => false,
+            })
+            .count()
+    }
+
     pub(super) fn set_down(&self, down: bool) {
         *self.down.lock() = down;
     }

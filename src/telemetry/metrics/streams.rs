@@ -32,12 +32,15 @@ impl StreamEnd {
 
 /// What becomes of a block an origin stream was to bring.
 const BLOCK_OUTCOMES: [&str; 2] = ["streamed", "alone"];
+/// What becomes of a block a stream brought that another member owns.
+const HAND_OUTCOMES: [&str; 2] = ["handed", "failed"];
 
 #[derive(Default)]
 pub struct StreamMetrics {
     opened: Counter,
     ended: Family<ResultLabel, Counter>,
     blocks: Family<ResultLabel, Counter>,
+    handed: Family<ResultLabel, Counter>,
 }
 
 impl StreamMetrics {
@@ -67,6 +70,13 @@ impl StreamMetrics {
         self.blocks.get_or_create(&ResultLabel { result }).inc();
     }
 
+    /// A block a stream brought for its owner (another member): handed to it (`true`), or
+    /// the owner did not take it.
+    pub fn count_handed(&self, taken: bool) {
+        let result = HAND_OUTCOMES[if taken { 0 } else { 1 }];
+        self.handed.get_or_create(&ResultLabel { result }).inc();
+    }
+
     pub(super) fn register(&self, registry: &mut Registry) {
         registry.register(
             "portico_origin_streams",
@@ -83,6 +93,11 @@ impl StreamMetrics {
             "Blocks origin streams were opened for, by result: streamed (the stream brought it), alone (a reader needed it too far ahead of the stream and fetched it alone)",
             self.blocks.clone(),
         );
+        registry.register(
+            "portico_stream_handed_blocks",
+            "Blocks an origin stream of this node brought that another member owns, by result: handed (the owner cached it), failed (the owner did not take it, or did not answer)",
+            self.handed.clone(),
+        );
     }
 
     pub(super) fn start_at_zero(&self) {
@@ -93,6 +108,9 @@ impl StreamMetrics {
         }
         for result in BLOCK_OUTCOMES {
             drop(self.blocks.get_or_create(&ResultLabel { result }));
+        }
+        for result in HAND_OUTCOMES {
+            drop(self.handed.get_or_create(&ResultLabel { result }));
         }
     }
 }

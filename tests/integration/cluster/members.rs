@@ -77,11 +77,14 @@ async fn a_node_killed_in_the_middle_of_reads_fails_no_request_and_costs_at_most
                 == *data
         );
     }
-    let gets = fleet.origin_gets();
+    let gets = fleet.origin_blocks();
+    // While the survivors' views differ (one passes the dead node over, the other does
+    // not yet), a block of the dead node's a read streams may be fetched again by the
+    // member that takes it over: at most one read's range (4 blocks) more than its share.
     let refetched: usize = gets.values().sum();
     assert!(
-        refetched <= victim_share,
-        "the origin served {refetched} block GETs after the kill ({gets:?}); the dead node owned {victim_share} blocks"
+        refetched <= victim_share + 4,
+        "the origin sent {refetched} blocks after the kill ({gets:?}); the dead node owned {victim_share} blocks"
     );
     let errors = fleet
         .node(0)
@@ -284,6 +287,7 @@ async fn in_a_versioned_bucket_a_read_across_an_overwrite_completes_with_its_ver
     crate::support::enable_versioning(&fleet.direct, &fleet.bucket).await;
     let started = random_bytes(24 * MIB, 159);
     fleet.put("pinned.bin", &started).await;
+    fleet.forwarder.take();
     let output = fleet.clients[0]
         .get_object()
         .bucket(&fleet.bucket)
@@ -298,26 +302,30 @@ async fn in_a_versioned_bucket_a_read_across_an_overwrite_completes_with_its_ver
         .expect("the body")
         .expect("a chunk")
         .to_vec();
-    // The blocks not fetched yet belong to both members: each fetches its own pinned to
-    // the version the read started with.
+    // The blocks not read yet belong to both members: the streams that bring them are
+    // pinned to the version the read started with.
     fleet.put("pinned.bin", &random_bytes(24 * MIB, 160)).await;
-    fleet.forwarder.take();
     while let Some(chunk) = body.try_next().await.expect("the read completes") {
         received.extend_from_slice(&chunk);
     }
     assert!(received == started, "the version the read started with");
-    let after: Vec<_> = fleet.forwarder.object_requests("GET");
+    let gets: Vec<_> = fleet.forwarder.object_requests("GET");
     let owned_by_the_other = fleet.owners("pinned.bin", 24)[6..]
         .iter()
         .filter(|owner| **owner == 1)
         .count();
-    assert!(owned_by_the_other > 0 && !after.is_empty(), "{after:?}");
+    assert!(owned_by_the_other > 0, "the other member owns blocks");
+    let blocks: Vec<_> = gets
+        .iter()
+        .filter(|seen| crate::support::blocks_asked(seen, MIB) > 1)
+        .collect();
     assert!(
-        after.iter().all(|seen| seen
-            .query
-            .as_deref()
-            .is_some_and(|query| query.contains("versionId="))),
-        "every block fetched after the overwrite is pinned: {after:?}"
+        !blocks.is_empty()
+            && blocks.iter().all(|seen| seen
+                .query
+                .as_deref()
+                .is_some_and(|query| query.contains("versionId="))),
+        "every stream is pinned: {gets:?}"
     );
 }
 
@@ -362,19 +370,9 @@ async fn a_fourth_member_takes_about_a_quarter_of_the_blocks_and_only_those_are_
         );
     }
     // The three members kept their blocks on disk; the newcomer fetched its share once.
-    let expected: BTreeMap<String, usize> = moved
-        .iter()
-        .map(|&index| {
-            (
-                format!("bytes={}-{}", index * MIB, (index + 1) * MIB - 1),
-                1,
-            )
-        })
-        .collect();
-    let gets = fleet.origin_gets();
     assert_eq!(
-        gets,
-        expected,
+        fleet.origin_blocks(),
+        each_once(moved),
         "owners before {:?}, after {:?}",
         &before[..blocks],
         &after[..blocks]
