@@ -336,7 +336,7 @@ impl Fleet {
 
 /// The position in `members` (peer addresses) of the member that owns each block of
 /// `key` (blocks of 1 MiB), as every member computes it.
-fn owners_among(members: &[String], bucket: &str, key: &str, blocks: u64) -> Vec<usize> {
+pub(crate) fn owners_among(members: &[String], bucket: &str, key: &str, blocks: u64) -> Vec<usize> {
     let ring = Ring::new(members.iter().map(|member| peer_id(member)));
     let object = ObjectRef::new(bucket, key).expect("object");
     (0..blocks)

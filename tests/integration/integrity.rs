@@ -248,6 +248,11 @@ async fn a_byte_flipped_between_members_is_never_served() {
         start_proxied_fleet(binary(), &forwarder.endpoint(), &dirs, |_| {}).await;
     let data = random_bytes(8 * MIB, 386);
     crate::support::put_object(&direct, &bucket, "peer.bin", &data).await;
+    // Read through node 1 first: it keeps its blocks (and hands node 0 its own), so node 0
+    // then asks node 1 for node 1's.
+    let owner = s3_client(&nodes[1].s3, true);
+    let warm = try_get(&owner, &bucket, "peer.bin", None).await;
+    assert!(warm.expect("GET through node 1") == data);
     // Every answer node 1 sends node 0 arrives with one byte inverted.
     proxies[1].flip_bytes(Some(4096));
     let client = s3_client(&nodes[0].s3, true);
@@ -356,16 +361,34 @@ async fn a_fleet_verifies_objects_whose_blocks_several_members_filled_and_purges
     for (key, data) in [("good.bin", &good), ("bad.bin", &bad)] {
         put_direct(&direct, &bucket, key, data, ChecksumAlgorithm::Crc64Nvme).await;
     }
-    // Node 0 reads the object whole: its own blocks from the origin, the others from
-    // node 1, each checked on arrival; together they are verified.
+    // Node 1 fills its own blocks, one read each. Node 0 then reads the object whole: node
+    // 1's blocks from node 1, its own in its streams from the origin, each checked on
+    // arrival; together they are verified.
+    let members: Vec<String> = nodes
+        .iter()
+        .map(|node| {
+            let peers = node.peers.as_deref().expect("a peer listener");
+            peers.split("://").nth(1).expect("an address").to_owned()
+        })
+        .collect();
+    let blocks = good.len().div_ceil(MIB) as u64;
+    let owners = crate::cluster::owners_among(&members, &bucket, "good.bin", blocks);
+    let other = s3_client(&nodes[1].s3, true);
+    for index in (0..blocks as usize).filter(|index| owners[*index] == 1) {
+        let last = ((index + 1) * MIB).min(good.len()) - 1;
+        let range = format!("bytes={}-{last}", index * MIB);
+        let block = try_get(&other, &bucket, "good.bin", Some(&range)).await;
+        assert!(block.expect("GET through node 1") == good[index * MIB..=last]);
+    }
     let client = s3_client(&nodes[0].s3, true);
     assert!(checked(&client, &bucket, "good.bin").await.expect("GET") == good);
     assert_eq!(nodes[0].metric(VERIFIED).await, 1.0);
     assert!(
         nodes[0]
-            .metric("portico_cluster_peer_requests_total{result=\"miss\"}")
+            .metric("portico_cluster_peer_requests_total{result=\"hit\"}")
             .await
-            >= 1.0
+            >= 1.0,
+        "node 0 had blocks from node 1"
     );
 
     // A byte flipped at the origin, in whichever member's block comes first.
