@@ -300,10 +300,15 @@ impl Streams {
             // No more streams than fill slots free now: one that waits for a slot would
             // start late, and might find the version gone.
             let fill = target.fill_or_default(&self.inner.fills);
-            let room = self.inner.fills.free_for(&fill).clamp(1, STREAMS_PER_READ);
-            // In cluster mode a single block is streamed too: its owner claimed it for this
-            // node, and the lookups the owner sends here join the stream.
-            let shortest = if self.inner.peers.is_some() { 1 } else { 2 };
+            // In cluster mode a single block is streamed too, and a read opens as many streams
+            // as fill slots are free: the blocks the owners claimed for this node are
+            // scattered among those other members hold, and the lookups the owners send here
+            // join the streams.
+            let (most, shortest) = match self.inner.peers {
+                Some(_) => (usize::MAX, 1),
+                None => (STREAMS_PER_READ, 2),
+            };
+            let room = self.inner.fills.free_for(&fill).clamp(1, most);
             let mut parts = split(&runs, room, shortest);
             for part in &mut parts {
                 let flow = Arc::new(Flow {
