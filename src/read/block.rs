@@ -98,6 +98,11 @@ impl Blocks {
         }
     }
 
+    /// Whether this node is a member of a cluster.
+    pub(super) fn clustered(&self) -> bool {
+        self.inner.peers.is_some()
+    }
+
     pub(super) fn fill_slots(&self) -> &FillSlots {
         &self.inner.fills
     }
@@ -462,7 +467,10 @@ impl Blocks {
         let part = match self.held_in_memory(target, index, within.clone()) {
             Some(part) => part,
             None => {
-                let fetch = self.block_fetch(target, index, &answered)?;
+                let fetch = BlockFetch {
+                    patient: true,
+                    ..self.block_fetch(target, index, &answered)?
+                };
                 let block = match fetch.streamed(&self.inner.streams).await {
                     Some(result) => result,
                     None => fetch.run(None, ResponseHead::default()).await,
@@ -505,6 +513,7 @@ impl Blocks {
             integrity: self.inner.integrity.clone(),
             answered: answered.clone(),
             fills: self.inner.fills.clone(),
+            patient: false,
         })
     }
 

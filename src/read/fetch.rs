@@ -35,6 +35,9 @@ pub(super) struct BlockFetch {
     pub(super) answered: ResponseHead,
     /// A fetch from the source waits for a slot of these, as `target.fill`'s.
     pub(super) fills: FillSlots,
+    /// Waits for a stream that brings the block however far ahead of it the block is
+    /// (see `Streams::join`).
+    pub(super) patient: bool,
 }
 
 impl BlockFetch {
@@ -60,7 +63,8 @@ impl BlockFetch {
     /// The block from the origin stream that brings it, when one does and the block is
     /// not too far ahead of it; `None`: fetch it.
     pub(super) async fn streamed(&self, streams: &Streams) -> Option<Result<Bytes, UpstreamError>> {
-        let result = match streams.join_claimed(&self.target, self.index).await {
+        let joined = streams.join_claimed(&self.target, self.index, self.patient);
+        let result = match joined.await {
             Joined::Uncovered | Joined::Alone => return None,
             Joined::Arrived(bytes) => Ok(bytes),
             Joined::Waiting(waiting) => {
@@ -104,6 +108,7 @@ impl BlockFetch {
             integrity,
             answered: _,
             fills,
+            patient: _,
         } = self;
         let (object, meta) = (&target.object, &target.meta);
         let block_size = target.layout.block_size();

@@ -256,9 +256,15 @@ impl Prefetcher {
         };
         let this = self.inner.clone();
         tokio::spawn(async move {
-            // The blocks issued together come in origin streams, held until each is cached.
+            // The blocks issued together come in origin streams, held until each is cached;
+            // in cluster mode each comes from its owner, as a block fetch (docs/cluster.md,
+            // "Cold reads in a fleet").
             let none = Discovered::default();
-            let streams = Arc::new(this.blocks.open_streams(&target, run, &none).await);
+            let streams = match this.blocks.clustered() {
+                true => Vec::new(),
+                false => this.blocks.open_streams(&target, run, &none).await,
+            };
+            let streams = Arc::new(streams);
             for (index, slot, charge) in issued {
                 let this = this.clone();
                 let (target, streams) = (target.clone(), streams.clone());

@@ -294,8 +294,11 @@ impl Streams {
                 }
             }
             runs.extend(run);
+            // In cluster mode a hole is streamed alone instead (see below): a cached block
+            // there is often another member's, kept in memory, and would come twice.
+            let clustered = self.inner.peers.is_some();
             let runs = bridged(runs, |gap| {
-                !unbridgeable.iter().any(|index| gap.contains(index))
+                !clustered && !unbridgeable.iter().any(|index| gap.contains(index))
             });
             // No more streams than fill slots free now: one that waits for a slot would
             // start late, and might find the version gone.
@@ -345,14 +348,19 @@ impl Streams {
     /// mode) has opened its streams: a lookup that comes while that read still asks the
     /// block owners waits for it (at most [`CLAIM_WAIT`]) rather than fetch the block a
     /// stream is about to bring.
-    pub(super) async fn join_claimed(&self, target: &Target, index: BlockIndex) -> Joined {
+    pub(super) async fn join_claimed(
+        &self,
+        target: &Target,
+        index: BlockIndex,
+        patient: bool,
+    ) -> Joined {
         let key = target.key(index);
         let deadline = tokio::time::Instant::now() + CLAIM_WAIT;
         loop {
             let opened = self.inner.opened.notified();
             tokio::pin!(opened);
             opened.as_mut().enable();
-            let joined = self.join(target, index);
+            let joined = self.join(target, index, patient);
             if !matches!(joined, Joined::Uncovered)
                 || self.inner.claims.bringer(&key) != Some(Bringer::Here)
             {
@@ -376,7 +384,10 @@ impl Streams {
     /// What a lookup of block `index` of `target` finds: a stream to wait for, a block one
     /// brought (with it still, or in memory: a lookup that missed the cache just before a
     /// stream put the block there), or none.
-    pub(super) fn join(&self, target: &Target, index: BlockIndex) -> Joined {
+    /// A `patient` lookup waits for a block however far ahead of its stream it is (one
+    /// another member's owner sends here: that member's reader waits anyway, and a block
+    /// fetched alone would come twice).
+    pub(super) fn join(&self, target: &Target, index: BlockIndex, patient: bool) -> Joined {
         let key = target.key(index);
         let mut blocks = self.inner.blocks.lock();
         let Some(slot) = blocks.get_mut(&key) else {
@@ -395,7 +406,7 @@ impl Streams {
             State::Coming(waiting) => {
                 slot.flow.asked_for(index);
                 let filling = slot.flow.filling.load(Ordering::Acquire);
-                if index > filling + WAIT_AHEAD_BLOCKS {
+                if !patient && index > filling + WAIT_AHEAD_BLOCKS {
                     self.inner.metrics.streams.count_alone();
                     return Joined::Alone;
                 }
@@ -485,11 +496,7 @@ impl Streams {
             }
             let owner = self.owner(target, index);
             if self.arrived(target, index, block.clone(), flow, owner.is_some()) {
-                // At the disk's pace, as a block fetch.
-                inner
-                    .cache
-                    .insert_fetched(target.key(index), block.clone())
-                    .await;
+                inner.cache.insert_block(target.key(index), block.clone());
             }
             if let Some((peers, owner)) = owner {
                 self.hand(target, index, block, (peers, owner)).await;
@@ -535,8 +542,8 @@ impl Streams {
     }
 
     /// Block `index` of `target` arrived: to the lookups waiting for it, or else into the
-    /// cache (a lookup that waited caches what it gets; `true`: the caller caches it,
-    /// at the disk's pace); into memory only when another
+    /// cache (a lookup that waited caches what it gets; `true`: the caller caches it);
+    /// into memory only when another
     /// member owns it (`elsewhere`), kept there without
     /// `cluster.keep_peer_blocks_in_memory` only until the owner took it (see
     /// [`Self::hand`]).
@@ -705,9 +712,9 @@ fn bridged(
     joined
 }
 
-/// `runs` as at most `streams` streams: each run of `shortest` blocks or more in parts of
-/// at least [`BLOCKS_PER_STREAM`] blocks; runs past that, and shorter ones, are fetched by
-/// block.
+/// `runs` as at most `streams` streams: each run of `shortest` blocks or more in at most
+/// [`STREAMS_PER_READ`] parts of at least [`BLOCKS_PER_STREAM`] blocks; runs past that,
+/// and shorter ones, are fetched by block.
 fn split(
     runs: &[RangeInclusive<BlockIndex>],
     streams: usize,
@@ -723,7 +730,9 @@ fn split(
         if length < shortest {
             continue;
         }
-        let count = length.div_ceil(BLOCKS_PER_STREAM).min(left as u64);
+        let count = length
+            .div_ceil(BLOCKS_PER_STREAM)
+            .min(left.min(STREAMS_PER_READ) as u64);
         let each = length.div_ceil(count);
         let mut first = *run.start();
         while first <= *run.end() {
