@@ -20,7 +20,7 @@ mod protocol;
 mod ring;
 mod server;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -33,7 +33,7 @@ use portico_fleet::Timing;
 pub use client::{LeaseAnswer, PeerClient};
 pub use portico_fleet::RoundReport;
 pub use protocol::{BlockRequest, FillHeaders, InvalidateRequest, PurgeRequest, WrittenObject};
-use protocol::{HELD_MOST, HeldRequest};
+use protocol::{HELD_MOST, HeldRequest, ObjectVersion};
 pub use ring::{Ring, peer_id};
 pub use server::{PeerState, serve};
 
@@ -420,20 +420,18 @@ impl Peers for Cluster {
             indexes,
         } = ask;
         let mut held = Vec::new();
+        let version = object_version(object, meta, block_size);
         for indexes in indexes.chunks(HELD_MOST) {
             let request = HeldRequest {
                 member: self.identity.to_string(),
-                bucket: object.bucket().to_owned(),
-                key: object.key().to_owned(),
-                version_id: version_asked(object, meta),
-                etag: meta.etag.clone(),
-                size: meta.size,
-                block_size,
+                version: version.clone(),
                 indexes: indexes.to_vec(),
             };
             match self.client.held(peer, &request).await {
                 Ok(Some(answer)) => {
-                    held.extend(answer.into_iter().filter(|index| indexes.contains(index)));
+                    // Only blocks it was asked about.
+                    let asked: HashSet<&u64> = indexes.iter().collect();
+                    held.extend(answer.into_iter().filter(|index| asked.contains(index)));
                 }
                 Ok(None) => held.extend_from_slice(indexes),
                 Err(reason) => {
@@ -484,25 +482,41 @@ impl Peers for Cluster {
 
 /// What a member asks of the owner of the block `ask` names.
 fn block_request(ask: &BlockAsk<'_>) -> BlockRequest {
+    let ObjectVersion {
+        bucket,
+        key,
+        version_id,
+        etag,
+        size,
+        block_size,
+    } = object_version(ask.object, ask.meta, ask.block_size);
     BlockRequest {
-        bucket: ask.object.bucket().to_owned(),
-        key: ask.object.key().to_owned(),
-        version_id: version_asked(ask.object, ask.meta),
-        etag: ask.meta.etag.clone(),
-        size: ask.meta.size,
-        block_size: ask.block_size,
+        bucket,
+        key,
+        version_id,
+        etag,
+        size,
+        block_size,
         index: ask.index,
         within: [ask.within.start, ask.within.end],
     }
 }
 
-/// The version id a member names to an owner: the owner fetches blocks pinned to the
-/// version, as the member would.
-fn version_asked(object: &ObjectRef, meta: &ObjectMeta) -> Option<String> {
-    object
-        .version()
-        .or(meta.pinned_version())
-        .map(str::to_owned)
+/// The version of `object` that `meta` names, as a member names it to another (blocks of
+/// `block_size`): pinned to its version id, so the other fetches blocks as this member
+/// would.
+fn object_version(object: &ObjectRef, meta: &ObjectMeta, block_size: u64) -> ObjectVersion {
+    ObjectVersion {
+        bucket: object.bucket().to_owned(),
+        key: object.key().to_owned(),
+        version_id: object
+            .version()
+            .or(meta.pinned_version())
+            .map(str::to_owned),
+        etag: meta.etag.clone(),
+        size: meta.size,
+        block_size,
+    }
 }
 
 /// The addresses `name` (`host:port`) resolves to, as member ids; `None` (logged) when it

@@ -103,15 +103,39 @@ pub struct BlockRequest {
 pub struct HeldRequest {
     /// The asking member, as the members know it (its `cluster.advertise`).
     pub member: String,
+    pub version: ObjectVersion,
+    /// At most [`HELD_MOST`].
+    pub indexes: Vec<u64>,
+}
+
+/// The version of an object a member names to another, and how it is cut in blocks.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ObjectVersion {
     pub bucket: String,
     pub key: String,
+    /// The `versionId` the client pinned, if any.
     pub version_id: Option<String>,
     /// The ETag of the version, quotes included.
     pub etag: String,
+    /// The object's size.
     pub size: u64,
+    /// The asking node's `cache.block_size`; a member with another refuses.
     pub block_size: u64,
-    /// At most [`HELD_MOST`].
-    pub indexes: Vec<u64>,
+}
+
+impl BlockRequest {
+    /// The version it names.
+    pub fn version(&self) -> ObjectVersion {
+        ObjectVersion {
+            bucket: self.bucket.clone(),
+            key: self.key.clone(),
+            version_id: self.version_id.clone(),
+            etag: self.etag.clone(),
+            size: self.size,
+            block_size: self.block_size,
+        }
+    }
 }
 
 /// The blocks of a [`HeldRequest`] the member holds whole or has coming.

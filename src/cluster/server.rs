@@ -23,8 +23,8 @@ use super::protocol::{
     BLOCK_PATH, BlockRequest, CRC_HEADER, CUT_HEADER, CUT_PATH, CutRequest, FILL_HEADER,
     HAND_HEADER, HAND_PATH, HEALTH_PATH, HELD_MOST, HELD_PATH, HeldAnswer, HeldRequest,
     INVALIDATE_PATH, InvalidateRequest, LEASE_PATH, LEASE_TOKEN_HEADER, LeaseRequest,
-    MISSING_HEADER, PURGE_PATH, PurgeRequest, RESULT_HEADER, TENANT_HEADER, ZONE_HEADER,
-    token_header,
+    MISSING_HEADER, ObjectVersion, PURGE_PATH, PurgeRequest, RESULT_HEADER, TENANT_HEADER,
+    ZONE_HEADER, token_header,
 };
 use crate::auth::Authenticator;
 use crate::cache::Tier;
@@ -130,7 +130,7 @@ async fn block(
         Ok(Json(request)) => request,
         Err(rejection) => return refusal(rejection.status(), rejection.body_text()),
     };
-    let (object, meta) = match named_version(&state, Named::block(&request)) {
+    let (object, meta) = match named_version(&state, &request.version()) {
         Ok(named) => named,
         Err((status, message)) => {
             state.metrics.count_peer_served(PeerResult::Error, 0);
@@ -186,45 +186,11 @@ async fn block(
     response
 }
 
-/// The version of an object a member's request names.
-struct Named<'a> {
-    bucket: &'a str,
-    key: &'a str,
-    version_id: Option<&'a str>,
-    etag: &'a str,
-    size: u64,
-    block_size: u64,
-}
-
-impl<'a> Named<'a> {
-    fn block(request: &'a BlockRequest) -> Self {
-        Self {
-            bucket: &request.bucket,
-            key: &request.key,
-            version_id: request.version_id.as_deref(),
-            etag: &request.etag,
-            size: request.size,
-            block_size: request.block_size,
-        }
-    }
-
-    fn held(request: &'a HeldRequest) -> Self {
-        Self {
-            bucket: &request.bucket,
-            key: &request.key,
-            version_id: request.version_id.as_deref(),
-            etag: &request.etag,
-            size: request.size,
-            block_size: request.block_size,
-        }
-    }
-}
-
 /// The object and version `named` names, or the refusal of a request naming another
 /// block size or an invalid object.
 fn named_version(
     state: &PeerState,
-    named: Named<'_>,
+    named: &ObjectVersion,
 ) -> Result<(ObjectRef, Arc<ObjectMeta>), (StatusCode, String)> {
     if named.block_size != state.block_size {
         return Err((
@@ -235,12 +201,12 @@ fn named_version(
             ),
         ));
     }
-    let object = ObjectRef::new(named.bucket, named.key)
-        .and_then(|object| object.with_version(named.version_id))
+    let object = ObjectRef::new(&named.bucket, &named.key)
+        .and_then(|object| object.with_version(named.version_id.as_deref()))
         .map_err(|error| (StatusCode::BAD_REQUEST, error.to_string()))?;
     let meta = Arc::new(ObjectMeta {
         size: named.size,
-        etag: named.etag.to_owned(),
+        etag: named.etag.clone(),
         ..ObjectMeta::default()
     });
     Ok((object, meta))
@@ -261,7 +227,7 @@ async fn held(
             format!("at most {HELD_MOST} blocks may be asked about at once"),
         );
     }
-    let (object, meta) = match named_version(&state, Named::held(&request)) {
+    let (object, meta) = match named_version(&state, &request.version) {
         Ok(named) => named,
         Err((status, message)) => return refusal(status, message),
     };
@@ -303,7 +269,7 @@ async fn hand(State(state): State<Arc<PeerState>>, request: Request) -> Response
             format!("a handed block needs {CRC_HEADER}: the CRC64NVME of its bytes, in hex"),
         );
     };
-    let (object, meta) = match named_version(&state, Named::block(&named)) {
+    let (object, meta) = match named_version(&state, &named.version()) {
         Ok(version) => version,
         Err((status, message)) => return refusal(status, message),
     };

@@ -98,11 +98,6 @@ impl Blocks {
         }
     }
 
-    /// Whether this node is a member of a cluster.
-    pub(super) fn clustered(&self) -> bool {
-        self.inner.peers.is_some()
-    }
-
     pub(super) fn fill_slots(&self) -> &FillSlots {
         &self.inner.fills
     }
@@ -169,19 +164,18 @@ impl Blocks {
             discovered.block(index).is_some()
                 || self.holds(&target.key(index), target.layout.block_len(index))
         };
-        let (elsewhere, claimed) = match &self.inner.peers {
-            Some(peers) => {
-                self.held_elsewhere(peers, target, wanted.clone(), &here)
-                    .await
-            }
-            None => (HashSet::new(), Vec::new()),
+        let Some(peers) = &self.inner.peers else {
+            return self.streams_here(target, wanted, &here);
         };
+        let (elsewhere, claimed) = self
+            .held_elsewhere(peers, target, wanted.clone(), &here)
+            .await;
         let has = |index| match (here(index), elsewhere.contains(&index)) {
             (true, _) => Has::Here,
             (false, true) => Has::Elsewhere,
             (false, false) => Has::Missing,
         };
-        let interests = self.inner.streams.open(target, wanted.clone(), has);
+        let interests = self.inner.streams.open(target, wanted, has);
         if !claimed.is_empty() {
             // The blocks this read claimed that none of its streams brings after all.
             for index in claimed {
@@ -193,6 +187,36 @@ impl Blocks {
             self.inner.streams.claims_settled();
         }
         interests
+    }
+
+    /// The streams of a prefetch of the blocks `wanted` of `target`, as
+    /// [`Self::open_streams`] opens them on one node; none in cluster mode, where a
+    /// prefetch asks each block of its owner (docs/cluster.md, "Cold reads in a fleet").
+    pub(super) fn prefetch_streams(
+        &self,
+        target: &Target,
+        wanted: std::ops::RangeInclusive<BlockIndex>,
+    ) -> Vec<Interest> {
+        if self.inner.peers.is_some() {
+            return Vec::new();
+        }
+        let here = |index| self.holds(&target.key(index), target.layout.block_len(index));
+        self.streams_here(target, wanted, &here)
+    }
+
+    /// The streams of the blocks `wanted` of `target` but those this node has (`here`),
+    /// with no other member to ask.
+    fn streams_here(
+        &self,
+        target: &Target,
+        wanted: std::ops::RangeInclusive<BlockIndex>,
+        here: &impl Fn(BlockIndex) -> bool,
+    ) -> Vec<Interest> {
+        let has = |index| match here(index) {
+            true => Has::Here,
+            false => Has::Missing,
+        };
+        self.inner.streams.open(target, wanted, has)
     }
 
     /// The blocks `wanted` of `target` this node does not hold (`here`) that another

@@ -20,7 +20,6 @@ use tokio::time::Instant;
 
 use super::Target;
 use super::block::Blocks;
-use super::discovered::Discovered;
 use super::fills::FillClass;
 use crate::budget::MemoryBudget;
 use crate::shutdown::Shutdown;
@@ -247,38 +246,29 @@ impl Prefetcher {
             issued.push((index, slot, charge));
         }
         let target = target.of_class(FillClass::Prefetch);
-        let Some(run) = issued
-            .first()
-            .zip(issued.last())
-            .map(|(first, last)| first.0..=last.0)
-        else {
-            return;
-        };
-        let this = self.inner.clone();
-        tokio::spawn(async move {
-            // The blocks issued together come in origin streams, held until each is cached;
-            // in cluster mode each comes from its owner, as a block fetch (docs/cluster.md,
-            // "Cold reads in a fleet").
-            let none = Discovered::default();
-            let streams = match this.blocks.clustered() {
-                true => Vec::new(),
-                false => this.blocks.open_streams(&target, run, &none).await,
-            };
-            let streams = Arc::new(streams);
-            for (index, slot, charge) in issued {
-                let this = this.clone();
-                let (target, streams) = (target.clone(), streams.clone());
-                tokio::spawn(async move {
-                    let fetched = this.shutdown.run(this.blocks.ensure_block(&target, index));
-                    if let Some(Err(error)) = fetched.await {
-                        let object = &target.object;
-                        tracing::debug!(%object, index, %error, "prefetch failed");
-                    }
-                    // Once cached, the block is the cache's to account for.
-                    drop((slot, charge, streams));
-                });
+        // The blocks issued together come in origin streams, held until each is cached
+        // (in cluster mode each comes from its owner, as a block fetch: docs/cluster.md,
+        // "Cold reads in a fleet").
+        let streams = match (issued.first(), issued.last()) {
+            (Some((first, ..)), Some((last, ..))) => {
+                self.inner.blocks.prefetch_streams(&target, *first..=*last)
             }
-        });
+            _ => Vec::new(),
+        };
+        let streams = Arc::new(streams);
+        for (index, slot, charge) in issued {
+            let this = self.inner.clone();
+            let (target, streams) = (target.clone(), streams.clone());
+            tokio::spawn(async move {
+                let fetched = this.shutdown.run(this.blocks.ensure_block(&target, index));
+                if let Some(Err(error)) = fetched.await {
+                    let object = &target.object;
+                    tracing::debug!(%object, index, %error, "prefetch failed");
+                }
+                // Once cached, the block is the cache's to account for.
+                drop((slot, charge, streams));
+            });
+        }
     }
 }
 
