@@ -353,6 +353,24 @@ pub(crate) fn owners_among(members: &[String], bucket: &str, key: &str, blocks: 
         .collect()
 }
 
+/// A key named `stem-<n>.bin` of which each of `members` owns some of the first `blocks`
+/// blocks (of 1 MiB): the buckets' names are random, and so are the owners of one key's
+/// blocks.
+pub(crate) fn key_owned_by_all(
+    members: &[String],
+    bucket: &str,
+    stem: &str,
+    blocks: u64,
+) -> String {
+    (0..)
+        .map(|n| format!("{stem}-{n}.bin"))
+        .find(|key| {
+            let owners = owners_among(members, bucket, key, blocks);
+            (0..members.len()).all(|at| owners.contains(&at))
+        })
+        .expect("a key")
+}
+
 /// Mutual TLS between members for a node started with `settings`, through the
 /// environment (`start_fleet_each` writes the `[cluster]` section itself): a certificate
 /// of `ca`'s for 127.0.0.1.

@@ -358,9 +358,6 @@ async fn a_fleet_verifies_objects_whose_blocks_several_members_filled_and_purges
         random_bytes(6 * MIB + 3, 390),
         random_bytes(6 * MIB + 5, 391),
     );
-    for (key, data) in [("good.bin", &good), ("bad.bin", &bad)] {
-        put_direct(&direct, &bucket, key, data, ChecksumAlgorithm::Crc64Nvme).await;
-    }
     // Node 1 fills its own blocks, one read each. Node 0 then reads the object whole: node
     // 1's blocks from node 1, its own in its streams from the origin, each checked on
     // arrival; together they are verified.
@@ -372,16 +369,20 @@ async fn a_fleet_verifies_objects_whose_blocks_several_members_filled_and_purges
         })
         .collect();
     let blocks = good.len().div_ceil(MIB) as u64;
-    let owners = crate::cluster::owners_among(&members, &bucket, "good.bin", blocks);
+    let good_key = crate::cluster::key_owned_by_all(&members, &bucket, "good", blocks);
+    for (key, data) in [(good_key.as_str(), &good), ("bad.bin", &bad)] {
+        put_direct(&direct, &bucket, key, data, ChecksumAlgorithm::Crc64Nvme).await;
+    }
+    let owners = crate::cluster::owners_among(&members, &bucket, &good_key, blocks);
     let other = s3_client(&nodes[1].s3, true);
     for index in (0..blocks as usize).filter(|index| owners[*index] == 1) {
         let last = ((index + 1) * MIB).min(good.len()) - 1;
         let range = format!("bytes={}-{last}", index * MIB);
-        let block = try_get(&other, &bucket, "good.bin", Some(&range)).await;
+        let block = try_get(&other, &bucket, &good_key, Some(&range)).await;
         assert!(block.expect("GET through node 1") == good[index * MIB..=last]);
     }
     let client = s3_client(&nodes[0].s3, true);
-    assert!(checked(&client, &bucket, "good.bin").await.expect("GET") == good);
+    assert!(checked(&client, &bucket, &good_key).await.expect("GET") == good);
     assert_eq!(nodes[0].metric(VERIFIED).await, 1.0);
     assert!(
         nodes[0]

@@ -40,11 +40,22 @@ async fn fills_after_a_read_through_one_member(
         }
     })
     .await;
+    let members: Vec<String> = nodes
+        .iter()
+        .map(|node| {
+            node.peers
+                .as_deref()
+                .and_then(|peers| peers.split("://").nth(1))
+                .expect("a peer address")
+                .to_owned()
+        })
+        .collect();
+    let key = key_owned_by_all(&members, &bucket, "shared", BLOCKS);
     let data = random_bytes(BLOCKS as usize * MIB, 170);
     direct
         .put_object()
         .bucket(&bucket)
-        .key("shared.bin")
+        .key(&key)
         .body(data.clone().into())
         .send()
         .await
@@ -59,7 +70,7 @@ async fn fills_after_a_read_through_one_member(
     let mut body = Vec::new();
     for index in (0..BLOCKS as usize).rev() {
         let range = format!("bytes={}-{}", index * MIB, (index + 1) * MIB - 1);
-        let part = try_get(&client, &bucket, "shared.bin", Some(&range)).await;
+        let part = try_get(&client, &bucket, &key, Some(&range)).await;
         body.splice(0..0, part.expect("a block"));
     }
     assert!(body == data, "read whole");
@@ -67,18 +78,8 @@ async fn fills_after_a_read_through_one_member(
     let gets = forwarder.object_requests("GET");
     assert_eq!(gets.len(), BLOCKS as usize, "{gets:?}");
 
-    let members: Vec<String> = nodes
-        .iter()
-        .map(|node| {
-            node.peers
-                .as_deref()
-                .and_then(|peers| peers.split("://").nth(1))
-                .expect("a peer address")
-                .to_owned()
-        })
-        .collect();
     let mut owned = vec![0; nodes.len()];
-    for owner in owners_among(&members, &bucket, "shared.bin", BLOCKS) {
+    for owner in owners_among(&members, &bucket, &key, BLOCKS) {
         owned[owner] += 1;
     }
     (nodes, owned, forwarder, files)
