@@ -27,6 +27,8 @@ use crate::tls::MutualTls;
 /// Longest wait for a connection to a member: a member that does not answer a SYN this
 /// fast is down, and its block comes from the upstream instead.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+/// Longest a member's answer to which blocks it holds may take (at most `peer_timeout`).
+const HELD_TIMEOUT: Duration = Duration::from_secs(1);
 /// Longest a health check or a passed-on purge answer may take beyond `peer_timeout`.
 const HEALTH_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -185,8 +187,8 @@ impl PeerClient {
     }
 
     /// Which of the blocks `request` names `peer` holds or has coming; `Ok(None)` when it
-    /// answered otherwise (a member of an older release does not know the request). An
-    /// error when it did not answer.
+    /// answered otherwise (a member of an older release does not know the request); none
+    /// when it did not answer within [`HELD_TIMEOUT`]. An error when the request failed.
     pub async fn held(
         &self,
         peer: &PeerId,
@@ -210,9 +212,13 @@ impl PeerClient {
                 .map_err(|error| format!("answered no list of blocks: {error}"))?;
             Ok(Some(answer.held))
         };
-        tokio::time::timeout(self.timeout, exchange)
+        // A read's first byte waits for this answer: a member slow to give it (paused, or
+        // overloaded) holds none of the blocks, and the asking member streams them from the
+        // origin rather than wait for it block by block; it is not passed over.
+        let deadline = self.timeout.min(HELD_TIMEOUT);
+        tokio::time::timeout(deadline, exchange)
             .await
-            .unwrap_or_else(|_| Err(format!("no answer within {:?}", self.timeout)))
+            .unwrap_or(Ok(Some(Vec::new())))
     }
 
     /// Hands `peer` the whole block `request` names, `bytes`, whose CRC64NVME is `crc`:
@@ -240,6 +246,14 @@ impl PeerClient {
                 other => Err(other),
             })
         };
+        self.in_time(exchange).await
+    }
+
+    /// `exchange`'s result, or an error once `peer_timeout` passed without it.
+    async fn in_time<T>(
+        &self,
+        exchange: impl std::future::Future<Output = Result<T, String>>,
+    ) -> Result<T, String> {
         tokio::time::timeout(self.timeout, exchange)
             .await
             .unwrap_or_else(|_| Err(format!("no answer within {:?}", self.timeout)))

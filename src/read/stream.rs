@@ -60,8 +60,8 @@ pub(super) const WAIT_AHEAD_BLOCKS: u64 = 8;
 /// Longest a lookup waits for the read that claimed its block to open its streams (the
 /// time that read's questions to the block owners take).
 const CLAIM_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
-/// Blocks streams hand to their owners at once, at most: a stream whose owners take their
-/// blocks slower than the origin sends them waits for them.
+/// Blocks streams hand to their owners at once, at most: past it a block is not handed,
+/// and its owner asks for it when it needs it.
 const HANDS_IN_FLIGHT: usize = 8;
 /// Cached blocks a stream asks for again rather than leave a hole on each side of them to
 /// be fetched alone.
@@ -499,7 +499,7 @@ impl Streams {
                 inner.cache.insert_block(target.key(index), block.clone());
             }
             if let Some((peers, owner)) = owner {
-                self.hand(target, index, block, (peers, owner)).await;
+                self.hand(target, index, block, (peers, owner));
             }
             flow.filling.store(index + 1, Ordering::Release);
             inner.metrics.streams.count_streamed();
@@ -517,16 +517,20 @@ impl Streams {
         Some((peers.clone(), owner))
     }
 
-    /// Hands block `index` of `target` to its owner, in a task of its own once fewer than
-    /// [`HANDS_IN_FLIGHT`] are under way.
-    async fn hand(
+    /// Hands block `index` of `target` to its owner, in a task of its own, unless
+    /// [`HANDS_IN_FLIGHT`] are under way already.
+    fn hand(
         &self,
         target: &Target,
         index: BlockIndex,
         bytes: Bytes,
         (peers, owner): (Arc<dyn Peers>, PeerId),
     ) {
-        let Ok(permit) = self.inner.hands.clone().acquire_owned().await else {
+        // A stream never waits for an owner: one that is slow (or paused) would hold back
+        // every reader of the stream. Its block stays here, and the owner, which claimed it
+        // for this node, asks this node for it.
+        let Ok(permit) = self.inner.hands.clone().try_acquire_owned() else {
+            self.inner.metrics.streams.count_hand_skipped();
             return;
         };
         let (target, cache) = (target.clone(), self.inner.cache.clone());

@@ -33,7 +33,7 @@ impl StreamEnd {
 /// What becomes of a block an origin stream was to bring.
 const BLOCK_OUTCOMES: [&str; 2] = ["streamed", "alone"];
 /// What becomes of a block a stream brought that another member owns.
-const HAND_OUTCOMES: [&str; 2] = ["handed", "failed"];
+const HAND_OUTCOMES: [&str; 3] = ["handed", "failed", "skipped"];
 
 #[derive(Default)]
 pub struct StreamMetrics {
@@ -77,6 +77,13 @@ impl StreamMetrics {
         self.handed.get_or_create(&ResultLabel { result }).inc();
     }
 
+    /// A block a stream brought for its owner was not handed to it: [`HAND_OUTCOMES`]'s
+    /// limit of hands were under way (a slow owner asks for it when it needs it).
+    pub fn count_hand_skipped(&self) {
+        let result = HAND_OUTCOMES[2];
+        self.handed.get_or_create(&ResultLabel { result }).inc();
+    }
+
     pub(super) fn register(&self, registry: &mut Registry) {
         registry.register(
             "portico_origin_streams",
@@ -95,7 +102,7 @@ impl StreamMetrics {
         );
         registry.register(
             "portico_stream_handed_blocks",
-            "Blocks an origin stream of this node brought that another member owns, by result: handed (the owner cached it), failed (the owner did not take it, or did not answer)",
+            "Blocks an origin stream of this node brought that another member owns, by result: handed (the owner cached it), failed (the owner did not take it, or did not answer), skipped (8 hands to owners were under way already)",
             self.handed.clone(),
         );
     }

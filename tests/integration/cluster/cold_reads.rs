@@ -176,3 +176,63 @@ async fn a_cold_read_hands_each_member_its_blocks() {
         fleet.forwarder.object_requests("GET")
     );
 }
+
+/// Sends `signal` (`STOP`, `CONT`) to member `at`'s process.
+fn signal(fleet: &Fleet, at: usize, signal: &str) {
+    let pid = fleet.node(at).pid().expect("the node runs");
+    let status = std::process::Command::new("kill")
+        .args([format!("-{signal}"), pid.to_string()])
+        .status()
+        .expect("kill");
+    assert!(status.success(), "kill -{signal} {pid}");
+}
+
+/// A member that is paused, not dead, while another member's cold read streams its
+/// blocks: the read is not held back until the paused member's `peer_timeout` (10 s)
+/// passes, nor is a cold read that starts while it is paused, and every byte is right.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_paused_member_holds_back_no_cold_read() {
+    const BLOCKS: usize = 40;
+    let fleet = Fleet::start("cluster-paused", 2).await;
+    let (first, second) = (
+        random_bytes(BLOCKS * MIB, 160),
+        random_bytes(BLOCKS * MIB, 161),
+    );
+    fleet.put("first.bin", &first).await;
+    fleet.put("second.bin", &second).await;
+    // Four streams of 8 MiB/s: the read takes over a second, and the other member owns
+    // more of its blocks than a member hands at once.
+    fleet.forwarder.limit_rate(Some(8 * MIB as u64));
+    let output = fleet.clients[0]
+        .get_object()
+        .bucket(&fleet.bucket)
+        .key("first.bin")
+        .send()
+        .await
+        .expect("the GET starts");
+    signal(&fleet, 1, "STOP");
+    let paused = std::time::Instant::now();
+    let body = output.body.collect().await.map(|body| body.to_vec());
+    let first_took = paused.elapsed();
+    let started = std::time::Instant::now();
+    let again = fleet.get(0, "second.bin", None).await;
+    let second_took = started.elapsed();
+    signal(&fleet, 1, "CONT");
+    assert!(
+        body.expect("the first read") == first,
+        "the first read's bytes"
+    );
+    assert!(
+        again.expect("the second read") == second,
+        "the second read's bytes"
+    );
+    for (read, took) in [("first", first_took), ("second", second_took)] {
+        assert!(
+            took < std::time::Duration::from_secs(6),
+            "the {read} read took {took:?} while a member was paused"
+        );
+    }
+    fleet.forwarder.limit_rate(None);
+    let after = fleet.get(1, "first.bin", None).await;
+    assert!(after.expect("a read through the member let go") == first);
+}
