@@ -489,6 +489,7 @@ fn read_settings(config: &Config) -> ReadSettings {
             per_second: config.cache.verify_max_per_second,
         },
         max_concurrent_fills: config.upstream.max_concurrent_fills,
+        learn_checksums: config.cache.learn_checksums,
     }
 }
 

@@ -19,7 +19,7 @@ pub enum Algorithm {
 
 impl Algorithm {
     /// The preferred ones first: the one S3's SDKs use by default, then the cheaper CRC.
-    const PREFERRED: [Self; 3] = [Self::Crc64Nvme, Self::Crc32c, Self::Crc32];
+    pub const PREFERRED: [Self; 3] = [Self::Crc64Nvme, Self::Crc32c, Self::Crc32];
 
     /// The name S3 uses in `x-amz-checksum-<name>`.
     pub fn name(self) -> &'static str {
@@ -126,6 +126,90 @@ impl Running {
     }
 }
 
+/// What S3 keeps to check an object's bytes against: the CRC of the whole object, or, for
+/// a multipart upload with composite checksums, the CRC of each part (with its length), in
+/// order. Every CRC is of one algorithm.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reference {
+    Whole(Crc),
+    Parts(Vec<Crc>),
+}
+
+impl Reference {
+    /// The parts' CRCs when they are all of one algorithm and there is at least one.
+    pub fn parts(parts: Vec<Crc>) -> Option<Self> {
+        let first = parts.first()?.algorithm;
+        parts
+            .iter()
+            .all(|part| part.algorithm == first)
+            .then_some(Self::Parts(parts))
+    }
+
+    pub fn algorithm(&self) -> Algorithm {
+        match self {
+            Self::Whole(crc) => crc.algorithm,
+            // Never empty (see `Self::parts`).
+            Self::Parts(parts) => parts
+                .first()
+                .map_or(Algorithm::Crc64Nvme, |crc| crc.algorithm),
+        }
+    }
+
+    /// The CRC of the whole object: the parts' CRCs combined.
+    pub fn whole(&self) -> Option<Crc> {
+        match self {
+            Self::Whole(crc) => Some(*crc),
+            Self::Parts(parts) => parts
+                .iter()
+                .try_fold(Crc::empty(self.algorithm()), |whole, part| {
+                    whole.then(*part)
+                }),
+        }
+    }
+
+    /// Each part's CRC; none for a whole-object CRC.
+    pub fn part_crcs(&self) -> &[Crc] {
+        match self {
+            Self::Whole(_) => &[],
+            Self::Parts(parts) => parts,
+        }
+    }
+
+    /// CRCs held, for bounding what is kept.
+    pub fn weight(&self) -> usize {
+        self.part_crcs().len().max(1)
+    }
+}
+
+/// `encoded` (the base64 S3 sends for `algorithm`), as the CRC of `len` bytes.
+pub fn decode(algorithm: Algorithm, encoded: &str, len: u64) -> Option<Crc> {
+    let bytes = aws_smithy_types::base64::decode(encoded).ok()?;
+    if bytes.len() != algorithm.width() {
+        return None;
+    }
+    let mut value = [0_u8; 8];
+    value[8 - bytes.len()..].copy_from_slice(&bytes);
+    Some(Crc {
+        algorithm,
+        value: u64::from_be_bytes(value),
+        len,
+    })
+}
+
+/// The CRC algorithm of the composite (multipart, `…-N`) checksum `checksums` report, whose
+/// parts' CRCs S3 keeps.
+pub fn composite(checksums: &Checksums) -> Option<Algorithm> {
+    let kind = checksums.kind.as_deref();
+    if kind == Some("FULL_OBJECT") {
+        return None;
+    }
+    Algorithm::PREFERRED.into_iter().find(|algorithm| {
+        checksums.values.iter().any(|(name, value)| {
+            name == algorithm.name() && (kind == Some("COMPOSITE") || value.contains('-'))
+        })
+    })
+}
+
 /// The whole-object CRC `checksums` report, decoded: the preferred one of CRC64NVME,
 /// CRC32C and CRC32 when the checksum type is `FULL_OBJECT` (or not given, and the value
 /// is not a composite `…-N`). `None` for composite (multipart) checksums, SHA ones, and
@@ -140,13 +224,7 @@ pub fn full_object(checksums: &Checksums) -> Option<(Algorithm, u64)> {
             .values
             .iter()
             .find(|(name, _)| name == algorithm.name())?;
-        let bytes = aws_smithy_types::base64::decode(encoded).ok()?;
-        if bytes.len() != algorithm.width() {
-            return None;
-        }
-        let mut value = [0_u8; 8];
-        value[8 - bytes.len()..].copy_from_slice(&bytes);
-        Some((algorithm, u64::from_be_bytes(value)))
+        decode(algorithm, encoded, 0).map(|crc| (algorithm, crc.value))
     })
 }
 

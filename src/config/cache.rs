@@ -46,6 +46,10 @@ pub struct CacheConfig {
     pub verify_fraction: f64,
     /// Verify-mode checks started per second at most; hits sampled beyond it are skipped.
     pub verify_max_per_second: u32,
+    /// Ask the origin once (GetObjectAttributes) for the checksums of an object of more
+    /// than one block whose fills did not report them, so that objects read only by
+    /// ranges, and multipart ones part by part, are checked too.
+    pub learn_checksums: bool,
 }
 
 impl Default for CacheConfig {
@@ -65,6 +69,7 @@ impl Default for CacheConfig {
             serve_stale_on_error: true,
             verify_fraction: 0.0,
             verify_max_per_second: 10,
+            learn_checksums: true,
         }
     }
 }

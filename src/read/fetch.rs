@@ -129,7 +129,9 @@ impl BlockFetch {
                             value: block.crc64nvme,
                             len: range.len_bytes(),
                         };
-                        integrity.admit(&target, index, &block.bytes, Some(known))?;
+                        integrity
+                            .admit(&target, index, &block.bytes, Some(known))
+                            .await?;
                         return Ok(block.bytes);
                     }
                     Ok(block) => format!(
@@ -171,7 +173,7 @@ impl BlockFetch {
                 read.first
             )));
         }
-        integrity.admit(&target, index, &read.body, None)?;
+        integrity.admit(&target, index, &read.body, None).await?;
         Ok(read.body)
     }
 }

@@ -80,7 +80,8 @@ impl ReadPath {
             peers,
             fill_threads,
         } = parts;
-        let (integrity, wrong) = Integrity::new(metrics.clone());
+        let (mut integrity, wrong) = Integrity::new(metrics.clone());
+        let learns = settings.learn_checksums.then(|| integrity.learning());
         let lease = peers
             .as_ref()
             .map_or_else(|| Arc::new(Lease::alone()), |peers| peers.lease());
@@ -119,6 +120,10 @@ impl ReadPath {
             metrics.clone(),
             shutdown.clone(),
         );
+        if let Some(learns) = learns {
+            let learner = integrity.clone();
+            integrity::learn_checksums(learns, source.clone(), learner, shutdown.clone());
+        }
         integrity::purge_wrong(wrong, (&metadata, &blocks), peers, shutdown);
         Self {
             metadata,

@@ -1,35 +1,56 @@
 //! The end-to-end check of objects against S3 (docs/architecture.md, "What checks what"):
-//! the CRC of every block this node fills from the origin, combined once every block of a
-//! version is known and compared with the full-object CRC (CRC64NVME, CRC32C or CRC32)
-//! the origin reported in the object's metadata. The bytes are hashed once, as they
-//! arrive; the comparison costs a few CRC combinations per block, not a second read.
+//! the CRC of every block this node fills, combined once every block of a version is known
+//! and compared with what S3 keeps: the full-object CRC (CRC64NVME, CRC32C or CRC32), or,
+//! for a multipart upload with composite checksums, each part's CRC, each part judged as
+//! soon as its bytes are all known. The bytes are hashed once, as they arrive (cut at part
+//! boundaries when the parts are known); the comparison costs a few CRC combinations per
+//! block, not a second read. When a fill's metadata does not say what S3 keeps (a ranged
+//! read's does not), the origin is asked once per version, in the background
+//! (`learn.rs`).
 //!
-//! Invariants: a block that completes a version whose CRC disagrees with S3's is never
-//! cached or served (its fetch fails), and the object is purged on this node and on
-//! every cluster member. What is tracked is bounded ([`TRACKED_BLOCKS`]): the oldest
-//! incomplete objects are dropped first, unchecked.
+//! Invariants: a block that completes a version or a part whose CRC disagrees with S3's is
+//! never cached or served (its fetch fails), and the object is purged on this node and on
+//! every cluster member; a version judged after its last block was served (S3's answer came
+//! later) is purged as well. What is tracked is bounded ([`TRACKED_BLOCKS`], [`LEARNT_CRCS`]):
+//! the oldest incomplete objects are dropped first, unchecked.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
 use bytes::Bytes;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 
 use super::Target;
 use super::block::Blocks;
 use super::manage;
 use super::metadata::Metadata;
-use crate::checksum::{Algorithm, Crc, full_object};
+use crate::checksum::{Crc, Reference, composite, full_object};
 use crate::object::ObjectMeta;
 use crate::shutdown::Shutdown;
 use crate::source::{Peers, UpstreamError};
 use crate::telemetry::Metrics;
+use crate::tenant::Charge;
 use crate::types::{BlockIndex, ObjectRef};
+use record::{Judged, Record};
+
+mod learn;
+mod record;
+
+pub(super) use learn::learn_checksums;
 
 /// Block CRCs kept at most, over every object being tracked (16 bytes each).
 const TRACKED_BLOCKS: usize = 65_536;
 /// Objects of more blocks than this are not tracked.
 const MAX_OBJECT_BLOCKS: usize = 16_384;
+/// What S3 keeps of the versions learnt lately, in CRCs (a part's or a whole object's)
+/// at most: a version filled again is not asked about again.
+const LEARNT_CRCS: usize = 65_536;
+/// Longest the fill that completes a version waits for the origin to say what it keeps;
+/// past it the block is served unjudged, and judged when the answer comes.
+const LEARN_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+/// Versions waiting for the origin to say what it keeps; past it a version is not asked
+/// about.
+const LEARN_QUEUE: usize = 256;
 /// Purges waiting to be carried out; more than this at once are logged and dropped (each
 /// one already failed the read that found it).
 const PURGE_QUEUE: usize = 256;
@@ -41,27 +62,36 @@ pub(super) enum Verdict {
     Pending,
     /// The block completed the version, and its CRC is S3's.
     Verified,
-    /// The block completed the version, and the CRCs disagree: the object is being purged.
+    /// The block completed the version or one of its parts, and the CRCs disagree: the
+    /// object is being purged.
     Mismatch { expected: String, computed: String },
 }
 
-/// One version being filled.
-struct Pending {
-    algorithm: Algorithm,
-    /// S3's full-object CRC, once some fill's metadata reported it.
-    expected: Option<(Algorithm, u64)>,
-    crcs: Vec<Option<Crc>>,
-    known: usize,
+/// What noting a block found: a verdict now, or one that comes with the origin's answer
+/// (the block completes a version whose reference is being learnt).
+enum Noted {
+    Now(Verdict),
+    Later(oneshot::Receiver<Verdict>),
 }
 
 type VersionKey = (ObjectRef, Arc<str>);
 
+/// A version whose reference the origin is asked for, and who pays for the question.
+pub(super) struct Learn {
+    target: Target,
+    charge: Option<Charge>,
+}
+
 #[derive(Default)]
 struct Tracked {
-    versions: HashMap<VersionKey, Pending>,
+    versions: HashMap<VersionKey, Record>,
     /// Oldest first.
     order: VecDeque<VersionKey>,
     blocks: usize,
+    /// What the origin said it keeps, by version (`None`: nothing to compare with).
+    learnt: HashMap<VersionKey, Option<Reference>>,
+    learnt_order: VecDeque<VersionKey>,
+    learnt_crcs: usize,
 }
 
 /// The check, shared by the read path's steps. Cheap to clone.
@@ -70,6 +100,8 @@ pub(super) struct Integrity {
     tracked: Arc<parking_lot::Mutex<Tracked>>,
     metrics: Arc<Metrics>,
     purges: mpsc::Sender<ObjectRef>,
+    /// Where versions go to have their reference learnt; `None`: never asked.
+    learns: Option<mpsc::Sender<Learn>>,
 }
 
 impl Integrity {
@@ -80,8 +112,17 @@ impl Integrity {
             tracked: Arc::default(),
             metrics,
             purges,
+            learns: None,
         };
         (integrity, wrong)
+    }
+
+    /// Asks the origin what it keeps of versions whose fills do not say (see
+    /// [`learn_checksums`], which takes the receiver).
+    pub(super) fn learning(&mut self) -> mpsc::Receiver<Learn> {
+        let (learns, asked) = mpsc::channel(LEARN_QUEUE);
+        self.learns = Some(learns);
+        asked
     }
 
     /// Notes block `index` of `target`, as the origin sent it; when it completes the
@@ -89,22 +130,35 @@ impl Integrity {
     /// counted and queued for purging.
     #[cfg(test)]
     pub(super) fn filled(&self, target: &Target, index: BlockIndex, bytes: &Bytes) -> Verdict {
-        self.filled_known(target, index, bytes, None)
+        match self.filled_known(target, index, bytes, None) {
+            Noted::Now(verdict) => verdict,
+            Noted::Later(_) => Verdict::Pending,
+        }
     }
 
     /// [`Self::filled_known`] for a fill about to be cached: an error when the block
-    /// completes a version whose CRC is not S3's (the fill must fail, see the invariants).
-    pub(super) fn admit(
+    /// completes a version or part whose CRC is not S3's (the fill must fail, see the
+    /// invariants).
+    /// A block that completes a version whose reference is being learnt waits for it (at
+    /// most [`LEARN_WAIT`]), so that no wrong bytes are cached once the version is whole.
+    pub(super) async fn admit(
         &self,
         target: &Target,
         index: BlockIndex,
         bytes: &Bytes,
         known: Option<Crc>,
     ) -> Result<(), UpstreamError> {
-        match self.filled_known(target, index, bytes, known) {
+        let verdict = match self.filled_known(target, index, bytes, known) {
+            Noted::Now(verdict) => verdict,
+            Noted::Later(answer) => match tokio::time::timeout(LEARN_WAIT, answer).await {
+                Ok(Ok(verdict)) => verdict,
+                Ok(Err(_)) | Err(_) => Verdict::Pending,
+            },
+        };
+        match verdict {
             Verdict::Mismatch { expected, computed } => {
                 Err(UpstreamError::invalid_response(format!(
-                    "block {index} completes a version whose CRC is {computed}, where S3 reports {expected}: the object is purged"
+                    "block {index} completes bytes whose CRC is {computed}, where S3 reports {expected}: the object is purged"
                 )))
             }
             Verdict::Pending | Verdict::Verified => Ok(()),
@@ -114,89 +168,146 @@ impl Integrity {
     /// [`Self::filled`] for a block whose CRC64NVME is known already (a block from
     /// another member, checked on arrival): not hashed again when that is the CRC the
     /// version is judged by.
-    pub(super) fn filled_known(
+    fn filled_known(
         &self,
         target: &Target,
         index: BlockIndex,
         bytes: &Bytes,
         known: Option<Crc>,
-    ) -> Verdict {
+    ) -> Noted {
+        let pending = Noted::Now(Verdict::Pending);
         let Ok(count) = usize::try_from(target.layout.block_count()) else {
-            return Verdict::Pending;
+            return pending;
         };
         let Ok(slot) = usize::try_from(index) else {
-            return Verdict::Pending;
+            return pending;
         };
         if count == 0 || count > MAX_OBJECT_BLOCKS || slot >= count {
-            return Verdict::Pending;
+            return pending;
         }
-        let reported = target.meta.checksums.as_ref().and_then(full_object);
+        let reported = reported(&target.meta);
         let key: VersionKey = (target.object.current(), target.version.clone());
-        // Hashed before the lock is taken.
-        let algorithm = {
-            let tracked = self.tracked.lock();
-            tracked.versions.get(&key).map(|pending| pending.algorithm)
-        };
-        let algorithm = algorithm
-            .or(reported.map(|(algorithm, _)| algorithm))
-            .unwrap_or(Algorithm::Crc64Nvme);
-        let crc = known
-            .filter(|known| known.algorithm == algorithm && known.len == bytes.len() as u64)
-            .unwrap_or_else(|| Crc::of(algorithm, bytes));
-        let complete = {
+        // Planned under the lock, hashed outside it.
+        let (plan, learn) = {
             let mut tracked = self.tracked.lock();
-            let Some(pending) = tracked.entry(&key, algorithm, count) else {
-                return Verdict::Pending;
+            let learns = self.learns.is_some() && count > 1 && worth_learning(&target.meta);
+            let Some((record, fresh)) =
+                tracked.entry(&key, count, target.layout.block_size(), learns)
+            else {
+                return pending;
             };
-            if pending.algorithm != algorithm || pending.crcs.len() != count {
-                return Verdict::Pending;
+            if record.blocks() != count {
+                return pending;
             }
-            if reported.is_some() {
-                pending.expected = reported;
+            if let Some(reported) = &reported {
+                record.set_reference(reported.clone());
             }
-            if pending.crcs[slot].replace(crc).is_none() {
-                pending.known += 1;
-            }
-            if pending.known < count {
-                return Verdict::Pending;
-            }
-            tracked.remove(&key)
+            let learn = fresh && record.learning;
+            (record.plan(slot, bytes.len() as u64), learn)
         };
-        let Some(pending) = complete else {
-            return Verdict::Pending;
+        if learn {
+            self.ask(target);
+        }
+        let hashed = plan.hash(bytes, known);
+        let judged = {
+            let mut tracked = self.tracked.lock();
+            let Some(record) = tracked.versions.get_mut(&key) else {
+                return pending;
+            };
+            match record.note(slot, hashed) {
+                Some(wrong) => {
+                    tracked.remove(&key);
+                    (wrong, "part")
+                }
+                None if record.complete() && record.learning => {
+                    let (waiter, answer) = oneshot::channel();
+                    record.waiter = Some(waiter);
+                    return Noted::Later(answer);
+                }
+                None if record.complete() => {
+                    let judged = record.judge_whole();
+                    tracked.remove(&key);
+                    (judged, "object")
+                }
+                None => return pending,
+            }
         };
-        self.judge(target, pending)
+        Noted::Now(self.verdict(target, judged))
     }
 
-    /// The verdict on a version whose every block is known.
-    fn judge(&self, target: &Target, pending: Pending) -> Verdict {
-        let integrity = &self.metrics.integrity;
-        let Some((algorithm, expected)) = pending.expected else {
-            integrity.count_object("no_checksum");
-            return Verdict::Pending;
+    /// Sends `target` to be asked about; when the queue is full it is not, and its record
+    /// waits for nothing.
+    fn ask(&self, target: &Target) {
+        let Some(learns) = &self.learns else { return };
+        let learn = Learn {
+            target: target.clone(),
+            charge: crate::tenant::current_charge(),
         };
-        let combined = pending
-            .crcs
-            .into_iter()
-            .try_fold(Crc::empty(pending.algorithm), |whole, crc| whole.then(crc?));
-        let Some(combined) = combined.filter(|crc| crc.algorithm == algorithm) else {
-            integrity.count_object("no_checksum");
-            return Verdict::Pending;
-        };
-        if combined.value == expected {
-            integrity.count_object("verified");
-            return Verdict::Verified;
+        if learns.try_send(learn).is_err() {
+            self.metrics.integrity.count_lookup("skipped");
+            self.settle(target, None, false);
         }
-        let expected = Crc {
-            value: expected,
-            ..combined
+    }
+
+    /// What the origin keeps of `target`'s version, learnt (`None`: nothing to compare
+    /// with): the parts whose bytes are all known are judged, and the version too when
+    /// every block is. Bytes found wrong now were served already: the object is purged.
+    pub(super) fn learnt(&self, target: &Target, reference: Option<Reference>) {
+        self.settle(target, reference, true);
+    }
+
+    /// [`Self::learnt`]; `remember`: the answer stands for the version's later fills too.
+    fn settle(&self, target: &Target, reference: Option<Reference>, remember: bool) {
+        let key: VersionKey = (target.object.current(), target.version.clone());
+        let judged = {
+            let mut tracked = self.tracked.lock();
+            if remember {
+                tracked.remember(&key, reference.clone());
+            }
+            let Some(record) = tracked.versions.get_mut(&key) else {
+                return;
+            };
+            record.learning = false;
+            if let Some(reference) = reference {
+                record.set_reference(reference);
+            }
+            let waiter = record.waiter.take();
+            let judged = match record.judge_known_parts() {
+                Some(wrong) => (wrong, "part"),
+                None if record.complete() => (record.judge_whole(), "object"),
+                None => return,
+            };
+            tracked.remove(&key);
+            (judged, waiter)
         };
-        integrity.count_object("mismatch");
-        integrity.count_mismatch("object");
-        self.wrong(&target.object, &target.meta, &expected, &combined);
-        Verdict::Mismatch {
-            expected: expected.base64(),
-            computed: combined.base64(),
+        let (judged, waiter) = judged;
+        let verdict = self.verdict(target, judged);
+        if let Some(waiter) = waiter {
+            let _ = waiter.send(verdict);
+        }
+    }
+
+    /// Counts, logs and acts on what a comparison of `check` found.
+    fn verdict(&self, target: &Target, (judged, check): (Judged, &'static str)) -> Verdict {
+        let integrity = &self.metrics.integrity;
+        match judged {
+            Judged::Right => {
+                integrity.count_object("verified");
+                Verdict::Verified
+            }
+            Judged::Unknown => {
+                integrity.count_object("no_checksum");
+                Verdict::Pending
+            }
+            Judged::Wrong { expected, computed } => {
+                integrity.count_object("mismatch");
+                integrity.count_mismatch(check);
+                self.wrong(&target.object, &target.meta, &expected, &computed);
+                Verdict::Mismatch {
+                    expected: expected.base64(),
+                    computed: computed.base64(),
+                }
+            }
         }
     }
 
@@ -229,41 +340,80 @@ impl Integrity {
     }
 }
 
+/// The full-object CRC `meta` reports, as the reference of its `meta.size` bytes.
+fn reported(meta: &ObjectMeta) -> Option<Reference> {
+    let (algorithm, value) = meta.checksums.as_ref().and_then(full_object)?;
+    Some(Reference::Whole(Crc {
+        algorithm,
+        value,
+        len: meta.size,
+    }))
+}
+
+/// Whether the origin may keep more than `meta` says: its checksums are not known (the
+/// metadata came from a ranged read), or they are composite (the parts' CRCs are kept).
+fn worth_learning(meta: &ObjectMeta) -> bool {
+    match &meta.checksums {
+        None => true,
+        Some(checksums) => full_object(checksums).is_none() && composite(checksums).is_some(),
+    }
+}
+
 impl Tracked {
-    /// The version's record, made (room made by dropping the oldest) when missing.
+    /// The version's record, made (room made by dropping the oldest) when missing, and
+    /// whether it was made now. A version whose reference was learnt lately starts with
+    /// it; `learns`: a version not learnt yet is asked about.
     fn entry(
         &mut self,
         key: &VersionKey,
-        algorithm: Algorithm,
         count: usize,
-    ) -> Option<&mut Pending> {
-        if !self.versions.contains_key(key) {
+        block_size: u64,
+        learns: bool,
+    ) -> Option<(&mut Record, bool)> {
+        let fresh = !self.versions.contains_key(key);
+        if fresh {
             while self.blocks + count > TRACKED_BLOCKS {
                 let oldest = self.order.pop_front()?;
                 if let Some(dropped) = self.versions.remove(&oldest) {
-                    self.blocks -= dropped.crcs.len();
+                    self.blocks -= dropped.blocks();
                 }
+            }
+            let learnt = self.learnt.get(key).cloned();
+            let mut record = Record::new(count, block_size, learns && learnt.is_none());
+            if let Some(Some(reference)) = learnt {
+                record.set_reference(reference);
             }
             self.blocks += count;
             self.order.push_back(key.clone());
-            self.versions.insert(
-                key.clone(),
-                Pending {
-                    algorithm,
-                    expected: None,
-                    crcs: vec![None; count],
-                    known: 0,
-                },
-            );
+            self.versions.insert(key.clone(), record);
         }
-        self.versions.get_mut(key)
+        Some((self.versions.get_mut(key)?, fresh))
     }
 
-    fn remove(&mut self, key: &VersionKey) -> Option<Pending> {
-        let pending = self.versions.remove(key)?;
-        self.blocks -= pending.crcs.len();
+    fn remove(&mut self, key: &VersionKey) -> Option<Record> {
+        let record = self.versions.remove(key)?;
+        self.blocks -= record.blocks();
         self.order.retain(|held| held != key);
-        Some(pending)
+        Some(record)
+    }
+
+    /// Keeps what the origin said of `key`, dropping the oldest answers past the bound.
+    fn remember(&mut self, key: &VersionKey, reference: Option<Reference>) {
+        let weight = reference.as_ref().map_or(1, Reference::weight);
+        if weight > LEARNT_CRCS || self.learnt.contains_key(key) {
+            return;
+        }
+        while self.learnt_crcs + weight > LEARNT_CRCS {
+            let Some(oldest) = self.learnt_order.pop_front() else {
+                break;
+            };
+            if let Some(dropped) = self.learnt.remove(&oldest) {
+                self.learnt_crcs -= dropped.as_ref().map_or(1, Reference::weight);
+            }
+        }
+        self.learnt_crcs += weight;
+        self.learnt_order.push_back(key.clone());
+        self.learnt.insert(key.clone(), reference);
     }
 }
 

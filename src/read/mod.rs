@@ -112,6 +112,8 @@ pub struct ReadSettings {
     pub verify: Verify,
     /// Upstream block fetches in flight at most, shared between tenants by weight.
     pub max_concurrent_fills: usize,
+    /// Ask the origin for the checksums of versions whose fills did not report them.
+    pub learn_checksums: bool,
 }
 
 /// Verify mode (`cache.verify_fraction`): which hits are re-checked against the origin.

@@ -54,6 +54,7 @@ fn settings() -> ReadSettings {
         serve_stale_on_error: false,
         verify: crate::read::Verify::OFF,
         max_concurrent_fills: 64,
+        learn_checksums: true,
     }
 }
 

@@ -17,6 +17,7 @@ use std::ops::Range;
 use async_trait::async_trait;
 use bytes::Bytes;
 
+use crate::checksum::Reference;
 use crate::object::ObjectMeta;
 use crate::types::{BlockIndex, ByteRange, ObjectRef, RangeRequest};
 
@@ -62,6 +63,17 @@ pub trait BlockSource: Send + Sync + 'static {
         if_match: Option<&str>,
         head: &ResponseHead,
     ) -> Result<StreamedRead, UpstreamError>;
+
+    /// The CRCs the source keeps of the version `etag` of `object`, to check its bytes
+    /// against: `None` when it keeps none (as a source without checksums does), or the
+    /// object is no longer that version.
+    async fn checksums(
+        &self,
+        _object: &ObjectRef,
+        _etag: &str,
+    ) -> Result<Option<Reference>, UpstreamError> {
+        Ok(None)
+    }
 }
 
 /// What a member asks a block's owner for: the bytes `within` block `index` (of

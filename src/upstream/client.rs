@@ -8,6 +8,7 @@ use aws_config::timeout::TimeoutConfig;
 use aws_config::{BehaviorVersion, SdkConfig};
 use aws_sdk_s3::config::{ConfigBag, Credentials, Intercept, Region, RuntimeComponents};
 use aws_sdk_s3::operation::get_object::GetObjectInput;
+use aws_sdk_s3::operation::get_object_attributes::GetObjectAttributesInput;
 use aws_sdk_s3::operation::head_object::HeadObjectInput;
 use aws_sdk_s3::operation::list_objects_v2::ListObjectsV2Input;
 use aws_smithy_runtime_api::client::interceptors::context::{
@@ -160,6 +161,11 @@ impl Intercept for LedgerCounter {
             })
             .or_else(|| {
                 input
+                    .downcast_ref::<GetObjectAttributesInput>()
+                    .and_then(GetObjectAttributesInput::bucket)
+            })
+            .or_else(|| {
+                input
                     .downcast_ref::<ListObjectsV2Input>()
                     .and_then(ListObjectsV2Input::bucket)
             })
@@ -174,13 +180,11 @@ impl Intercept for LedgerCounter {
         _components: &RuntimeComponents,
         cfg: &mut ConfigBag,
     ) -> Result<(), BoxError> {
-        let kind = cfg
-            .load::<Metadata>()
-            .map_or(RequestKind::Other, |metadata| {
-                RequestKind::of_operation(metadata.name())
-            });
-        let bytes = match kind {
-            RequestKind::Head => 0,
+        let operation = cfg.load::<Metadata>().map(Metadata::name);
+        let kind = operation.map_or(RequestKind::Other, RequestKind::of_operation);
+        // A HEAD's Content-Length is the object's; it sends no body.
+        let bytes = match operation {
+            Some("HeadObject") => 0,
             _ => context
                 .response()
                 .headers()

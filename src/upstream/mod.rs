@@ -4,6 +4,7 @@
 //! Invariants: a ranged read returns exactly the bytes its `Content-Range` names, never
 //! more than the caller's limit, or an error; every request is counted in the metrics.
 
+mod attributes;
 mod blank_key;
 mod client;
 mod error;

@@ -21,6 +21,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 
+use crate::checksum::Reference;
 use crate::config::BucketPattern;
 use crate::source::{BlockSource, HeadIf};
 use crate::telemetry::Metrics;
@@ -172,6 +173,15 @@ impl BlockSource for Origins {
                 Err(error)
             }
         }
+    }
+
+    async fn checksums(
+        &self,
+        object: &ObjectRef,
+        etag: &str,
+    ) -> Result<Option<Reference>, UpstreamError> {
+        let primary = self.for_bucket(object.bucket());
+        primary.upstream.checksums(object, etag).await
     }
 
     async fn get(

@@ -40,12 +40,26 @@ pub struct Seen {
 }
 
 impl Seen {
-    /// Whether the request addressed an object (`/bucket/key`), not a bucket or the service.
+    /// Whether the request addressed an object (`/bucket/key`), not a bucket or the service,
+    /// nor only its attributes (GetObjectAttributes, counted by
+    /// [`Forwarder::attribute_requests`]).
     pub fn is_object(&self) -> bool {
-        self.path
-            .trim_start_matches('/')
-            .split_once('/')
-            .is_some_and(|(_, key)| !key.is_empty())
+        !self.is_attributes()
+            && self
+                .path
+                .trim_start_matches('/')
+                .split_once('/')
+                .is_some_and(|(_, key)| !key.is_empty())
+    }
+
+    /// Whether the request asked for an object's attributes (`GET /bucket/key?attributes`).
+    pub fn is_attributes(&self) -> bool {
+        self.method == "GET"
+            && self.query.as_deref().is_some_and(|query| {
+                query
+                    .split('&')
+                    .any(|pair| pair == "attributes" || pair.starts_with("attributes="))
+            })
     }
 }
 
@@ -234,9 +248,9 @@ impl Forwarder {
         self.counters.strip_etags.store(true, Ordering::Relaxed);
     }
 
-    /// From now on, every successful response body (of any request but a HEAD) that is
-    /// long enough has its byte at offset `at` inverted; `None` stops it. Headers, lengths
-    /// and ETags stay as the target sent them.
+    /// From now on, every successful response body (of any request but a HEAD or a
+    /// GetObjectAttributes) that is long enough has its byte at offset `at` inverted;
+    /// `None` stops it. Headers, lengths and ETags stay as the target sent them.
     pub fn flip_bytes(&self, at: Option<usize>) {
         let at = at.map_or(u64::MAX, |at| at as u64);
         self.counters.flip_at.store(at, Ordering::SeqCst);
@@ -272,6 +286,17 @@ impl Forwarder {
     /// Everything seen so far, and forget it.
     pub fn take(&self) -> Vec<Seen> {
         std::mem::take(&mut *self.seen.lock().unwrap())
+    }
+
+    /// GetObjectAttributes requests seen.
+    pub fn attribute_requests(&self) -> Vec<Seen> {
+        self.seen
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|seen| seen.is_attributes())
+            .cloned()
+            .collect()
     }
 
     /// Requests with `method` that addressed an object (`/bucket/key`).
@@ -365,6 +390,7 @@ impl Shared {
             .and_then(|queue| queue.lock().unwrap().pop_front());
         let object_put = observed.method == "PUT" && observed.is_object();
         let object_get = observed.method == "GET" && observed.is_object();
+        let attributes = observed.is_attributes();
         self.seen.lock().unwrap().push(observed);
         let mut unfinished = Unfinished(Some(self.cancelled.clone()));
         match fault {
@@ -420,7 +446,8 @@ impl Shared {
         self.counters.bytes.fetch_add(length, Ordering::Relaxed);
         let flip_every = self.counters.flip_at.load(Ordering::Relaxed);
         let fault = fault.or_else(|| {
-            let flipped = response.status().is_success() && !is_head && flip_every != u64::MAX;
+            let flipped =
+                response.status().is_success() && !is_head && !attributes && flip_every != u64::MAX;
             flipped.then(|| Fault::FlipByte(usize::try_from(flip_every).unwrap_or(usize::MAX)))
         });
         let mut response = match fault {

@@ -22,6 +22,7 @@ mod forwarding;
 mod hardening;
 mod inprocess;
 mod integrity;
+mod integrity_ranges;
 mod ledger;
 mod lifecycle;
 mod listings;

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use super::{body, object};
-use crate::checksum::{Algorithm, Crc};
+use crate::checksum::{Algorithm, Crc, Reference};
 use crate::object::{Checksums, ObjectMeta};
 use crate::read::Target;
 use crate::read::Verify;
@@ -160,4 +160,107 @@ async fn verify_mode_starts_at_most_its_rate_of_checks() {
         (2..=3).contains(&started),
         "refilled at 5 a second: {started}"
     );
+}
+
+/// `data` cut into parts of `part` bytes, as S3 keeps their CRCs.
+fn parts_of(data: &[u8], part: usize, algorithm: Algorithm) -> Reference {
+    let parts = data
+        .chunks(part)
+        .map(|piece| Crc::of(algorithm, piece))
+        .collect();
+    Reference::parts(parts).expect("parts of one algorithm")
+}
+
+#[tokio::test]
+async fn a_multipart_version_is_judged_part_by_part_as_each_part_is_complete() {
+    let metrics = Arc::new(Metrics::new());
+    let (integrity, mut purges) = Integrity::new(metrics.clone());
+    // Parts of 2500 bytes over blocks of 1000: blocks 2 and 7 hold part boundaries.
+    let data = body(7600, 3);
+    let target = target("parts", &data, None);
+    integrity.learnt(&target, Some(parts_of(&data, 2500, Algorithm::Crc32)));
+    // The learnt parts stand for the version's fills.
+    let mut wrong = block(&data, 6).to_vec();
+    wrong[3] ^= 0x40;
+    for index in [0, 1, 2, 3, 4] {
+        let verdict = integrity.filled(&target, index, &block(&data, index));
+        assert_eq!(verdict, Verdict::Pending, "block {index}");
+    }
+    assert_eq!(outcome(&metrics, "mismatch"), 0, "parts 1 and 2 are right");
+    // Block 6 falls wholly in the third part (5000..7500), with block 5 and 7's piece.
+    assert_eq!(
+        integrity.filled(&target, 7, &block(&data, 7)),
+        Verdict::Pending
+    );
+    assert_eq!(
+        integrity.filled(&target, 5, &block(&data, 5)),
+        Verdict::Pending
+    );
+    let verdict = integrity.filled(&target, 6, &wrong.into());
+    assert!(
+        matches!(verdict, Verdict::Mismatch { .. }),
+        "the wrong part is judged as soon as it is complete: {verdict:?}"
+    );
+    assert_eq!(purges.try_recv().ok(), Some(object("parts")));
+    assert!(!integrity.tracks(&target), "its record is dropped");
+
+    // Filled right, the whole version is verified against the parts combined.
+    let right = self::target("parts-right", &data, None);
+    integrity.learnt(&right, Some(parts_of(&data, 2500, Algorithm::Crc32)));
+    let verdicts: Vec<Verdict> = (0..8)
+        .rev()
+        .map(|index| integrity.filled(&right, index, &block(&data, index)))
+        .collect();
+    assert_eq!(verdicts.last(), Some(&Verdict::Verified));
+    assert!(purges.try_recv().is_err());
+}
+
+#[tokio::test]
+async fn blocks_filled_before_the_origin_answers_are_judged_whatever_crc_it_names() {
+    let metrics = Arc::new(Metrics::new());
+    let (mut integrity, _purges) = Integrity::new(metrics.clone());
+    let mut asked = integrity.learning();
+    let data = body(3300, 4);
+    for algorithm in [Algorithm::Crc32, Algorithm::Crc32c, Algorithm::Crc64Nvme] {
+        let target = target(algorithm.name(), &data, None);
+        // Every block is filled before the answer: the record waits for it.
+        for index in 0..4 {
+            let verdict = integrity.filled(&target, index, &block(&data, index));
+            assert_eq!(verdict, Verdict::Pending);
+        }
+        assert!(asked.try_recv().is_ok(), "asked once");
+        assert!(asked.try_recv().is_err(), "and only once");
+        assert!(integrity.tracks(&target), "kept for the answer");
+        let whole = Reference::Whole(Crc::of(algorithm, &data));
+        integrity.learnt(&target, Some(whole));
+        assert!(!integrity.tracks(&target));
+    }
+    assert_eq!(outcome(&metrics, "verified"), 3);
+
+    // A wrong block found after it was served: the object is purged all the same.
+    let target = target("late", &data, None);
+    let mut flipped = block(&data, 2).to_vec();
+    flipped[0] ^= 1;
+    integrity.filled(&target, 2, &flipped.into());
+    for index in [0, 1, 3] {
+        integrity.filled(&target, index, &block(&data, index));
+    }
+    assert!(asked.try_recv().is_ok());
+    integrity.learnt(&target, Some(parts_of(&data, 2000, Algorithm::Crc32c)));
+    assert_eq!(outcome(&metrics, "mismatch"), 1);
+
+    // An object of one block is never asked about; one the origin keeps nothing of is
+    // judged unknown, and not asked about again.
+    let single = self::target("single", &data[..900], None);
+    integrity.filled(&single, 0, &Bytes::copy_from_slice(&data[..900]));
+    let none = self::target("none", &data, None);
+    integrity.filled(&none, 0, &block(&data, 0));
+    assert!(asked.try_recv().is_ok() && asked.try_recv().is_err());
+    integrity.learnt(&none, None);
+    for index in 1..4 {
+        integrity.filled(&none, index, &block(&data, index));
+    }
+    assert_eq!(outcome(&metrics, "no_checksum"), 2);
+    integrity.filled(&none, 0, &block(&data, 0));
+    assert!(asked.try_recv().is_err(), "the answer is remembered");
 }

@@ -17,7 +17,9 @@ pub struct CheckLabel {
 /// Outcomes of comparing a whole object with S3's CRC.
 pub const OBJECT_OUTCOMES: [&str; 3] = ["verified", "mismatch", "no_checksum"];
 /// The checks that can find wrong bytes.
-pub const CHECKS: [&str; 4] = ["object", "response", "peer", "verify"];
+pub const CHECKS: [&str; 5] = ["object", "part", "response", "peer", "verify"];
+/// Outcomes of asking the origin what it keeps of a version.
+pub const LOOKUP_OUTCOMES: [&str; 4] = ["learnt", "none", "failed", "skipped"];
 /// Outcomes of one verify-mode check.
 pub const VERIFY_OUTCOMES: [&str; 5] = ["ok", "mismatch", "changed", "failed", "skipped"];
 
@@ -26,6 +28,7 @@ pub struct IntegrityMetrics {
     objects: Family<ResultLabel, Counter>,
     mismatches: Family<CheckLabel, Counter>,
     verify_checks: Family<ResultLabel, Counter>,
+    lookups: Family<ResultLabel, Counter>,
     verify_requests: Counter,
     verify_bytes: Counter,
 }
@@ -42,6 +45,13 @@ impl IntegrityMetrics {
     /// Wrong bytes found by `check`, one of [`CHECKS`].
     pub fn count_mismatch(&self, check: &'static str) {
         self.mismatches.get_or_create(&CheckLabel { check }).inc();
+    }
+
+    /// The origin asked what it keeps of a version, by one of [`LOOKUP_OUTCOMES`].
+    pub fn count_lookup(&self, outcome: &'static str) {
+        self.lookups
+            .get_or_create(&ResultLabel { result: outcome })
+            .inc();
     }
 
     /// One verify-mode check, by one of [`VERIFY_OUTCOMES`].
@@ -65,13 +75,18 @@ impl IntegrityMetrics {
     pub(super) fn register(&self, registry: &mut Registry) {
         registry.register(
             "portico_integrity_objects",
-            "Objects whose every block this node filled from the origin, by how their combined block CRCs compared with the full-object CRC S3 keeps: verified, mismatch (the object was purged on every member), no_checksum (the origin reported none, a composite one, or none learnt yet)",
+            "Objects whose every block this node filled from the origin, by how their combined block CRCs compared with the full-object CRC S3 keeps: verified, mismatch (the object was purged on every member), no_checksum (S3 keeps no CRC of it, or none could be learnt)",
             self.objects.clone(),
         );
         registry.register(
             "portico_integrity_mismatches",
-            "Wrong bytes caught before they were served again, by check: object (an object's blocks against S3's CRC), response (a checksum-mode GET, aborted before its last byte), peer (a block from another member, fetched again), verify (verify mode re-read a hit from the origin)",
+            "Wrong bytes caught before they were served again, by check: object (an object's blocks against S3's CRC), part (a multipart object's part against the CRC S3 keeps of it), response (a checksum-mode GET, aborted before its last byte), peer (a block from another member, fetched again), verify (verify mode re-read a hit from the origin)",
             self.mismatches.clone(),
+        );
+        registry.register(
+            "portico_integrity_checksum_lookups",
+            "Versions whose checksums the origin was asked for (GetObjectAttributes, when a fill's metadata did not report them), by result: learnt (a full-object CRC or the parts' CRCs), none (it keeps none to compare with, or the object changed), failed (no answer: the version is not judged), skipped (too many questions queued)",
+            self.lookups.clone(),
         );
         registry.register(
             "portico_verify_checks",
@@ -96,6 +111,9 @@ impl IntegrityMetrics {
         }
         for check in CHECKS {
             drop(self.mismatches.get_or_create(&CheckLabel { check }));
+        }
+        for result in LOOKUP_OUTCOMES {
+            drop(self.lookups.get_or_create(&ResultLabel { result }));
         }
         for result in VERIFY_OUTCOMES {
             drop(self.verify_checks.get_or_create(&ResultLabel { result }));

@@ -52,7 +52,8 @@ impl RequestKind {
     pub fn of_operation(operation: &str) -> Self {
         match operation {
             "GetObject" => Self::Get,
-            "HeadObject" => Self::Head,
+            // Priced as a GET; its answer is a few hundred bytes of XML.
+            "HeadObject" | "GetObjectAttributes" => Self::Head,
             operation if operation.starts_with("List") => Self::List,
             _ => Self::Other,
         }

@@ -8,7 +8,7 @@ use aws_sdk_s3::error::ProvideErrorMetadata;
 use aws_sdk_s3::operation::get_object::builders::GetObjectFluentBuilder;
 use aws_sdk_s3::operation::head_object::HeadObjectOutput;
 use aws_sdk_s3::primitives::ByteStream;
-use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart};
+use aws_sdk_s3::types::{ChecksumAlgorithm, ChecksumType, CompletedMultipartUpload, CompletedPart};
 use portico_testkit::create_bucket;
 use portico_testkit::forwarder::Forwarder;
 use portico_testkit::minio::minio;
@@ -226,12 +226,31 @@ pub async fn put_object(client: &Client, bucket: &str, key: &str, data: &[u8]) {
         .unwrap_or_else(|error| panic!("PUT {bucket}/{key}: {error:?}"));
 }
 
-/// Uploads `parts` as one multipart object `key` in `bucket` through `client`.
+/// Uploads `parts` as `key` in `bucket` through `client`, one part each, without
+/// checksums.
 pub async fn multipart_upload(client: &Client, bucket: &str, key: &str, parts: &[Vec<u8>]) {
+    multipart_upload_with(client, (bucket, key), parts, None).await;
+}
+
+/// Uploads `parts` as `key` in `bucket` through `client`, one part each; with
+/// `checksum = Some((algorithm, whole))`, each part carries its `algorithm` checksum and
+/// the object's is FULL_OBJECT (`whole`) or composite.
+pub async fn multipart_upload_with(
+    client: &Client,
+    (bucket, key): (&str, &str),
+    parts: &[Vec<u8>],
+    checksum: Option<(ChecksumAlgorithm, bool)>,
+) {
+    let algorithm = checksum.as_ref().map(|(algorithm, _)| algorithm.clone());
+    let kind = checksum
+        .as_ref()
+        .and_then(|(_, whole)| whole.then_some(ChecksumType::FullObject));
     let upload = client
         .create_multipart_upload()
         .bucket(bucket)
         .key(key)
+        .set_checksum_algorithm(algorithm.clone())
+        .set_checksum_type(kind.clone())
         .send()
         .await
         .expect("CreateMultipartUpload");
@@ -244,6 +263,7 @@ pub async fn multipart_upload(client: &Client, bucket: &str, key: &str, parts: &
             .key(key)
             .upload_id(upload_id)
             .part_number(number)
+            .set_checksum_algorithm(algorithm.clone())
             .body(ByteStream::from(data.clone()))
             .send()
             .await
@@ -252,6 +272,9 @@ pub async fn multipart_upload(client: &Client, bucket: &str, key: &str, parts: &
             CompletedPart::builder()
                 .part_number(number)
                 .set_e_tag(part.e_tag().map(str::to_owned))
+                .set_checksum_crc32(part.checksum_crc32().map(str::to_owned))
+                .set_checksum_crc32_c(part.checksum_crc32_c().map(str::to_owned))
+                .set_checksum_crc64_nvme(part.checksum_crc64_nvme().map(str::to_owned))
                 .build(),
         );
     }
@@ -260,6 +283,7 @@ pub async fn multipart_upload(client: &Client, bucket: &str, key: &str, parts: &
         .bucket(bucket)
         .key(key)
         .upload_id(upload_id)
+        .set_checksum_type(kind)
         .multipart_upload(
             CompletedMultipartUpload::builder()
                 .set_parts(Some(completed))

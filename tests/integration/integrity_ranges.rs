@@ -1,0 +1,253 @@
+//! End-to-end integrity for the reads and uploads the whole-object check alone misses,
+//! against MinIO, each with one byte flipped at the origin (same length, same ETag): an
+//! object read only by ranges (its checksums learnt with one GetObjectAttributes), a
+//! multipart object with part checksums (parts not aligned with blocks), judged part by
+//! part as soon as a part's bytes are all filled, a multipart object with a FULL_OBJECT
+//! CRC64NVME, and a fleet of two. A flipped byte is served at most by the read that
+//! filled it, and never once the object's bytes are all cached.
+
+use std::time::Duration;
+
+use aws_sdk_s3::types::ChecksumAlgorithm;
+use portico_testkit::forwarder::Fault;
+use portico_testkit::portico::{Portico, start_proxied_fleet};
+
+use crate::support::{
+    Rig, binary, eventually, multipart_upload_with, random_bytes, s3_client, try_get,
+};
+
+const MIB: usize = 1024 * 1024;
+const LEARNT: &str = "portico_integrity_checksum_lookups_total{result=\"learnt\"}";
+const VERIFIED: &str = "portico_integrity_objects_total{result=\"verified\"}";
+const MISMATCHED: &str = "portico_integrity_objects_total{result=\"mismatch\"}";
+const NO_CHECKSUM: &str = "portico_integrity_objects_total{result=\"no_checksum\"}";
+
+fn mismatches(check: &str) -> String {
+    format!("portico_integrity_mismatches_total{{check=\"{check}\"}}")
+}
+
+/// A rig whose every block is filled by the read that asks for it (no prefetch).
+async fn rig(prefix: &str, block_size: &'static str) -> Rig {
+    Rig::start(prefix, |settings| {
+        settings.block_size = block_size;
+        let off = ("PORTICO_PREFETCH_ENABLED".to_owned(), "false".to_owned());
+        settings.env.push(off);
+    })
+    .await
+}
+
+/// Uploads `data` as `key` straight to MinIO in parts of `part` bytes, each with its
+/// `algorithm` checksum; `whole`: the object's checksum is FULL_OBJECT (else composite).
+async fn upload_in_parts(
+    rig: &Rig,
+    key: &str,
+    data: &[u8],
+    part: usize,
+    checksum: (ChecksumAlgorithm, bool),
+) {
+    let parts: Vec<Vec<u8>> = data.chunks(part).map(<[u8]>::to_vec).collect();
+    let named = (rig.bucket.as_str(), key);
+    multipart_upload_with(&rig.direct, named, &parts, Some(checksum)).await;
+}
+
+/// `first..=last` of `key` through the rig, as a `Range` header.
+async fn range(rig: &Rig, key: &str, first: usize, last: usize) -> Vec<u8> {
+    rig.get(key, Some(&format!("bytes={first}-{last}"))).await
+}
+
+/// Waits until `portico` counts `sample` at least `count`.
+async fn counted(portico: &Portico, sample: &str, count: f64) {
+    eventually(sample, Duration::from_secs(10), || async {
+        (portico.metric(sample).await >= count).then_some(())
+    })
+    .await;
+}
+
+/// Waits until `first..=last` of `key` reads as `expected` (the purge of a wrong object
+/// is carried out in the background).
+async fn reads_right(rig: &Rig, key: &str, (first, last): (usize, usize), expected: &[u8]) {
+    let header = format!("bytes={first}-{last}");
+    eventually(
+        "the right bytes after the purge",
+        Duration::from_secs(10),
+        || async {
+            let body = rig.try_get(key, Some(&header)).await.ok()?;
+            (body == expected[first..=last]).then_some(())
+        },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_byte_flipped_for_a_range_reader_is_caught_once_the_object_is_filled() {
+    let rig = rig("integrity-ranges", "1MiB").await;
+    let data = random_bytes(4 * MIB + 99, 601);
+    rig.put("ranged.bin", &data).await;
+    let portico = rig.portico();
+
+    // The first block's GET comes back with one byte inverted; the reader asks only for
+    // ranges, so no fill's metadata says which CRC S3 keeps.
+    rig.forwarder.inject(&[Fault::FlipByte(100)]);
+    let first = range(&rig, "ranged.bin", 0, MIB - 1).await;
+    assert!(first != data[..MIB], "the read that filled it served it");
+    for block in 1..5 {
+        let last = ((block + 1) * MIB - 1).min(data.len() - 1);
+        let body = range(&rig, "ranged.bin", block * MIB, last).await;
+        assert!(body == data[block * MIB..=last], "block {block}");
+    }
+    // One question for the object, and the fill that completed it failed rather than
+    // complete a wrong object (the SDK's retry read it right).
+    assert_eq!(rig.forwarder.attribute_requests().len(), 1);
+    assert_eq!(portico.metric(LEARNT).await, 1.0);
+    assert_eq!(portico.metric(MISMATCHED).await, 1.0);
+    assert_eq!(portico.metric(&mismatches("object")).await, 1.0);
+    reads_right(&rig, "ranged.bin", (0, MIB - 1), &data).await;
+    // Read by ranges again, it is whole and right, and judged right.
+    for block in 0..5 {
+        let last = ((block + 1) * MIB - 1).min(data.len() - 1);
+        let body = range(&rig, "ranged.bin", block * MIB, last).await;
+        assert!(body == data[block * MIB..=last], "block {block} again");
+    }
+    assert_eq!(portico.metric(VERIFIED).await, 1.0);
+    assert_eq!(
+        rig.forwarder.attribute_requests().len(),
+        1,
+        "what S3 keeps of the version is remembered"
+    );
+
+    // An object of one block is never asked about: any whole GET can judge it.
+    rig.put("small.bin", &data[..1000]).await;
+    assert!(range(&rig, "small.bin", 0, 9).await == data[..10]);
+    assert_eq!(rig.forwarder.attribute_requests().len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_multipart_object_is_judged_part_by_part_before_it_is_complete() {
+    // Parts of 5 MiB over blocks of 4 MiB: 0..5, 5..10, 10..15, 15..16 MiB against
+    // blocks 0..4, 4..8, 8..12, 12..16 MiB.
+    let rig = rig("integrity-parts", "4MiB").await;
+    let data = random_bytes(16 * MIB, 602);
+    let composite = (ChecksumAlgorithm::Crc32, false);
+    upload_in_parts(&rig, "clean.bin", &data, 5 * MIB, composite.clone()).await;
+    upload_in_parts(&rig, "parts.bin", &data, 5 * MIB, composite.clone()).await;
+    upload_in_parts(&rig, "whole.bin", &data, 5 * MIB, composite).await;
+    let portico = rig.portico();
+
+    // Read whole, right: judged against the parts' CRCs combined.
+    assert!(rig.get("clean.bin", None).await == data);
+    counted(portico, VERIFIED, 1.0).await;
+    assert_eq!(portico.metric(NO_CHECKSUM).await, 0.0);
+
+    // By ranges: the first block's fill asks for the parts; once they are known, the
+    // second block arrives with a byte flipped in the second part (at 6 MiB).
+    assert!(range(&rig, "parts.bin", 0, 4 * MIB - 1).await == data[..4 * MIB]);
+    counted(portico, LEARNT, 2.0).await;
+    rig.forwarder.inject(&[Fault::FlipByte(2 * MIB)]);
+    let second = range(&rig, "parts.bin", 4 * MIB, 8 * MIB - 1).await;
+    assert!(
+        second != data[4 * MIB..8 * MIB],
+        "served by the read that filled it"
+    );
+    assert_eq!(
+        portico.metric(MISMATCHED).await,
+        0.0,
+        "the first part is right"
+    );
+    // The third block completes the second part: caught, though the object is not
+    // complete (its last block was never read); that fill fails, the SDK's retry reads
+    // it right.
+    assert!(range(&rig, "parts.bin", 8 * MIB, 12 * MIB - 1).await == data[8 * MIB..12 * MIB]);
+    assert_eq!(portico.metric(&mismatches("part")).await, 1.0);
+    reads_right(&rig, "parts.bin", (4 * MIB, 8 * MIB - 1), &data).await;
+
+    // Read whole with a byte flipped in the first block: the read is cut off, never
+    // completed with it, and the next read is right.
+    rig.forwarder.inject(&[Fault::FlipByte(MIB)]);
+    let once = s3_client(&portico.s3, false);
+    let read = try_get(&once, &rig.bucket, "whole.bin", None).await;
+    assert!(read.is_err(), "a read with a wrong byte ended well");
+    assert_eq!(portico.metric(MISMATCHED).await, 2.0);
+    reads_right(&rig, "whole.bin", (0, data.len() - 1), &data).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_multipart_object_with_a_full_object_crc64nvme_is_judged_whole() {
+    let rig = rig("integrity-full", "4MiB").await;
+    let data = random_bytes(11 * MIB + 5, 603);
+    let whole = (ChecksumAlgorithm::Crc64Nvme, true);
+    upload_in_parts(&rig, "full.bin", &data, 5 * MIB, whole).await;
+    let portico = rig.portico();
+    let head = rig.head("full.bin").await;
+    assert!(
+        head.e_tag().is_some_and(|etag| etag.contains('-')),
+        "a multipart object"
+    );
+
+    rig.forwarder.inject(&[Fault::FlipByte(12_345)]);
+    let first = range(&rig, "full.bin", 0, 4 * MIB - 1).await;
+    assert!(first != data[..4 * MIB]);
+    let body = range(&rig, "full.bin", 4 * MIB, 8 * MIB - 1).await;
+    assert!(body == data[4 * MIB..8 * MIB]);
+    let body = range(&rig, "full.bin", 8 * MIB, data.len() - 1).await;
+    assert!(body == data[8 * MIB..], "the completing read retried right");
+    assert_eq!(portico.metric(&mismatches("object")).await, 1.0);
+    assert_eq!(portico.metric(&mismatches("part")).await, 0.0);
+    reads_right(&rig, "full.bin", (0, 4 * MIB - 1), &data).await;
+    let body = range(&rig, "full.bin", 4 * MIB, data.len() - 1).await;
+    assert!(body == data[4 * MIB..]);
+    assert_eq!(portico.metric(VERIFIED).await, 1.0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn in_a_fleet_a_byte_flipped_for_a_range_reader_is_purged_on_every_member() {
+    let minio = portico_testkit::minio::minio();
+    let forwarder = portico_testkit::forwarder::Forwarder::start(&minio.address).await;
+    let direct = s3_client(&minio.endpoint(), true);
+    let bucket = portico_testkit::create_bucket(&direct, "integrity-fleet-ranges").await;
+    let dirs: Vec<tempfile::TempDir> = (0..2).map(|_| tempfile::tempdir().expect("dir")).collect();
+    let (nodes, _proxies): (Vec<Portico>, _) =
+        start_proxied_fleet(binary(), &forwarder.endpoint(), &dirs, |settings| {
+            let off = ("PORTICO_PREFETCH_ENABLED".to_owned(), "false".to_owned());
+            settings.env.push(off);
+        })
+        .await;
+    let data = random_bytes(6 * MIB, 604);
+    crate::support::put_object(&direct, &bucket, "fleet.bin", &data).await;
+    let clients: Vec<_> = nodes.iter().map(|node| s3_client(&node.s3, true)).collect();
+    let read = |at: usize, block: usize| {
+        let header = format!("bytes={}-{}", block * MIB, (block + 1) * MIB - 1);
+        let client = clients[at].clone();
+        let bucket = bucket.clone();
+        async move { try_get(&client, &bucket, "fleet.bin", Some(&header)).await }
+    };
+
+    // Every block passes through node 0 (filled there or fetched from its owner), so node
+    // 0 judges the object; the first block's fill comes back with a byte flipped.
+    forwarder.inject(&[Fault::FlipByte(77)]);
+    let first = read(0, 0).await.expect("block 0");
+    assert!(first != data[..MIB]);
+    for block in 1..6 {
+        let body = read(0, block).await.expect("a block");
+        assert!(
+            body == data[block * MIB..(block + 1) * MIB],
+            "block {block}"
+        );
+    }
+    let caught = nodes[0].metric(MISMATCHED).await + nodes[1].metric(MISMATCHED).await;
+    assert!(caught >= 1.0, "the flipped byte was caught");
+    // Purged on both members: each serves the first block right.
+    for at in [1, 0] {
+        eventually(
+            "the right bytes on every member",
+            Duration::from_secs(10),
+            || async {
+                let body = read(at, 0).await.ok()?;
+                (body == data[..MIB]).then_some(())
+            },
+        )
+        .await;
+    }
+    for node in nodes {
+        node.stop().await;
+    }
+}
