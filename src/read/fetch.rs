@@ -129,9 +129,7 @@ impl BlockFetch {
                             value: block.crc64nvme,
                             len: range.len_bytes(),
                         };
-                        integrity
-                            .admit(&target, index, &block.bytes, Some(known))
-                            .await?;
+                        integrity.admit(&target, index, &block.bytes, Some(known))?;
                         return Ok(block.bytes);
                     }
                     Ok(block) => format!(
@@ -173,7 +171,7 @@ impl BlockFetch {
                 read.first
             )));
         }
-        integrity.admit(&target, index, &read.body, None).await?;
+        integrity.admit(&target, index, &read.body, None)?;
         Ok(read.body)
     }
 }

@@ -10,15 +10,15 @@
 //!
 //! Invariants: a block that completes a version or a part whose CRC disagrees with S3's is
 //! never cached or served (its fetch fails), and the object is purged on this node and on
-//! every cluster member; a version judged after its last block was served (S3's answer came
-//! later) is purged as well. What is tracked is bounded ([`TRACKED_BLOCKS`], [`LEARNT_CRCS`]):
+//! every cluster member; a version completed before the origin said what it keeps is
+//! judged when it says, and purged then if it is wrong. What is tracked is bounded ([`TRACKED_BLOCKS`], [`LEARNT_CRCS`]):
 //! the oldest incomplete objects are dropped first, unchecked.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
 use bytes::Bytes;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 
 use super::Target;
 use super::block::Blocks;
@@ -45,9 +45,6 @@ const MAX_OBJECT_BLOCKS: usize = 16_384;
 /// What S3 keeps of the versions learnt lately, in CRCs (a part's or a whole object's)
 /// at most: a version filled again is not asked about again.
 const LEARNT_CRCS: usize = 65_536;
-/// Longest the fill that completes a version waits for the origin to say what it keeps;
-/// past it the block is served unjudged, and judged when the answer comes.
-const LEARN_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 /// Versions waiting for the origin to say what it keeps; past it a version is not asked
 /// about.
 const LEARN_QUEUE: usize = 256;
@@ -65,13 +62,6 @@ pub(super) enum Verdict {
     /// The block completed the version or one of its parts, and the CRCs disagree: the
     /// object is being purged.
     Mismatch { expected: String, computed: String },
-}
-
-/// What noting a block found: a verdict now, or one that comes with the origin's answer
-/// (the block completes a version whose reference is being learnt).
-enum Noted {
-    Now(Verdict),
-    Later(oneshot::Receiver<Verdict>),
 }
 
 type VersionKey = (ObjectRef, Arc<str>);
@@ -130,31 +120,20 @@ impl Integrity {
     /// counted and queued for purging.
     #[cfg(test)]
     pub(super) fn filled(&self, target: &Target, index: BlockIndex, bytes: &Bytes) -> Verdict {
-        match self.filled_known(target, index, bytes, None) {
-            Noted::Now(verdict) => verdict,
-            Noted::Later(_) => Verdict::Pending,
-        }
+        self.filled_known(target, index, bytes, None)
     }
 
     /// [`Self::filled_known`] for a fill about to be cached: an error when the block
     /// completes a version or part whose CRC is not S3's (the fill must fail, see the
     /// invariants).
-    /// A block that completes a version whose reference is being learnt waits for it (at
-    /// most [`LEARN_WAIT`]), so that no wrong bytes are cached once the version is whole.
-    pub(super) async fn admit(
+    pub(super) fn admit(
         &self,
         target: &Target,
         index: BlockIndex,
         bytes: &Bytes,
         known: Option<Crc>,
     ) -> Result<(), UpstreamError> {
-        let verdict = match self.filled_known(target, index, bytes, known) {
-            Noted::Now(verdict) => verdict,
-            Noted::Later(answer) => match tokio::time::timeout(LEARN_WAIT, answer).await {
-                Ok(Ok(verdict)) => verdict,
-                Ok(Err(_)) | Err(_) => Verdict::Pending,
-            },
-        };
+        let verdict = self.filled_known(target, index, bytes, known);
         match verdict {
             Verdict::Mismatch { expected, computed } => {
                 Err(UpstreamError::invalid_response(format!(
@@ -174,8 +153,8 @@ impl Integrity {
         index: BlockIndex,
         bytes: &Bytes,
         known: Option<Crc>,
-    ) -> Noted {
-        let pending = Noted::Now(Verdict::Pending);
+    ) -> Verdict {
+        let pending = Verdict::Pending;
         let Ok(count) = usize::try_from(target.layout.block_count()) else {
             return pending;
         };
@@ -219,12 +198,10 @@ impl Integrity {
                     tracked.remove(&key);
                     (wrong, "part")
                 }
-                None if record.complete() && record.learning => {
-                    let (waiter, answer) = oneshot::channel();
-                    record.waiter = Some(waiter);
-                    return Noted::Later(answer);
-                }
-                None if record.complete() => {
+                // A version completed before the origin's answer is judged with it: a
+                // fill never waits for it (held, it held back every reader coalesced on
+                // it, in a fleet too).
+                None if record.complete() && !record.learning => {
                     let judged = record.judge_whole();
                     tracked.remove(&key);
                     (judged, "object")
@@ -232,7 +209,7 @@ impl Integrity {
                 None => return pending,
             }
         };
-        Noted::Now(self.verdict(target, judged))
+        self.verdict(target, judged)
     }
 
     /// Sends `target` to be asked about; when the queue is full it is not, and its record
@@ -271,20 +248,15 @@ impl Integrity {
             if let Some(reference) = reference {
                 record.set_reference(reference);
             }
-            let waiter = record.waiter.take();
             let judged = match record.judge_known_parts() {
                 Some(wrong) => (wrong, "part"),
                 None if record.complete() => (record.judge_whole(), "object"),
                 None => return,
             };
             tracked.remove(&key);
-            (judged, waiter)
+            judged
         };
-        let (judged, waiter) = judged;
-        let verdict = self.verdict(target, judged);
-        if let Some(waiter) = waiter {
-            let _ = waiter.send(verdict);
-        }
+        self.verdict(target, judged);
     }
 
     /// Counts, logs and acts on what a comparison of `check` found.

@@ -361,7 +361,6 @@ impl Metadata {
                     let target = Target::new(object, meta.clone(), self.inner.block_size);
                     for (index, block) in discovered.blocks.iter() {
                         let admitted = self.inner.integrity.admit(&target, *index, block, None);
-                        let admitted = admitted.await;
                         admitted.map_err(ReadError::Upstream)?;
                     }
                     for (index, block) in discovered.blocks.iter() {

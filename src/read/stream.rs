@@ -491,7 +491,7 @@ impl Streams {
                 () = left(flow) => return Err(Undelivered::Stopped),
             };
             fill.fetched(block.len());
-            if let Err(error) = inner.integrity.admit(target, index, &block, None).await {
+            if let Err(error) = inner.integrity.admit(target, index, &block, None) {
                 return Err(Undelivered::Refused(error));
             }
             let owner = self.owner(target, index);

@@ -99,6 +99,7 @@ pub struct Forwarder {
     seen: Arc<Mutex<Vec<Seen>>>,
     faults: Arc<Mutex<VecDeque<Fault>>>,
     head_faults: Arc<Mutex<VecDeque<Fault>>>,
+    attribute_faults: Arc<Mutex<VecDeque<Fault>>>,
     cancelled: Arc<AtomicUsize>,
     counters: Arc<Counters>,
     tasks: Option<JoinSet<()>>,
@@ -128,6 +129,7 @@ impl Forwarder {
             seen: Arc::default(),
             faults: Arc::default(),
             head_faults: Arc::default(),
+            attribute_faults: Arc::default(),
             cancelled: Arc::default(),
             counters: Arc::default(),
             tasks: None,
@@ -149,6 +151,7 @@ impl Forwarder {
         let seen = self.seen.clone();
         let faults = self.faults.clone();
         let head_faults = self.head_faults.clone();
+        let attribute_faults = self.attribute_faults.clone();
         let cancelled = self.cancelled.clone();
         let counters = self.counters.clone();
         let tls = self.tls.clone();
@@ -166,6 +169,7 @@ impl Forwarder {
                     seen: seen.clone(),
                     faults: faults.clone(),
                     head_faults: head_faults.clone(),
+                    attribute_faults: attribute_faults.clone(),
                     cancelled: cancelled.clone(),
                     counters: counters.clone(),
                 };
@@ -213,10 +217,17 @@ impl Forwarder {
             .extend(faults.iter().copied());
     }
 
+    /// Applies `faults` to the next GetObjectAttributes requests, one each, in order.
+    pub fn inject_attributes(&self, faults: &[Fault]) {
+        let mut queue = self.attribute_faults.lock().unwrap();
+        queue.extend(faults.iter().copied());
+    }
+
     /// Drops the faults not applied yet.
     pub fn clear_faults(&self) {
         self.faults.lock().unwrap().clear();
         self.head_faults.lock().unwrap().clear();
+        self.attribute_faults.lock().unwrap().clear();
     }
 
     /// Refuses new connections and cuts open ones, like an upstream that went down.
@@ -319,6 +330,7 @@ struct Shared {
     seen: Arc<Mutex<Vec<Seen>>>,
     faults: Arc<Mutex<VecDeque<Fault>>>,
     head_faults: Arc<Mutex<VecDeque<Fault>>>,
+    attribute_faults: Arc<Mutex<VecDeque<Fault>>>,
     cancelled: Arc<AtomicUsize>,
     counters: Arc<Counters>,
 }
@@ -381,13 +393,12 @@ impl Shared {
                 .map(str::to_owned),
         };
         let queue = match observed.method.as_str() {
-            "GET" => Some(&self.faults),
-            "HEAD" => Some(&self.head_faults),
+            _ if observed.is_attributes() => Some(&self.attribute_faults),
+            "GET" if observed.is_object() => Some(&self.faults),
+            "HEAD" if observed.is_object() => Some(&self.head_faults),
             _ => None,
         };
-        let fault = queue
-            .filter(|_| observed.is_object())
-            .and_then(|queue| queue.lock().unwrap().pop_front());
+        let fault = queue.and_then(|queue| queue.lock().unwrap().pop_front());
         let object_put = observed.method == "PUT" && observed.is_object();
         let object_get = observed.method == "GET" && observed.is_object();
         let attributes = observed.is_attributes();

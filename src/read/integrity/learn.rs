@@ -1,9 +1,13 @@
 //! Learning what S3 keeps of a version whose fills did not say: one GetObjectAttributes
 //! per version (per 1,000 parts), asked in the background as its first block is filled,
 //! charged to the tenant whose read filled it. `cache.learn_checksums = false` turns it
-//! off.
+//! off. An origin that refuses the question for a bucket (credentials allowed
+//! `s3:GetObject` only, or a store without the operation) is not asked about that bucket
+//! again for [`REFUSED_FOR`].
 
+use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use tokio::sync::{Semaphore, mpsc};
 
@@ -13,6 +17,32 @@ use crate::source::BlockSource;
 
 /// Questions to the origin under way at once, at most.
 const LOOKUPS_IN_FLIGHT: usize = 4;
+/// How long a bucket whose origin refused the question is not asked about.
+const REFUSED_FOR: Duration = Duration::from_secs(15 * 60);
+
+/// Buckets whose origin refused the question lately, and until when.
+#[derive(Default)]
+struct Refused(parking_lot::Mutex<HashMap<String, Instant>>);
+
+impl Refused {
+    fn now(&self, bucket: &str) -> bool {
+        let mut refused = self.0.lock();
+        refused.retain(|_, until| *until > Instant::now());
+        refused.contains_key(bucket)
+    }
+
+    /// Notes `bucket` as refused; `true` when it was not already.
+    fn note(&self, bucket: &str) -> bool {
+        let until = Instant::now() + REFUSED_FOR;
+        self.0.lock().insert(bucket.to_owned(), until).is_none()
+    }
+}
+
+/// Whether `status` says the origin will not answer the question for any object of the
+/// bucket: forbidden, or not implemented.
+fn refusal(status: u16) -> bool {
+    matches!(status, 403 | 405 | 501)
+}
 
 /// Asks `source` about each version `asked` brings and hands the answer to `integrity`,
 /// until `shutdown`.
@@ -24,11 +54,17 @@ pub(in crate::read) fn learn_checksums(
 ) {
     let lookups = async move {
         let slots = Arc::new(Semaphore::new(LOOKUPS_IN_FLIGHT));
+        let refused = Arc::new(Refused::default());
         while let Some(Learn { target, charge }) = asked.recv().await {
+            if refused.now(target.object.bucket()) {
+                integrity.metrics().integrity.count_lookup("skipped");
+                integrity.settle(&target, None, false);
+                continue;
+            }
             let Ok(slot) = slots.clone().acquire_owned().await else {
                 return;
             };
-            let (source, integrity) = (source.clone(), integrity.clone());
+            let (source, integrity, refused) = (source.clone(), integrity.clone(), refused.clone());
             tokio::spawn(async move {
                 let object = crate::read::fetch::pinned(target.object.clone(), &target.meta);
                 let question = source.checksums(&object, &target.meta.etag);
@@ -48,7 +84,12 @@ pub(in crate::read) fn learn_checksums(
                     }
                     Err(error) => {
                         metrics.count_lookup("failed");
-                        tracing::warn!(object = %target.object, %error, "could not learn the checksums S3 keeps of an object; it is not judged");
+                        let bucket = target.object.bucket();
+                        if !refusal(error.upstream_status()) {
+                            tracing::warn!(object = %target.object, %error, "could not learn the checksums S3 keeps of an object; it is not judged");
+                        } else if refused.note(bucket) {
+                            tracing::warn!(bucket, %error, "the origin refuses GetObjectAttributes for this bucket (allow s3:GetObjectAttributes, or set cache.learn_checksums = false); objects read only by ranges and multipart ones are not judged, and it is asked again in 15 minutes");
+                        }
                         integrity.settle(&target, None, false);
                         drop(slot);
                         return;

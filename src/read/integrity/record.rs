@@ -92,8 +92,6 @@ pub(super) struct Record {
     /// The origin is being asked for the reference: until it answers, each block is hashed
     /// with every algorithm S3 may name.
     pub(super) learning: bool,
-    /// The fill that completed the version while it was learnt, waiting for the verdict.
-    pub(super) waiter: Option<tokio::sync::oneshot::Sender<super::Verdict>>,
     block_size: u64,
     blocks: Vec<Option<Hashed>>,
     known: usize,
@@ -106,7 +104,6 @@ impl Record {
             starts: Vec::new(),
             judged: Vec::new(),
             learning,
-            waiter: None,
             block_size,
             blocks: vec![None; blocks],
             known: 0,

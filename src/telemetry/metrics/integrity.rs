@@ -85,7 +85,7 @@ impl IntegrityMetrics {
         );
         registry.register(
             "portico_integrity_checksum_lookups",
-            "Versions whose checksums the origin was asked for (GetObjectAttributes, when a fill's metadata did not report them), by result: learnt (a full-object CRC or the parts' CRCs), none (it keeps none to compare with, or the object changed), failed (no answer: the version is not judged), skipped (too many questions queued)",
+            "Versions whose checksums the origin was asked for (GetObjectAttributes, when a fill's metadata did not report them), by result: learnt (a full-object CRC or the parts' CRCs), none (it keeps none to compare with, or the object changed), failed (no answer: the version is not judged), skipped (too many questions queued, or the origin refused the question for the bucket in the last 15 minutes)",
             self.lookups.clone(),
         );
         registry.register(
