@@ -313,3 +313,35 @@ async fn an_object_complete_before_the_origin_says_what_it_keeps_is_judged_when_
     assert_eq!(portico.metric(&mismatches("object")).await, 1.0);
     reads_right(&rig, "slow.bin", (0, MIB - 1), &data).await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn verify_mode_catches_bytes_changed_under_a_multipart_objects_etag() {
+    let rig = Rig::start("integrity-verify-parts", |settings| {
+        settings.block_size = "4MiB";
+        settings.cache_extra = "verify_fraction = 1.0\nverify_max_per_second = 1000\n".to_owned();
+    })
+    .await;
+    let data = random_bytes(12 * MIB + 3, 607);
+    let composite = (ChecksumAlgorithm::Crc32, false);
+    upload_in_parts(&rig, "verified.bin", &data, 5 * MIB, composite).await;
+    let portico = rig.portico();
+    assert!(rig.get("verified.bin", None).await == data, "filled");
+    counted(portico, VERIFIED, 1.0).await;
+
+    // The origin now sends other bytes under the same ETag: a hit of the second block
+    // (which holds the first part boundary) is re-read and found different.
+    rig.forwarder.flip_bytes(Some(MIB));
+    let hit = range(&rig, "verified.bin", 4 * MIB, 8 * MIB - 1).await;
+    assert!(hit == data[4 * MIB..8 * MIB], "a hit, from the cache");
+    counted(portico, &mismatches("verify"), 1.0).await;
+    rig.forwarder.flip_bytes(None);
+    // Purged: the next read misses and fills from the origin again.
+    let misses = "portico_cache_block_lookups_total{result=\"miss\"}";
+    let before = portico.metric(misses).await;
+    eventually("the object purged", Duration::from_secs(10), || async {
+        let body = range(&rig, "verified.bin", 4 * MIB, 8 * MIB - 1).await;
+        assert!(body == data[4 * MIB..8 * MIB]);
+        (portico.metric(misses).await > before).then_some(())
+    })
+    .await;
+}

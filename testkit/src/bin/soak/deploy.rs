@@ -178,7 +178,7 @@ impl Node {
 }
 
 /// One sample from the admin listener at `admin`, if it answers.
-async fn metric(admin: &str, sample: &str) -> Option<f64> {
+pub async fn metric(admin: &str, sample: &str) -> Option<f64> {
     let url = format!("{admin}/metrics");
     let fetch = portico_testkit::http_request("GET", &url, &[]);
     let (status, _, body) = tokio::time::timeout(Duration::from_secs(5), fetch)

@@ -153,6 +153,13 @@ pub async fn settle(load: &Load) {
                 format!("{}: {line}", node.name),
             );
         }
+        // How the objects this node filled whole were judged (an object written without
+        // a CRC is the only one that should count `no_checksum`).
+        for result in ["verified", "mismatch", "no_checksum"] {
+            let sample = format!("portico_integrity_objects_total{{result=\"{result}\"}}");
+            let judged = crate::deploy::metric(&node.admin, &sample).await;
+            report.count_by("integrity", result, judged.unwrap_or(0.0) as u64);
+        }
         if let Err(error) = node.stop().await {
             report.violation(&violations.bad_restarts, error);
         }

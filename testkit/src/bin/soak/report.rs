@@ -81,11 +81,16 @@ pub struct Report {
 
 impl Report {
     pub fn count(&self, kind: &'static str, outcome: impl Into<String>) {
+        self.count_by(kind, outcome, 1);
+    }
+
+    /// Counts `count` outcomes at once.
+    pub fn count_by(&self, kind: &'static str, outcome: impl Into<String>, count: u64) {
         *self
             .outcomes
             .lock()
             .entry((kind, outcome.into()))
-            .or_default() += 1;
+            .or_default() += count;
     }
 
     /// Counts a violation and keeps its message (the first 50).
