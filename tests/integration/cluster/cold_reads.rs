@@ -17,6 +17,17 @@ fn origin_blocks(fleet: &Fleet) -> usize {
         .sum()
 }
 
+/// The blocks member 0's streams handed to their owners or, past the hands under way at
+/// once, skipped (kept for the owner to ask for).
+async fn dealt(fleet: &Fleet) -> f64 {
+    let node = fleet.node(0);
+    node.metric("portico_stream_handed_blocks_total{result=\"handed\"}")
+        .await
+        + node
+            .metric("portico_stream_handed_blocks_total{result=\"skipped\"}")
+            .await
+}
+
 /// The case in a fleet of two: a cold object of 20 blocks in an unversioned
 /// bucket, read through one member while another client overwrites it (behind the fleet,
 /// or through the other member), with the origin slow enough that the streams are still
@@ -109,17 +120,26 @@ async fn a_cold_read_hands_each_member_its_blocks() {
         .filter(|index| owners[*index] == 1 && streamed(*index))
         .count();
     assert!(theirs >= 4, "the other member owns some blocks: {owners:?}");
-    let handed = "portico_stream_handed_blocks_total{result=\"handed\"}";
+    // Each of them handed to its owner, or, past the hands under way at once, kept here
+    // for the owner to ask for when it reads it: never fetched again.
     eventually(
         "the reading member hands the other its blocks",
         std::time::Duration::from_secs(10),
-        || async { (fleet.node(0).metric(handed).await >= theirs as f64).then_some(()) },
+        || async { (dealt(&fleet).await >= theirs as f64).then_some(()) },
     )
     .await;
     assert_eq!(
-        fleet.node(0).metric(handed).await,
+        dealt(&fleet).await,
         theirs as f64,
-        "each of the other member's blocks handed once"
+        "each of the other member's blocks handed (or kept for it) once"
+    );
+    assert_eq!(
+        fleet
+            .node(0)
+            .metric("portico_stream_handed_blocks_total{result=\"failed\"}")
+            .await,
+        0.0,
+        "no hand failed"
     );
 
     // Through the other member: every block from its owner's cache.
@@ -160,7 +180,7 @@ async fn a_cold_read_hands_each_member_its_blocks() {
                 .filter(|owner| **owner == 1)
                 .count()
                 + theirs;
-            (fleet.node(0).metric(handed).await >= theirs as f64).then_some(())
+            (dealt(&fleet).await >= theirs as f64).then_some(())
         },
     )
     .await;
