@@ -126,8 +126,10 @@ impl Blocks {
     }
 
     /// Raises `object`'s purge generation, across restarts: no block of it cached before
-    /// is found again, of any version.
+    /// is found again, of any version, and the end-to-end check forgets what it hashed of
+    /// them.
     pub(super) fn purge(&self, object: &ObjectRef) -> Result<(), crate::cache::CacheError> {
+        self.inner.integrity.forget(object);
         self.inner.cache.purge(object)
     }
 

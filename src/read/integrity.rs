@@ -283,6 +283,23 @@ impl Integrity {
         }
     }
 
+    /// Drops what was noted of every version of `object`, its blocks being purged: bytes
+    /// hashed before the purge (wrong ones among them, maybe) judge no fill after it.
+    /// What the origin said it keeps is kept: it is the origin's, not this cache's.
+    pub(super) fn forget(&self, object: &ObjectRef) {
+        let object = object.current();
+        let mut tracked = self.tracked.lock();
+        let dropped: Vec<VersionKey> = tracked
+            .versions
+            .keys()
+            .filter(|(held, _)| *held == object)
+            .cloned()
+            .collect();
+        for key in &dropped {
+            tracked.remove(key);
+        }
+    }
+
     /// Whether a record of `target`'s version is kept.
     #[cfg(test)]
     pub(super) fn tracks(&self, target: &Target) -> bool {

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use aws_sdk_s3::types::ChecksumAlgorithm;
 use portico_testkit::forwarder::Fault;
+use portico_testkit::http_send;
 use portico_testkit::portico::{Portico, start_proxied_fleet};
 
 use crate::support::{
@@ -312,6 +313,47 @@ async fn an_object_complete_before_the_origin_says_what_it_keeps_is_judged_when_
     counted(portico, MISMATCHED, 1.0).await;
     assert_eq!(portico.metric(&mismatches("object")).await, 1.0);
     reads_right(&rig, "slow.bin", (0, MIB - 1), &data).await;
+}
+
+/// A wrong block served to a range reader and then purged by the operator before the
+/// object was judged: what was hashed of it is forgotten with the purge, so the right
+/// bytes filled after it are judged right, and no read after the purge fails.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_purge_forgets_the_bytes_hashed_before_it() {
+    const TOKEN: &str = "integrity-admin";
+    let rig = Rig::start("integrity-purged", |settings| {
+        settings.block_size = "1MiB";
+        let off = ("PORTICO_PREFETCH_ENABLED".to_owned(), "false".to_owned());
+        settings.env.push(off);
+        settings.admin_extra = format!("token = \"{TOKEN}\"\n");
+    })
+    .await;
+    let data = random_bytes(4 * MIB + 7, 607);
+    rig.put("purged.bin", &data).await;
+    let portico = rig.portico();
+    // Block 1 comes back with a byte flipped, and the operator purges the object.
+    rig.forwarder.inject(&[Fault::FlipByte(11)]);
+    let wrong = range(&rig, "purged.bin", MIB, 2 * MIB - 1).await;
+    assert!(wrong != data[MIB..2 * MIB], "the read that filled it served it");
+    let url = format!("{}/admin/purge", portico.admin);
+    let bearer = format!("Bearer {TOKEN}");
+    let headers = [
+        ("authorization", bearer.as_str()),
+        ("content-type", "application/json"),
+    ];
+    let body = format!(r#"{{"bucket":"{}","key":"purged.bin"}}"#, rig.bucket);
+    let (status, _, answer) = http_send("POST", &url, &headers, body.into()).await;
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&answer));
+    // The other blocks first (the block read wrong, last): each read right, and the
+    // version is judged right once block 1 is filled again.
+    for block in [0, 2, 3, 4, 1] {
+        let last = ((block + 1) * MIB - 1).min(data.len() - 1);
+        let body = range(&rig, "purged.bin", block * MIB, last).await;
+        assert!(body == data[block * MIB..=last], "block {block}");
+    }
+    counted(portico, VERIFIED, 1.0).await;
+    assert_eq!(portico.metric(MISMATCHED).await, 0.0, "no mismatch");
+    assert_eq!(rig.forwarder.attribute_requests().len(), 1, "asked once");
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -112,6 +112,39 @@ async fn a_wrong_block_is_a_mismatch_that_queues_a_purge() {
     );
 }
 
+/// A purge forgets the bytes hashed before it: a wrong block served and purged does not
+/// fail the correct fill of the same version after the purge.
+#[tokio::test]
+async fn a_purge_forgets_what_was_hashed_before_it() {
+    let metrics = Arc::new(Metrics::new());
+    let (integrity, mut purges) = Integrity::new(metrics.clone());
+    let data = body(2500, 5);
+    let target = target("purged", &data, Some(Crc::of(Algorithm::Crc64Nvme, &data)));
+    let other = self::target("kept", &data, Some(Crc::of(Algorithm::Crc64Nvme, &data)));
+    let mut flipped = block(&data, 1).to_vec();
+    flipped[3] ^= 1;
+    let flipped = Bytes::from(flipped);
+    assert_eq!(integrity.filled(&target, 1, &flipped), Verdict::Pending);
+    assert_eq!(integrity.filled(&other, 1, &flipped), Verdict::Pending);
+    integrity.forget(&object("purged"));
+    assert!(!integrity.tracks(&target), "the purged object's record is gone");
+    assert!(integrity.tracks(&other), "another object's record is kept");
+    for index in [0, 2, 1] {
+        let verdict = integrity.filled(&target, index, &block(&data, index));
+        let expected = if index == 1 {
+            Verdict::Verified
+        } else {
+            Verdict::Pending
+        };
+        assert_eq!(verdict, expected, "block {index} after the purge");
+    }
+    assert!(purges.try_recv().is_err(), "nothing to purge");
+    // The object not purged still holds the wrong block, and is judged by it.
+    integrity.filled(&other, 0, &block(&data, 0));
+    let verdict = integrity.filled(&other, 2, &block(&data, 2));
+    assert!(matches!(verdict, Verdict::Mismatch { .. }), "{verdict:?}");
+}
+
 #[tokio::test]
 async fn the_oldest_incomplete_versions_are_dropped_to_stay_within_the_bound() {
     let metrics = Arc::new(Metrics::new());
