@@ -46,9 +46,9 @@ pub struct CacheConfig {
     pub verify_fraction: f64,
     /// Verify-mode checks started per second at most; hits sampled beyond it are skipped.
     pub verify_max_per_second: u32,
-    /// Ask the origin once (GetObjectAttributes) for the checksums of an object of more
-    /// than one block whose fills did not report them, so that objects read only by
-    /// ranges, and multipart ones part by part, are checked too.
+    /// Ask the origin once (GetObjectAttributes) for the checksums of an object whose
+    /// fills did not report them, so that objects read only by ranges or plain GETs, and
+    /// multipart ones part by part, are checked too.
     pub learn_checksums: bool,
 }
 

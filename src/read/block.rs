@@ -444,10 +444,14 @@ impl Blocks {
         charge: Charge,
     ) -> Part {
         self.counted(span, part.tier);
-        if let Some(verifier) = &self.inner.verifier
-            && matches!(part.tier, Tier::Memory | Tier::Disk)
-        {
-            verifier.hit(target, index, within, &part);
+        if matches!(part.tier, Tier::Memory | Tier::Disk) {
+            // A hit of a whole block helps judge a version being filled around it.
+            if within.start == 0 && within.end as u64 == target.layout.block_len(index) {
+                self.inner.integrity.hit(target, index, &part.slices);
+            }
+            if let Some(verifier) = &self.inner.verifier {
+                verifier.hit(target, index, within, &part);
+            }
         }
         Part {
             slices: charge.attach_all(part.slices),

@@ -6,12 +6,14 @@
 //! boundaries when the parts are known); the comparison costs a few CRC combinations per
 //! block, not a second read. When a fill's metadata does not say what S3 keeps (a ranged
 //! read's does not), the origin is asked once per version, in the background
-//! (`learn.rs`).
+//! (`learn.rs`). Blocks cached before a version's record was made (before a restart) are
+//! noted when a read hits them whole while the version is filled around them.
 //!
 //! Invariants: a block that completes a version or a part whose CRC disagrees with S3's is
 //! never cached or served (its fetch fails), and the object is purged on this node and on
 //! every cluster member; a version completed before the origin said what it keeps is
-//! judged when it says, and purged then if it is wrong. What is tracked is bounded ([`TRACKED_BLOCKS`], [`LEARNT_CRCS`]):
+//! judged when it says, and purged then if it is wrong; a purge forgets what was hashed
+//! of the object. What is tracked is bounded ([`TRACKED_BLOCKS`], [`LEARNT_CRCS`]):
 //! the oldest incomplete objects are dropped first, unchecked.
 
 use std::collections::{HashMap, VecDeque};
@@ -31,7 +33,7 @@ use crate::source::{Peers, UpstreamError};
 use crate::telemetry::Metrics;
 use crate::tenant::Charge;
 use crate::types::{BlockIndex, ObjectRef};
-use record::{Judged, Record};
+use record::{Hashed, Judged, Record};
 
 mod learn;
 mod record;
@@ -169,7 +171,7 @@ impl Integrity {
         // Planned under the lock, hashed outside it.
         let (plan, learn) = {
             let mut tracked = self.tracked.lock();
-            let learns = self.learns.is_some() && count > 1 && worth_learning(&target.meta);
+            let learns = self.learns.is_some() && worth_learning(&target.meta);
             let Some((record, fresh)) =
                 tracked.entry(&key, count, target.layout.block_size(), learns)
             else {
@@ -187,15 +189,52 @@ impl Integrity {
         if learn {
             self.ask(target);
         }
-        let hashed = plan.hash(bytes, known);
+        self.note(target, &key, slot, plan.hash(bytes, known))
+    }
+
+    /// A whole block the cache held, found by a read (`slices`, in order): noted when the
+    /// version is being filled and its record lacks the block (cached before a restart, or
+    /// before the record was made), or holds it uncut where the parts learnt since cut it.
+    /// So the fills after a restart, or after a record was dropped, and the hits of the
+    /// blocks cached before them judge the version together. The bytes are not held back:
+    /// a mismatch found now purges the object, as a verdict after the fill does.
+    pub(super) fn hit(&self, target: &Target, index: BlockIndex, slices: &[Bytes]) {
+        let (Ok(slot), len) = (usize::try_from(index), target.layout.block_len(index)) else {
+            return;
+        };
+        if slices.iter().map(|slice| slice.len() as u64).sum::<u64>() != len {
+            return;
+        }
+        let plan = {
+            let tracked = self.tracked.lock();
+            if tracked.versions.is_empty() {
+                return;
+            }
+            let key: VersionKey = (target.object.current(), target.version.clone());
+            match tracked.versions.get(&key) {
+                Some(record) if record.wants(slot, len) => (key, record.plan(slot, len)),
+                _ => return,
+            }
+        };
+        let (key, plan) = plan;
+        let hashed = match slices {
+            [whole] => plan.hash(whole, None),
+            pieces => plan.hash(&pieces.concat(), None),
+        };
+        self.note(target, &key, slot, hashed);
+    }
+
+    /// Notes block `slot` of `target`'s version as `hashed`, and judges what it completes.
+    fn note(&self, target: &Target, key: &VersionKey, slot: usize, hashed: Hashed) -> Verdict {
+        let pending = Verdict::Pending;
         let judged = {
             let mut tracked = self.tracked.lock();
-            let Some(record) = tracked.versions.get_mut(&key) else {
+            let Some(record) = tracked.versions.get_mut(key) else {
                 return pending;
             };
             match record.note(slot, hashed) {
                 Some(wrong) => {
-                    tracked.remove(&key);
+                    tracked.remove(key);
                     (wrong, "part")
                 }
                 // A version completed before the origin's answer is judged with it: a
@@ -203,7 +242,7 @@ impl Integrity {
                 // it, in a fleet too).
                 None if record.complete() && !record.learning => {
                     let judged = record.judge_whole();
-                    tracked.remove(&key);
+                    tracked.remove(key);
                     (judged, "object")
                 }
                 None => return pending,

@@ -117,10 +117,21 @@ async fn a_byte_flipped_for_a_range_reader_is_caught_once_the_object_is_filled()
         "what S3 keeps of the version is remembered"
     );
 
-    // An object of one block is never asked about: any whole GET can judge it.
+    // An object of one block read by a range is asked about too (Portico's fills are
+    // ranged GETs, which carry no checksums): its flipped byte is served by the read
+    // that filled it, and the object is judged and purged when the answer comes.
     rig.put("small.bin", &data[..1000]).await;
-    assert!(range(&rig, "small.bin", 0, 9).await == data[..10]);
-    assert_eq!(rig.forwarder.attribute_requests().len(), 1);
+    rig.forwarder.inject(&[Fault::FlipByte(3)]);
+    assert!(range(&rig, "small.bin", 0, 9).await != data[..10]);
+    counted(portico, MISMATCHED, 2.0).await;
+    assert_eq!(rig.forwarder.attribute_requests().len(), 2);
+    reads_right(&rig, "small.bin", (0, 9), &data).await;
+    // A whole GET with checksum mode (the SDK's) learns the CRC with its metadata, from
+    // a HEAD: nothing more is asked.
+    rig.put("whole.bin", &data[..2000]).await;
+    assert!(rig.get("whole.bin", None).await == data[..2000]);
+    counted(portico, VERIFIED, 2.0).await;
+    assert_eq!(rig.forwarder.attribute_requests().len(), 2);
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -334,7 +345,10 @@ async fn a_purge_forgets_the_bytes_hashed_before_it() {
     // Block 1 comes back with a byte flipped, and the operator purges the object.
     rig.forwarder.inject(&[Fault::FlipByte(11)]);
     let wrong = range(&rig, "purged.bin", MIB, 2 * MIB - 1).await;
-    assert!(wrong != data[MIB..2 * MIB], "the read that filled it served it");
+    assert!(
+        wrong != data[MIB..2 * MIB],
+        "the read that filled it served it"
+    );
     let url = format!("{}/admin/purge", portico.admin);
     let bearer = format!("Bearer {TOKEN}");
     let headers = [
@@ -354,6 +368,37 @@ async fn a_purge_forgets_the_bytes_hashed_before_it() {
     counted(portico, VERIFIED, 1.0).await;
     assert_eq!(portico.metric(MISMATCHED).await, 0.0, "no mismatch");
     assert_eq!(rig.forwarder.attribute_requests().len(), 1, "asked once");
+}
+
+/// Two blocks cached before a restart (in the disk tier), one of them wrong, and the rest
+/// of the object filled after it: the fills after the restart start a record, and the
+/// hits of the blocks cached before it complete it, so the wrong block is caught.
+#[tokio::test(flavor = "multi_thread")]
+async fn blocks_cached_before_a_restart_are_judged_with_the_fills_after_it() {
+    let mut rig = rig("integrity-restart", "1MiB").await;
+    let data = random_bytes(4 * MIB + 5, 608);
+    rig.put("restart.bin", &data).await;
+    assert!(range(&rig, "restart.bin", 0, MIB - 1).await == data[..MIB]);
+    rig.forwarder.inject(&[Fault::FlipByte(21)]);
+    let wrong = range(&rig, "restart.bin", MIB, 2 * MIB - 1).await;
+    assert!(
+        wrong != data[MIB..2 * MIB],
+        "the read that filled it served it"
+    );
+    rig.restart_portico().await;
+    rig.forwarder.take();
+    for block in [2, 3, 4, 0, 1] {
+        let last = ((block + 1) * MIB - 1).min(data.len() - 1);
+        let _ = range(&rig, "restart.bin", block * MIB, last).await;
+    }
+    assert_eq!(
+        rig.upstream_blocks(),
+        3,
+        "the two blocks cached before the restart were hits"
+    );
+    let portico = rig.portico();
+    counted(portico, MISMATCHED, 1.0).await;
+    reads_right(&rig, "restart.bin", (MIB, 2 * MIB - 1), &data).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]

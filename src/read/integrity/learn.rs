@@ -56,14 +56,16 @@ pub(in crate::read) fn learn_checksums(
         let slots = Arc::new(Semaphore::new(LOOKUPS_IN_FLIGHT));
         let refused = Arc::new(Refused::default());
         while let Some(Learn { target, charge }) = asked.recv().await {
+            let Ok(slot) = slots.clone().acquire_owned().await else {
+                return;
+            };
+            // Judged once a slot is free: a refusal that came meanwhile counts (at most
+            // the questions under way when it came are asked of a refusing bucket).
             if refused.now(target.object.bucket()) {
                 integrity.metrics().integrity.count_lookup("skipped");
                 integrity.settle(&target, None, false);
                 continue;
             }
-            let Ok(slot) = slots.clone().acquire_owned().await else {
-                return;
-            };
             let (source, integrity, refused) = (source.clone(), integrity.clone(), refused.clone());
             tokio::spawn(async move {
                 let object = crate::read::fetch::pinned(target.object.clone(), &target.meta);

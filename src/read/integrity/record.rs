@@ -160,6 +160,16 @@ impl Record {
         }
     }
 
+    /// Whether block `index` of `len` bytes is worth hashing for the record: not noted
+    /// yet, or noted whole where a part boundary now known cuts it.
+    pub(super) fn wants(&self, index: usize, len: u64) -> bool {
+        match self.blocks.get(index) {
+            Some(None) => true,
+            Some(Some(hashed)) => hashed.pieces.is_none() && !self.plan(index, len).cuts.is_empty(),
+            None => false,
+        }
+    }
+
     /// Notes block `index`; the first part it completes that is wrong, if any.
     pub(super) fn note(&mut self, index: usize, hashed: Hashed) -> Option<Judged> {
         let start = index as u64 * self.block_size;
