@@ -160,7 +160,7 @@ fn apply_env(
         };
         let value = typed_like(default, &raw).map_err(|expected| {
             ConfigError::new(format_args!(
-                "environment variable {name}={raw:?}: expected {expected}"
+                "environment variable {name}={raw:?} (config key {section}.{key}): expected {expected}"
             ))
         })?;
         let entry = tree
@@ -193,6 +193,13 @@ fn typed_like(default: &toml::Value, raw: &str) -> Result<toml::Value, &'static 
             .parse()
             .map(toml::Value::Integer)
             .map_err(|_| "an integer"),
+        toml::Value::Float(_) => raw
+            .trim()
+            .parse::<f64>()
+            .ok()
+            .filter(|number| number.is_finite())
+            .map(toml::Value::Float)
+            .ok_or("a number, such as 0.5"),
         toml::Value::Array(_) => Ok(toml::Value::Array(
             raw.split(',')
                 .map(str::trim)
