@@ -22,6 +22,11 @@ JAVA_CLIENT_SOURCES := tests/integration/java/pom.xml $(wildcard tests/integrati
 NGINX := /usr/sbin/nginx
 # promtool from Debian 12's prometheus package, unpacked (no service is installed).
 PROMTOOL := $(TOOLS_DIR)/bin/promtool-debian12
+# podman (with runc and slirp4netns) from Debian, and the container test's Debian 12 base
+# image, made once with debootstrap from Debian's mirror (no image registry is needed).
+PODMAN := /usr/bin/podman
+DEBIAN_MIRROR ?= http://deb.debian.org/debian
+IMAGE_BASE := $(TOOLS_DIR)/image/debian-bookworm-minbase.tar
 
 export PORTICO_MINIO := $(MINIO)
 export PORTICO_PYTHON := $(PYTHON_TOOLS)/bin/python
@@ -31,6 +36,8 @@ export PORTICO_HELM := $(HELM)
 export PORTICO_PROMTOOL := $(PROMTOOL)
 export PORTICO_MOTO_SERVER := $(MOTO_SERVER)
 export PORTICO_JAVA_CLASSPATH := $(JAVA_CLIENT_CLASSPATH)
+export PORTICO_PODMAN := $(PODMAN)
+export PORTICO_IMAGE_BASE := $(IMAGE_BASE)
 
 # apt: as root, or through sudo.
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
@@ -38,7 +45,7 @@ APT_UPDATE := $(SUDO) apt-get update -q
 # Lists are refreshed first: on a fresh machine they are empty or stale.
 APT_INSTALL := $(APT_UPDATE) && $(SUDO) apt-get install -y -q
 
-.PHONY: run test ci fmt-check clippy build release bench fleet-scale soak soak-overwrites fleet-writes fuzz conformance tools java-client clean-demo
+.PHONY: run test image-test ci fmt-check clippy build release bench fleet-scale soak soak-overwrites fleet-writes fuzz conformance tools java-client clean-demo
 
 ## run: build Portico and start it in front of a local MinIO with demo data (Ctrl-C stops
 ## both). Needs only MinIO (built once) and curl: nothing the tests need is installed.
@@ -47,12 +54,19 @@ run: $(MINIO) build
 
 ## test: the whole test suite: unit and integration tests (against a real MinIO), then the
 ## Helm chart, alert rule and container image tests (helm lint/template, Kubernetes schemas,
-## promtool, check-config), with a 75 s soak (testkit/src/bin/soak) from a fixed seed
-test: tools $(PROMTOOL) $(JAVA_CLIENT_CLASSPATH)
+## promtool, check-config, and the image built and run with podman: see image-test), with a
+## 75 s soak (testkit/src/bin/soak) from a fixed seed
+test: tools $(PROMTOOL) $(JAVA_CLIENT_CLASSPATH) $(PODMAN) $(IMAGE_BASE)
 	cargo test --workspace
 	PORTICO_TEST_PEER_TLS=1 cargo test --test integration -- cluster
 	SOAK_DURATION=75s SOAK_SEED=7 cargo run -q -p portico-testkit --bin soak
 	PORTICO_BIN=$(CURDIR)/target/debug/portico $(PYTHON_TOOLS)/bin/python -m unittest discover -s tests/deploy -t tests/deploy
+
+## image-test: builds docker/Dockerfile's runtime stage around target/debug/portico (on a
+## Debian 12 base made with debootstrap) and runs it with podman against MinIO, as the
+## chart's security context says: tests/deploy/test_container.py. Needs root (podman).
+image-test: $(MINIO) $(HELM) $(PYTHON_TOOLS)/bin/s3cmd $(PODMAN) $(IMAGE_BASE) build
+	PORTICO_BIN=$(CURDIR)/target/debug/portico $(PYTHON_TOOLS)/bin/python -m unittest discover -v -s tests/deploy -t tests/deploy -p test_container.py
 
 ## ci: exactly what CI runs: format check, clippy with warnings as errors, all tests
 ci: fmt-check clippy test
@@ -185,6 +199,20 @@ $(HELM):
 $(AWS_CLI):
 	@echo "Installing the aws CLI (Debian package awscli)"
 	$(APT_INSTALL) awscli
+
+$(PODMAN):
+	@echo "Installing podman, runc, slirp4netns and debootstrap (Debian packages)"
+	$(APT_INSTALL) --no-install-recommends podman runc slirp4netns debootstrap
+
+# minbase with the CA bundle, without apt's lists, docs and locales (about 85 MB).
+$(IMAGE_BASE): | $(PODMAN)
+	@echo "Making the container test's Debian 12 base with debootstrap (first time only; about a minute)"
+	@mkdir -p $(TOOLS_DIR)/image
+	$(SUDO) rm -rf $(TOOLS_DIR)/image/rootfs
+	$(SUDO) debootstrap --variant=minbase --include=ca-certificates bookworm $(TOOLS_DIR)/image/rootfs $(DEBIAN_MIRROR)
+	cd $(TOOLS_DIR)/image/rootfs && $(SUDO) rm -rf var/cache/apt/* var/lib/apt/lists/* usr/share/doc/* usr/share/man/* usr/share/locale/*
+	$(SUDO) tar -C $(TOOLS_DIR)/image/rootfs -cf $@.partial . && mv $@.partial $@
+	$(SUDO) rm -rf $(TOOLS_DIR)/image/rootfs
 
 # nginx from Debian (with the slice module), the caching proxy the suite compares against.
 $(NGINX):

@@ -1,6 +1,6 @@
-"""The container image and the local compose stack, checked without a Docker engine: the
-Dockerfile builds with exactly `make release` (whose `--locked` build the lockfile
-satisfies), runs as a non-root user with the ports and cache volume declared, and the
+"""The container image and the local compose stack, read (test_container.py builds and runs
+the image): the Dockerfile builds with exactly `make release` (whose `--locked` build the
+lockfile satisfies), runs as a non-root user with the ports and cache volume declared, and the
 configuration the image and compose.yaml give Portico passes `portico check-config`.
 """
 
@@ -30,7 +30,8 @@ def stages(dockerfile):
         instruction = instruction.upper()
         if instruction == "FROM":
             result.append([])
-        result[-1].append((instruction, argument.strip()))
+        if result:  # the global ARGs before the first FROM belong to no stage
+            result[-1].append((instruction, argument.strip()))
     return result
 
 
@@ -44,7 +45,9 @@ def make_recipe(target):
 class ImageTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.builder, cls.runtime = stages((ROOT / "docker" / "Dockerfile").read_text())
+        built = stages((ROOT / "docker" / "Dockerfile").read_text())
+        cls.builder, cls.runtime = built[0], built[-1]
+        cls.binary = built[-2]
 
     def values(self, stage, instruction):
         return [argument for name, argument in stage if name == instruction]
@@ -53,7 +56,12 @@ class ImageTest(unittest.TestCase):
         self.assertEqual(self.values(self.builder, "RUN")[-1], "make release")
         self.assertEqual(make_recipe("release"), ["cargo build --release --locked --bin portico"])
         copied = self.values(self.runtime, "COPY")
-        self.assertIn("--from=builder /src/target/release/portico /usr/local/bin/portico", copied)
+        self.assertIn("--from=binary /src/target/release/portico /usr/local/bin/portico", copied)
+        # By default the binary is the builder's (PORTICO_BINARY=prebuilt takes one built
+        # outside the image, as the container test does).
+        self.assertEqual(self.values(self.binary, "FROM"), ["${PORTICO_BINARY} AS binary"])
+        dockerfile = (ROOT / "docker" / "Dockerfile").read_text()
+        self.assertIn("ARG PORTICO_BINARY=builder", dockerfile)
 
     def test_the_lockfile_satisfies_a_locked_build(self):
         result = subprocess.run(
