@@ -25,6 +25,7 @@ use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
 use super::Front;
+use super::drain::{Closing, Drain, Lingering};
 use super::tls::ServerTls;
 use crate::BoxError;
 use crate::config::ServerConfig;
@@ -122,6 +123,7 @@ pub async fn serve(
     let slots = Arc::new(Semaphore::new(limits.max_connections));
     let clients = PerClient::new(limits.max_connections_per_client);
     let metrics = front.metrics();
+    let drain = Drain::new();
     loop {
         // A free slot first: at the limit, new clients wait in the kernel's backlog.
         let slot = tokio::select! {
@@ -158,6 +160,7 @@ pub async fn serve(
             watcher: graceful.watcher(),
             limits,
             requests,
+            drain: drain.clone(),
         };
         let tls = tls.clone();
         let open = metrics.connections_open.clone();
@@ -175,10 +178,13 @@ pub async fn serve(
         });
     }
     drop(listener);
+    drain.begin(grace);
     tokio::select! {
         () = graceful.shutdown() => tracing::info!("S3 listener drained"),
         () = tokio::time::sleep(grace) => tracing::warn!(?grace, "S3 connections still open after the grace period; closing them"),
     }
+    // What the last responses left in their sockets' send queues reaches their clients.
+    drain.finish().await;
 }
 
 /// Counts its connection in `portico_connections_open` until the connection ends.
@@ -196,6 +202,7 @@ struct Connection {
     watcher: Watcher,
     limits: ConnectionLimits,
     requests: Arc<Requests>,
+    drain: Arc<Drain>,
 }
 
 impl Connection {
@@ -210,11 +217,11 @@ impl Connection {
 
     async fn serve<I>(self, stream: I) -> Result<(), BoxError>
     where
-        I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+        I: AsyncRead + AsyncWrite + Lingering + Unpin,
     {
         let activity = Arc::new(Activity::new());
         let io = TokioIo::new(ActivityIo {
-            inner: stream,
+            inner: Closing::new(stream, self.drain.clone()),
             activity: activity.clone(),
         });
         let connection = self.builder.serve_connection(io, self.front).into_owned();

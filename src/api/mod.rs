@@ -5,6 +5,7 @@ mod checked;
 pub(crate) mod chunked;
 mod conditions;
 mod context;
+mod drain;
 mod error;
 mod front;
 mod host;
