@@ -20,19 +20,21 @@ impl Config {
             None => Table::new(),
         };
         let env: Vec<(String, String)> = env.into_iter().collect();
-        apply_env(&mut tree, env.iter().cloned())?;
+        let from_env = apply_env(&mut tree, env.iter().cloned())?;
         apply_cli(&mut tree, cli);
-        let mut config: Config = serde_path_to_error::deserialize(toml::Value::Table(tree))
-            .map_err(|error| {
-                let key = error.path().to_string();
-                // Deserializers append context on further lines; the key is already named.
-                let detail = error.into_inner().to_string();
-                let detail = detail.lines().next().unwrap_or_default().to_owned();
-                ConfigError::new(format_args!("config key {key}: {detail}"))
-            })?;
-        config.apply_upstream_credentials(&env);
-        config.validate()?;
-        Ok(config)
+        let loaded = serde_path_to_error::deserialize(toml::Value::Table(tree)).map_err(|error| {
+            let key = error.path().to_string();
+            // Deserializers append context on further lines; the key is already named.
+            let detail = error.into_inner().to_string();
+            let detail = detail.lines().next().unwrap_or_default().to_owned();
+            ConfigError::new(format_args!("config key {key}: {detail}"))
+        });
+        let checked = loaded.and_then(|mut config: Config| {
+            config.apply_upstream_credentials(&env);
+            config.validate()?;
+            Ok(config)
+        });
+        checked.map_err(|error| naming_variables(error, &from_env))
     }
 
     /// `PORTICO_UPSTREAMS_<NAME>_ACCESS_KEY_ID` and `..._SECRET_ACCESS_KEY` (the entry's
@@ -121,11 +123,33 @@ fn read_file(path: &Path) -> Result<Table, ConfigError> {
     })
 }
 
-/// Applies `PORTICO_<SECTION>_<KEY>` variables, typed like the key's default value.
+/// `error`, saying which environment variable set the key it names, if one did.
+fn naming_variables(error: ConfigError, from_env: &BTreeMap<String, String>) -> ConfigError {
+    let mut message = error.0;
+    for (key, variable) in from_env {
+        let named = format!("config key {key}");
+        // The key itself, not one it begins (`server.max_connections_per_client`).
+        if let Some(at) = message.find(&named)
+            && matches!(
+                message[at + named.len()..].chars().next(),
+                None | Some(':' | ' ')
+            )
+        {
+            let end = at + named.len();
+            message.insert_str(end, &format!(" (environment variable {variable})"));
+            break;
+        }
+    }
+    ConfigError(message)
+}
+
+/// Applies `PORTICO_<SECTION>_<KEY>` variables, typed like the key's default value; the
+/// keys they set, with the variable that set each.
 fn apply_env(
     tree: &mut Table,
     env: impl IntoIterator<Item = (String, String)>,
-) -> Result<(), ConfigError> {
+) -> Result<BTreeMap<String, String>, ConfigError> {
+    let mut from_env = BTreeMap::new();
     let Ok(toml::Value::Table(defaults)) = toml::Value::try_from(Config::default()) else {
         return Err(ConfigError::new(
             "config defaults are not representable as TOML",
@@ -163,6 +187,7 @@ fn apply_env(
                 "environment variable {name}={raw:?} (config key {section}.{key}): expected {expected}"
             ))
         })?;
+        from_env.insert(format!("{section}.{key}"), name.clone());
         let entry = tree
             .entry(section)
             .or_insert_with(|| toml::Value::Table(Table::new()));
@@ -178,7 +203,7 @@ fn apply_env(
             }
         }
     }
-    Ok(())
+    Ok(from_env)
 }
 
 fn typed_like(default: &toml::Value, raw: &str) -> Result<toml::Value, &'static str> {

@@ -133,3 +133,42 @@ fn every_key_has_an_environment_name() {
     )));
     assert!(keys.len() >= 18, "{keys:?}");
 }
+
+/// A value of the right type that the key does not accept is refused naming the
+/// variable that set it too, whichever check refuses it.
+#[test]
+fn a_value_the_key_refuses_names_its_variable() {
+    for (variable, value, key) in [
+        (
+            "PORTICO_SERVER_MAX_CONNECTIONS",
+            "-1",
+            "server.max_connections",
+        ),
+        (
+            "PORTICO_CACHE_VERIFY_FRACTION",
+            "1.5",
+            "cache.verify_fraction",
+        ),
+        (
+            "PORTICO_SERVER_SHUTDOWN_GRACE",
+            "-1s",
+            "server.shutdown_grace",
+        ),
+        ("PORTICO_UPSTREAM_FILL_NICE", "300", "upstream.fill_nice"),
+    ] {
+        let error = load_text("", &[(variable, value)]).unwrap_err().to_string();
+        let named = format!("config key {key} (environment variable {variable})");
+        assert!(error.contains(&named), "{variable}={value}: {error}");
+    }
+    // A key that begins another's name is not taken for it.
+    let env = [
+        ("PORTICO_SERVER_MAX_CONNECTIONS", "100"),
+        ("PORTICO_SERVER_MAX_CONNECTIONS_PER_CLIENT", "-1"),
+    ];
+    let error = load_text("", &env).unwrap_err().to_string();
+    assert!(
+        error.contains("PORTICO_SERVER_MAX_CONNECTIONS_PER_CLIENT")
+            && !error.contains("(environment variable PORTICO_SERVER_MAX_CONNECTIONS)"),
+        "{error}"
+    );
+}
