@@ -152,6 +152,11 @@ impl Blocks {
         }
     }
 
+    /// The origin streams.
+    pub(super) fn streams(&self) -> &Streams {
+        &self.inner.streams
+    }
+
     /// Opens the origin streams that bring the blocks `wanted` of `target` the cache does
     /// not hold (nor `discovered`, nor, in cluster mode, their owners), and joins those
     /// under way that bring some (see `stream.rs`); the read holds the interests while it

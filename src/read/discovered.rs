@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
+use super::stream::Interest;
 use super::{MetaSource, ReadError, Target};
 use crate::cache::Tier;
 use crate::object::ObjectMeta;
@@ -15,8 +16,12 @@ use crate::types::{BlockIndex, ByteRange, RangeRequest};
 pub(super) enum FirstRead {
     /// A HEAD: the caller needs no bytes.
     Head,
-    /// The block at this index (a GET from a known offset).
-    Block(BlockIndex),
+    /// The blocks from `first` on (a GET from a known offset), up to `last` (`None`: to
+    /// the end of the object).
+    Blocks {
+        first: BlockIndex,
+        last: Option<BlockIndex>,
+    },
     /// The last block (a suffix range: the offset depends on the unknown size).
     Tail,
 }
@@ -24,8 +29,14 @@ pub(super) enum FirstRead {
 impl FirstRead {
     pub(super) fn for_range(range: Option<RangeRequest>, block_size: u64) -> Self {
         match range {
-            None => Self::Block(0),
-            Some(RangeRequest::From { first, .. }) => Self::Block(first / block_size),
+            None => Self::Blocks {
+                first: 0,
+                last: None,
+            },
+            Some(RangeRequest::From { first, last }) => Self::Blocks {
+                first: first / block_size,
+                last: last.map(|last| last / block_size),
+            },
             Some(RangeRequest::Suffix { .. }) => Self::Tail,
         }
     }
@@ -45,6 +56,9 @@ pub(super) struct Discovered {
     pub(super) source: MetaSource,
     /// The metadata's remaining freshness; `None` when it never expires.
     pub(super) ttl: Option<std::time::Duration>,
+    /// The stream that brings the rest of the blocks the discovery's GET asked for: held
+    /// until the reads that share the discovery have joined it.
+    pub(super) stream: Option<Arc<Interest>>,
 }
 
 impl Default for Discovered {
@@ -54,6 +68,7 @@ impl Default for Discovered {
             tier: Tier::Upstream,
             source: MetaSource::Fetched,
             ttl: None,
+            stream: None,
         }
     }
 }

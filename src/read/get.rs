@@ -86,8 +86,22 @@ impl ReadPath {
             .as_ref()
             .map_or_else(|| Arc::new(Lease::alone()), |peers| peers.lease());
         let fills = FillSlots::new(settings.max_concurrent_fills, metrics.clone());
+        let hedger = Hedger::new(
+            settings.hedge_quantile,
+            settings.hedge_min_delay,
+            metrics.clone(),
+        );
+        let verifier = Verifier::new(settings.verify, source.clone(), integrity.clone());
+        let blocks = Blocks::new(
+            cache.clone(),
+            source.clone(),
+            metrics.clone(),
+            (hedger, fills.clone(), fill_threads),
+            peers.clone(),
+            (integrity.clone(), verifier),
+        );
         let metadata = Metadata::new(MetadataParts {
-            cache: cache.clone(),
+            cache,
             source: source.clone(),
             metrics: metrics.clone(),
             rules: settings.rules,
@@ -97,21 +111,8 @@ impl ReadPath {
             lease,
             integrity: integrity.clone(),
             fills: fills.clone(),
+            streams: blocks.streams().clone(),
         });
-        let hedger = Hedger::new(
-            settings.hedge_quantile,
-            settings.hedge_min_delay,
-            metrics.clone(),
-        );
-        let verifier = Verifier::new(settings.verify, source.clone(), integrity.clone());
-        let blocks = Blocks::new(
-            cache,
-            source.clone(),
-            metrics.clone(),
-            (hedger, fills, fill_threads),
-            peers.clone(),
-            (integrity.clone(), verifier),
-        );
         let prefetcher = Prefetcher::new(
             settings.prefetch_window_blocks,
             settings.prefetch_slots,
@@ -370,6 +371,9 @@ impl ReadPath {
             .blocks
             .open_streams(&target, target.layout.blocks_for(bytes), &discovered)
             .await;
+        // The read holds the discovery's stream itself from here on, if it needs it.
+        let mut discovered = discovered;
+        drop(discovered.stream.take());
         // Before waiting for the first block: a sequential reader catching up with the
         // prefetches waits here, and the fetch slots freed meanwhile refill at once
         // instead of idling until its block arrives.

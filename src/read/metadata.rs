@@ -1,7 +1,8 @@
 //! The metadata step ([`Metadata`]): an object's metadata fresh from the cache, or from
 //! one coalesced request to the block source — a conditional HEAD for stale metadata, a
-//! ranged GET of the first needed block for unknown objects (metadata and bytes in one
-//! request, the bytes returned to the GET step), a HEAD when no bytes are needed. Writes
+//! ranged GET of the first needed blocks for unknown objects (metadata and bytes in one
+//! request: the first block returned to the GET step, the rest streamed on), a HEAD when
+//! no bytes are needed. Writes
 //! invalidate what it knows (`writes.rs` keeps the generations that make that safe).
 
 use std::sync::Arc;
@@ -12,6 +13,7 @@ use super::coalesce::Coalescer;
 use super::discovered::{Discovered, Discovery, FirstRead, whole_blocks};
 use super::fills::{FillClass, FillFor, FillSlots};
 use super::integrity::Integrity;
+use super::stream::{DISCOVERY_BLOCKS, Streams};
 use super::writes::Generations;
 use super::{Internal, MetaSource, ReadError, Target};
 use crate::cache::{BlockCache, MetaClock, MetaRecord, MetaState, Tier};
@@ -20,7 +22,7 @@ use crate::rules::{Policy, Rules};
 use crate::source::{BlockSource, HeadIf, HeadOutcome, Lease, ResponseHead, UpstreamError};
 use crate::telemetry::Metrics;
 use crate::telemetry::{MetadataLookup, TRACE_TARGET};
-use crate::types::{ObjectRef, RangeRequest};
+use crate::types::{ByteRange, ObjectRef, RangeRequest};
 
 /// The metadata step. Cheap to clone.
 #[derive(Clone)]
@@ -48,6 +50,7 @@ struct Inner {
     integrity: Integrity,
     /// A discovery's GET takes a fill slot, as a block fetch does.
     fills: FillSlots,
+    streams: Streams,
 }
 
 /// What the metadata step is built from.
@@ -63,6 +66,8 @@ pub(super) struct MetadataParts {
     pub(super) lease: Arc<Lease>,
     pub(super) integrity: Integrity,
     pub(super) fills: FillSlots,
+    /// The origin streams, which carry on a discovery's GET of many blocks.
+    pub(super) streams: Streams,
 }
 
 impl Metadata {
@@ -81,6 +86,7 @@ impl Metadata {
                 generations: Generations::new(parts.lease),
                 integrity: parts.integrity,
                 fills: parts.fills,
+                streams: parts.streams,
             }),
         }
     }
@@ -315,7 +321,7 @@ impl Metadata {
             // (which coalesce them): a HEAD learns the version to ask for.
             (None, FirstRead::Head) => self.head_fresh(object).await.map(without_blocks),
             (None, _) if self.inner.clustered => self.head_fresh(object).await.map(without_blocks),
-            (None, FirstRead::Block(_) | FirstRead::Tail) => {
+            (None, FirstRead::Blocks { .. } | FirstRead::Tail) => {
                 // The GET comes first even when a HEAD must follow: its errors carry the
                 // S3 code a GET answers with, a HEAD's do not.
                 match self.discover_by_get(object, first_read).await {
@@ -475,15 +481,22 @@ impl Metadata {
         first_read: FirstRead,
     ) -> Result<(Arc<ObjectMeta>, Discovered), UpstreamError> {
         let block_size = self.inner.block_size;
-        let range = match first_read {
-            FirstRead::Block(index) => {
-                let first = index.saturating_mul(block_size);
-                RangeRequest::From {
+        let (range, blocks) = match first_read {
+            FirstRead::Blocks { first, last } => {
+                let blocks = last.map_or(DISCOVERY_BLOCKS, |last| {
+                    last.saturating_sub(first)
+                        .saturating_add(1)
+                        .min(DISCOVERY_BLOCKS)
+                });
+                let first = first.saturating_mul(block_size);
+                let length = blocks.saturating_mul(block_size);
+                let range = RangeRequest::From {
                     first,
-                    last: Some(first.saturating_add(block_size - 1)),
-                }
+                    last: Some(first.saturating_add(length - 1)),
+                };
+                (range, blocks)
             }
-            FirstRead::Tail | FirstRead::Head => RangeRequest::Suffix { length: block_size },
+            FirstRead::Tail | FirstRead::Head => (RangeRequest::Suffix { length: block_size }, 1),
         };
         // For the tenant whose request started the discovery (its task's charge).
         let fill = crate::tenant::current_charge().map_or_else(
@@ -495,6 +508,36 @@ impl Metadata {
         );
         let slot = self.inner.fills.acquire(&fill).await;
         let head = ResponseHead::default();
+        if blocks > 1
+            && let RangeRequest::From {
+                first,
+                last: Some(last),
+            } = range
+            && let Some(range) = ByteRange::new(first, last)
+        {
+            let read = match self.inner.source.discover(object, range, &head).await {
+                Ok(read) => read,
+                Err(UpstreamError::InvalidRange { .. }) => {
+                    drop(slot);
+                    return Ok((self.head_fresh(object).await?, Discovered::default()));
+                }
+                Err(error) => return Err(error),
+            };
+            self.inner.metrics.count_metadata(MetadataLookup::Fetched);
+            let meta = Arc::new(read.meta.clone());
+            let target = Target::new(object, meta, block_size).for_fill(fill);
+            if target.meta.etag.is_empty() {
+                return Ok((target.meta, Discovered::default()));
+            }
+            let (index, block, stream) = self.inner.streams.discovered(&target, read, slot).await?;
+            let discovered = Discovered {
+                blocks: vec![(index, block)].into(),
+                tier: Tier::Upstream,
+                stream: stream.map(Arc::new),
+                ..Discovered::default()
+            };
+            return Ok((target.meta, discovered));
+        }
         let fetched = self
             .inner
             .source

@@ -10,8 +10,10 @@
 //!    generations, clock and rules) answers from the cache while it is fresh; otherwise
 //!    one coalesced request to the [`BlockSource`](crate::source::BlockSource) revalidates
 //!    it (a conditional HEAD) or discovers it — for an unknown object, a ranged GET of the
-//!    first needed block, whose whole blocks it caches before the metadata and returns
-//!    beside it (`discovered.rs`).
+//!    first needed block and up to [`stream::DISCOVERY_BLOCKS`] after it that the read
+//!    wants: it caches the first before the metadata and returns it beside it
+//!    (`discovered.rs`), and the rest of the answer comes as an origin stream
+//!    (`stream.rs`) that the reads sharing the discovery join.
 //! 3. `get.rs` judges the request's conditions against that version (a refusal reads no
 //!    byte), resolves the range against its size and reads the first block (from step
 //!    2's blocks when it has them) before it returns, so every error that can still
@@ -48,7 +50,7 @@
 //!   being read, through the same cache and coalescing as demand reads, within a fixed
 //!   number of fetches in flight.
 //! - Metadata discovery for one object runs once however many requests miss at once, and
-//!   for a GET it fetches the first needed block in the same upstream request.
+//!   for a GET it fetches the first needed blocks in the same upstream request.
 
 mod block;
 mod body;

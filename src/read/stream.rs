@@ -11,7 +11,10 @@
 //! the cache. The read's headers wait until each of its streams has been answered
 //! ([`Interest::settled`]); from then on the origin sends the version it began with to its
 //! end, as S3 does, so a long cold read that an overwrite overtakes completes with the
-//! version it announced.
+//! version it announced. An unknown object's discovery is a stream too
+//! ([`Streams::discovered`]): its GET, unpinned, asks for up to [`DISCOVERY_BLOCKS`] of
+//! the read's blocks, and its answer settles the version, so a read those cover waits for
+//! no other answer before its headers.
 //!
 //! Coalescing across streams: while a stream will bring a block, a lookup of that block
 //! (the one that leads its fetch: `cache.rs` coalesces the others behind it) waits for the
@@ -30,7 +33,7 @@
 use std::collections::HashMap;
 use std::ops::RangeInclusive;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 use bytes::Bytes;
 use tokio::sync::{Notify, Semaphore, oneshot};
@@ -39,7 +42,7 @@ use tracing::Instrument;
 use super::Target;
 use super::claims::{Bringer, Claims};
 use super::fetch::pinned;
-use super::fills::FillSlots;
+use super::fills::{FillSlot, FillSlots};
 use super::integrity::Integrity;
 use crate::buffers::BlockBuffers;
 use crate::cache::{BlockCache, BlockKey};
@@ -53,6 +56,9 @@ use crate::types::{BlockIndex, ByteRange};
 pub(super) const STREAMS_PER_READ: usize = 4;
 /// Blocks a stream covers at least when a run is split between several.
 pub(super) const BLOCKS_PER_STREAM: u64 = 4;
+/// Blocks a discovery's GET asks for at most, when its read wants that many: they come
+/// in one stream, whose answer settles the read's version.
+pub(super) const DISCOVERY_BLOCKS: u64 = STREAMS_PER_READ as u64 * BLOCKS_PER_STREAM;
 /// How far a stream runs ahead of the furthest block its lookups asked for.
 pub(super) const LEAD_BLOCKS: u64 = 8;
 /// How far past the block a stream is filling a lookup still waits for it.
@@ -137,12 +143,36 @@ struct Flow {
     settled: ResponseHead,
     /// The origin's refusal of the version (changed, gone), when it refused it.
     refused: std::sync::OnceLock<UpstreamError>,
+    /// A discovery's: its blocks are waited for however far ahead (see [`Streams::join`]),
+    /// and it fills none before a lookup asks for one (so the reads that share the
+    /// discovery find the blocks it brings them coming, as misses, not already cached).
+    discovery: bool,
+    /// Whether a lookup asked for a block yet.
+    asked_yet: AtomicBool,
 }
 
 impl Flow {
+    /// A stream that is to fill from block `first` on (`discovery`: the rest of a
+    /// discovery's GET).
+    fn new(first: BlockIndex, discovery: bool) -> Arc<Self> {
+        Arc::new(Self {
+            filling: AtomicU64::new(first),
+            wanted: AtomicU64::new(first),
+            asked: Notify::new(),
+            readers: AtomicUsize::new(0),
+            left: Notify::new(),
+            opened: ResponseHead::default(),
+            settled: ResponseHead::default(),
+            refused: std::sync::OnceLock::new(),
+            discovery,
+            asked_yet: AtomicBool::new(false),
+        })
+    }
+
     /// A lookup asked for block `index`.
     fn asked_for(&self, index: BlockIndex) {
-        if self.wanted.fetch_max(index, Ordering::AcqRel) < index {
+        let first = !self.asked_yet.swap(true, Ordering::AcqRel);
+        if self.wanted.fetch_max(index, Ordering::AcqRel) < index || first {
             self.asked.notify_one();
         }
     }
@@ -151,12 +181,21 @@ impl Flow {
     async fn within_lead(&self, index: BlockIndex) {
         loop {
             let asked = self.asked.notified();
-            if index <= self.wanted.load(Ordering::Acquire) + LEAD_BLOCKS {
+            let waits = self.discovery && !self.asked_yet.load(Ordering::Acquire);
+            if !waits && index <= self.wanted.load(Ordering::Acquire) + LEAD_BLOCKS {
                 return;
             }
             asked.await;
         }
     }
+}
+
+/// A stream whose origin answered: its body from the next block on, what the block read
+/// last held past its end, and the fill slot the stream holds.
+struct Answered {
+    read: StreamedRead,
+    carry: Bytes,
+    _slot: FillSlot,
 }
 
 /// A read's hold on a stream: the stream runs while one is held.
@@ -314,16 +353,7 @@ impl Streams {
             let room = self.inner.fills.free_for(&fill).clamp(1, most);
             let mut parts = split(&runs, room, shortest);
             for part in &mut parts {
-                let flow = Arc::new(Flow {
-                    filling: AtomicU64::new(*part.start()),
-                    wanted: AtomicU64::new(*part.start()),
-                    asked: Notify::new(),
-                    readers: AtomicUsize::new(0),
-                    left: Notify::new(),
-                    opened: ResponseHead::default(),
-                    settled: ResponseHead::default(),
-                    refused: std::sync::OnceLock::new(),
-                });
+                let flow = Flow::new(*part.start(), false);
                 for index in part.clone() {
                     let slot = Slot {
                         flow: flow.clone(),
@@ -332,10 +362,76 @@ impl Streams {
                     blocks.insert(target.key(index), slot);
                 }
                 interests.push(Interest::new(&flow));
-                self.spawn(target, part.clone(), flow);
+                self.spawn(target, part.clone(), flow, None);
             }
         }
         interests
+    }
+
+    /// The discovery of `target` was answered with `read`, a GET of its first blocks
+    /// that named the version, and holds the fill `slot`: reads the first block, and
+    /// streams the rest of `read` as a stream of its own, which the reads that share the
+    /// discovery join. So a cold read of a few blocks costs one origin GET, and its
+    /// headers wait for no other answer. Returns the first block's index and bytes, and
+    /// the hold on the stream of the rest (`None` when `read` holds one block).
+    pub(super) async fn discovered(
+        &self,
+        target: &Target,
+        mut read: StreamedRead,
+        slot: FillSlot,
+    ) -> Result<(BlockIndex, Bytes, Option<Interest>), UpstreamError> {
+        let layout = &target.layout;
+        let first = layout.block_of(read.first);
+        let whole = |index| layout.block_range(index);
+        let end = read.first.saturating_add(read.length).saturating_sub(1);
+        let last = layout.block_of(end);
+        // The answer covers whole blocks but for the object's last: the rest of a block
+        // cut short is not streamed.
+        let last = match whole(last) {
+            Some(block) if block.last() == end => last,
+            _ => last.saturating_sub(1),
+        };
+        let starts_a_block = whole(first).is_some_and(|block| block.first() == read.first);
+        if read.length == 0 || !starts_a_block || last < first {
+            return Err(UpstreamError::invalid_response(
+                "the discovery's answer does not start with a whole block",
+            ));
+        }
+        let mut carry = Bytes::new();
+        let length = layout.block_len(first);
+        let fill = target.fill_or_default(&self.inner.fills);
+        let block = next_block(&mut read, (length, self.inner.cache.buffers()), &mut carry)
+            .await
+            .map_err(|_| UpstreamError::Unreachable {
+                message: "response body interrupted".to_owned(),
+            })?;
+        fill.fetched(block.len());
+        if last == first {
+            return Ok((first, block, None));
+        }
+        let part = first + 1..=last;
+        let flow = Flow::new(*part.start(), true);
+        flow.opened.arrived();
+        flow.settled.arrived();
+        let interest = Interest::new(&flow);
+        {
+            let mut blocks = self.inner.blocks.lock();
+            for index in part.clone() {
+                let slot = Slot {
+                    flow: flow.clone(),
+                    state: State::Coming(Vec::new()),
+                };
+                blocks.entry(target.key(index)).or_insert(slot);
+            }
+        }
+        self.inner.metrics.streams.count_opened();
+        let answered = Answered {
+            read,
+            carry,
+            _slot: slot,
+        };
+        self.spawn(target, part, flow, Some(answered));
+        Ok((first, block, Some(interest)))
     }
 
     /// A read that claimed blocks opened its streams (and released the claims of the
@@ -386,7 +482,9 @@ impl Streams {
     /// stream put the block there), or none.
     /// A `patient` lookup waits for a block however far ahead of its stream it is (one
     /// another member's owner sends here: that member's reader waits anyway, and a block
-    /// fetched alone would come twice).
+    /// fetched alone would come twice), and so is every lookup of a discovery's stream
+    /// (the reads that share a discovery began together, at offsets of their own, and one
+    /// further on than the stream's lead would otherwise fetch its blocks a second time).
     pub(super) fn join(&self, target: &Target, index: BlockIndex, patient: bool) -> Joined {
         let key = target.key(index);
         let mut blocks = self.inner.blocks.lock();
@@ -406,7 +504,7 @@ impl Streams {
             State::Coming(waiting) => {
                 slot.flow.asked_for(index);
                 let filling = slot.flow.filling.load(Ordering::Acquire);
-                if !patient && index > filling + WAIT_AHEAD_BLOCKS {
+                if !patient && !slot.flow.discovery && index > filling + WAIT_AHEAD_BLOCKS {
                     self.inner.metrics.streams.count_alone();
                     return Joined::Alone;
                 }
@@ -420,9 +518,15 @@ impl Streams {
         }
     }
 
-    /// Runs the stream of the blocks `part` of `target` in a task of its own, on the fill
-    /// threads.
-    fn spawn(&self, target: &Target, part: RangeInclusive<BlockIndex>, flow: Arc<Flow>) {
+    /// Starts the stream of the blocks `part` of `target`, from a GET of its own or (with
+    /// `answered`) from the rest of the discovery's.
+    fn spawn(
+        &self,
+        target: &Target,
+        part: RangeInclusive<BlockIndex>,
+        flow: Arc<Flow>,
+        answered: Option<Answered>,
+    ) {
         let this = self.clone();
         let target = target.clone();
         let range = match (
@@ -434,9 +538,10 @@ impl Streams {
         };
         let span = tracing::info_span!(target: TRACE_TARGET, "upstream.stream", http.range = range.map(|range| tracing::field::display(range.header_value())));
         let run = async move {
-            let end = match range {
-                Some(range) => this.run(&target, &part, range, &flow).await,
-                None => Err(Undelivered::Stopped),
+            let end = match (range, answered) {
+                (_, Some(answered)) => this.pump(&target, &part, answered, &flow).await,
+                (Some(range), None) => this.run(&target, &part, range, &flow).await,
+                (None, None) => Err(Undelivered::Stopped),
             };
             this.end(&target, &part, &flow, end);
         };
@@ -455,7 +560,7 @@ impl Streams {
         let inner = &self.inner;
         inner.metrics.streams.count_opened();
         let fill = target.fill_or_default(&inner.fills);
-        let _slot = tokio::select! {
+        let slot = tokio::select! {
             slot = inner.fills.acquire(&fill) => slot,
             () = left(flow) => return Err(Undelivered::Stopped),
         };
@@ -464,8 +569,8 @@ impl Streams {
         let object = pinned(target.object.clone(), meta);
         let charge = Charge::new(fill.tenant.clone());
         let open = inner.source.stream(&object, range, if_match, &flow.opened);
-        let mut read = tokio::select! {
-            read = charged(charge.clone(), open) => read.map_err(refused)?,
+        let read = tokio::select! {
+            read = charged(charge, open) => read.map_err(refused)?,
             () = left(flow) => return Err(Undelivered::Stopped),
         };
         if read.meta.etag != meta.etag || read.meta.size != meta.size {
@@ -477,7 +582,31 @@ impl Streams {
             return Err(Undelivered::Stopped);
         }
         flow.settled.arrived();
-        let mut carry = Bytes::new();
+        let answered = Answered {
+            read,
+            carry: Bytes::new(),
+            _slot: slot,
+        };
+        self.pump(target, part, answered, flow).await
+    }
+
+    /// Reads the blocks `part` of `target` from the answered stream, handing on each
+    /// block as it completes; how it ended.
+    async fn pump(
+        &self,
+        target: &Target,
+        part: &RangeInclusive<BlockIndex>,
+        answered: Answered,
+        flow: &Arc<Flow>,
+    ) -> Result<(), Undelivered> {
+        let inner = &self.inner;
+        let Answered {
+            mut read,
+            mut carry,
+            _slot,
+        } = answered;
+        let fill = target.fill_or_default(&inner.fills);
+        let charge = Charge::new(fill.tenant.clone());
         for index in part.clone() {
             // Paused while it is far enough ahead of its readers (the origin waits).
             tokio::select! {
@@ -510,7 +639,6 @@ impl Streams {
         Ok(())
     }
 
-    /// The member that owns block `index` of `target`, when that is another one.
     fn owner(&self, target: &Target, index: BlockIndex) -> Option<(Arc<dyn Peers>, PeerId)> {
         let peers = self.inner.peers.as_ref()?;
         let owner = peers.owner(&target.object, target.layout.block_size(), index)?;

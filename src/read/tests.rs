@@ -3,6 +3,7 @@
 //! run out, the source is slow or down, and reads turn sequential.
 
 mod cluster;
+mod discovery;
 mod errors;
 mod integrity;
 mod memory;
@@ -17,6 +18,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 
+use super::stream::DISCOVERY_BLOCKS;
 use super::{GetAnswer, GetRequest, Judgement, ObjectRead, ReadError, ReadPath, ReadSettings};
 use crate::budget::MemoryBudget;
 use crate::cache::BlockCache;
@@ -232,13 +234,13 @@ async fn concurrent_cold_reads_ask_the_source_once_per_block() {
         assert!(bytes == expected, "a reader got other bytes");
         statuses.push(status);
     }
-    // One GET found the metadata and block 0; one stream brought blocks 1-3, which every
-    // other reader waited for.
+    // One GET found the metadata and brought every block (it asks for as many as a
+    // discovery streams, the answer stops at the object's end); every other reader
+    // waited for it.
     let calls = source.calls();
-    assert_eq!(calls.len(), 2, "{calls:?}");
-    assert_eq!(source.gets_of("shard", &block_range(0)), 1, "{calls:?}");
-    let rest = format!("bytes={BLOCK}-{}", 3 * BLOCK + 99);
-    assert_eq!(source.gets_of("shard", &rest), 1, "{calls:?}");
+    assert_eq!(calls.len(), 1, "{calls:?}");
+    let discovery = format!("bytes=0-{}", DISCOVERY_BLOCKS * BLOCK - 1);
+    assert_eq!(source.gets_of("shard", &discovery), 1, "{calls:?}");
     let collapsed = statuses.iter().filter(|s| s.contains("collapsed")).count();
     assert_eq!(collapsed, 15, "{statuses:?}");
     // Read again: everything from memory, nothing asked.
@@ -246,7 +248,7 @@ async fn concurrent_cold_reads_ask_the_source_once_per_block() {
     assert!(bytes == expected);
     assert!(status.starts_with("Portico; hit;"), "{status}");
     assert!(status.ends_with("detail=memory"), "{status}");
-    assert_eq!(source.calls().len(), 2);
+    assert_eq!(source.calls().len(), 1);
 }
 
 #[tokio::test(start_paused = true)]
@@ -385,10 +387,12 @@ async fn a_block_fetch_without_a_response_head_is_hedged_once_fetch_times_are_kn
         }
         let expected = body(2 * BLOCK as usize, 1);
         source.put("slow", expected.clone(), 1);
+        // Block 0 with the metadata, then block 1 alone, stalled.
+        get(&read, "slow", range(0, BLOCK - 1)).await;
         source.stall_next("slow", &block_range(1));
         let started = tokio::time::Instant::now();
-        let (bytes, _) = get(&read, "slow", None).await;
-        assert!(bytes == expected);
+        let (bytes, _) = get(&read, "slow", range(BLOCK, 2 * BLOCK - 1)).await;
+        assert!(bytes == expected[BLOCK as usize..]);
         let elapsed = started.elapsed();
         if warmed {
             // The stalled fetch was sent again after the hedge delay; the copy answered.
@@ -492,12 +496,15 @@ async fn an_object_without_an_etag_is_streamed_and_never_cached() {
         assert!(bytes == expected);
         assert_eq!(status, "Portico; fwd=bypass");
     }
-    let streams = source
+    // The first read: the discovery's GET, which names no version to cache its bytes
+    // under, and the GET of the read's bytes; the second (the metadata known): the GET of
+    // its bytes. Never from the cache.
+    let gets = source
         .calls()
         .iter()
-        .filter(|call| matches!(call, Call::Stream { .. }))
+        .filter(|call| matches!(call, Call::Get { .. }))
         .count();
-    assert_eq!(streams, 2);
+    assert_eq!(gets, 3);
 }
 
 #[tokio::test(start_paused = true)]
@@ -579,9 +586,7 @@ async fn a_rule_sets_the_metadata_ttl_negative_ttl_and_prefetch_of_its_prefix() 
             .calls()
             .iter()
             .filter(|call| match call {
-                Call::Head { key: asked, .. }
-                | Call::Get { key: asked, .. }
-                | Call::Stream { key: asked } => asked == key,
+                Call::Head { key: asked, .. } | Call::Get { key: asked, .. } => asked == key,
             })
             .count()
     };

@@ -64,6 +64,18 @@ pub trait BlockSource: Send + Sync + 'static {
         head: &ResponseHead,
     ) -> Result<StreamedRead, UpstreamError>;
 
+    /// Streams `range` of `object` for a read that does not know its version yet (a
+    /// discovery): the answer names the version it streams, so, unlike an object without
+    /// an ETag, any copy of the object may answer.
+    async fn discover(
+        &self,
+        object: &ObjectRef,
+        range: ByteRange,
+        head: &ResponseHead,
+    ) -> Result<StreamedRead, UpstreamError> {
+        self.stream(object, range, None, head).await
+    }
+
     /// The CRCs the source keeps of the version `etag` of `object`, to check its bytes
     /// against: `None` when it keeps none (as a source without checksums does), or the
     /// object is no longer that version.

@@ -226,13 +226,40 @@ impl BlockSource for Origins {
         if_match: Option<&str>,
         head: &ResponseHead,
     ) -> Result<StreamedRead, UpstreamError> {
+        let fails_over = if_match.is_some();
+        self.stream_from(object, range, if_match, head, fails_over)
+            .await
+    }
+
+    /// Fails over as [`Self::get`] does: the answer names the version it streams.
+    async fn discover(
+        &self,
+        object: &ObjectRef,
+        range: ByteRange,
+        head: &ResponseHead,
+    ) -> Result<StreamedRead, UpstreamError> {
+        self.stream_from(object, range, None, head, true).await
+    }
+}
+
+impl Origins {
+    /// Streams `range` of `object` from its bucket's upstream, or, when that fails and
+    /// `fails_over`, from its fallback.
+    async fn stream_from(
+        &self,
+        object: &ObjectRef,
+        range: ByteRange,
+        if_match: Option<&str>,
+        head: &ResponseHead,
+        fails_over: bool,
+    ) -> Result<StreamedRead, UpstreamError> {
         let primary = self.for_bucket(object.bucket());
         let error = match primary
             .upstream
             .stream_range(object, range, if_match, head)
             .await
         {
-            Err(error) if if_match.is_some() => error,
+            Err(error) if fails_over => error,
             answer => return answer,
         };
         let Some((fallback, mapped)) = self.fallback_for(primary, object, &error) else {

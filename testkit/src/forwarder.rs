@@ -37,6 +37,9 @@ pub struct Seen {
     pub path: String,
     pub query: Option<String>,
     pub range: Option<String>,
+    /// The `Content-Range` of the answer, once its head arrived: what a range past the
+    /// object's end got.
+    pub answered: Arc<std::sync::OnceLock<String>>,
 }
 
 impl Seen {
@@ -391,7 +394,9 @@ impl Shared {
                 .get(http::header::RANGE)
                 .and_then(|value| value.to_str().ok())
                 .map(str::to_owned),
+            answered: Arc::default(),
         };
+        let answered = observed.answered.clone();
         let queue = match observed.method.as_str() {
             _ if observed.is_attributes() => Some(&self.attribute_faults),
             "GET" if observed.is_object() => Some(&self.faults),
@@ -443,6 +448,13 @@ impl Shared {
             .await
             .map_err(|error| ForwardError(error.to_string()))?;
         unfinished.0 = None;
+        if let Some(range) = response
+            .headers()
+            .get(http::header::CONTENT_RANGE)
+            .and_then(|value| value.to_str().ok())
+        {
+            let _ = answered.set(range.to_owned());
+        }
         if lose_answer {
             let _ = response.into_body().collect().await;
             return Err(ForwardError("the write's answer was lost".to_owned()));

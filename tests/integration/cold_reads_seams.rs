@@ -1,5 +1,5 @@
 //! Cold reads at their seams: an overwrite while a read's later streams reach the origin
-//! late or wait for a fill slot, an object cached with holes, herds that arrive apart or
+//! late or wait for a fill slot, a discovery's GET that breaks off, an object cached with holes, herds that arrive apart or
 //! read overlapping ranges, and every edge of sizes and ranges read as MinIO reads them.
 
 use std::time::Duration;
@@ -86,7 +86,8 @@ async fn overwrite_while_later_streams_wait_for_a_fill_slot() {
         settings.upstream_extra = "max_concurrent_fills = 2\n".to_owned();
     })
     .await;
-    let old = random_bytes(16 * MIB, 3);
+    // Past the 16 blocks of the discovery's own GET, so later streams wait for a slot.
+    let old = random_bytes(24 * MIB, 3);
     // A small overwrite lands at once.
     let new = random_bytes(1000, 4);
     rig.put("o.bin", &old).await;
@@ -103,6 +104,61 @@ async fn overwrite_while_later_streams_wait_for_a_fill_slot() {
             .collect::<Vec<_>>()
     );
     assert_eq!(verdict("few-slots", &got, &old, &new), "old version, whole");
+}
+
+/// The discovery's GET (the first 16 blocks of a cold read) breaks off after two and a
+/// half blocks, then again for the first block fetched after it: the read completes with
+/// exact bytes, the blocks the broken GET did not bring fetched on their own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_discovery_that_breaks_off_leaves_its_blocks_to_their_own_fetches() {
+    for authenticated in [true, false] {
+        let rig = Rig::start("seams-broken", |settings| {
+            if !authenticated {
+                settings.without_auth();
+            }
+        })
+        .await;
+        let data = random_bytes(10 * MIB + 5, 23);
+        rig.put("o.bin", &data).await;
+        rig.forwarder.take();
+        let broken = MIB * 5 / 2;
+        rig.forwarder
+            .inject(&[Fault::CutBody(broken), Fault::Reset]);
+        assert!(
+            rig.get("o.bin", None).await == data,
+            "auth {authenticated}: exact bytes"
+        );
+        let failed = "portico_origin_streams_ended_total{result=\"failed\"}";
+        assert_eq!(
+            metric(&rig, failed).await,
+            1.0,
+            "{}",
+            stream_metrics(&rig).await
+        );
+        // Blocks 0 and 1 came in the broken GET; every later one once more, on its own
+        // (the answers after it, by the ranges they carried; the reset one carried none).
+        let answered: Vec<(usize, usize)> = rig.forwarder.object_requests("GET")[1..]
+            .iter()
+            .filter_map(|seen| {
+                let range = seen.answered.get()?.strip_prefix("bytes ")?;
+                let (first, last) = range.split_once('/')?.0.split_once('-')?;
+                Some((first.parse().ok()?, last.parse().ok()?))
+            })
+            .collect();
+        for block in 0..=data.len() / MIB {
+            let covering = answered
+                .iter()
+                .filter(|(first, last)| *first <= block * MIB && block * MIB <= *last)
+                .count();
+            let wanted = usize::from(block >= 2);
+            assert_eq!(
+                covering, wanted,
+                "auth {authenticated}, block {block}: {answered:?}"
+            );
+        }
+        let again = rig.get("o.bin", None).await;
+        assert!(again == data);
+    }
 }
 
 /// A partially cached object: every other block of its second half cached, so its holes

@@ -40,7 +40,7 @@ async fn health_readiness_and_metrics_are_served() {
         "portico_served_bytes_total{source=\"upstream\"}",
         "portico_cache_block_lookups_total{result=\"miss\"} 3",
         "portico_cache_block_lookups_total{result=\"memory_hit\"}",
-        "portico_upstream_requests_total{operation=\"GetObject\",status=\"206\"} 2",
+        "portico_upstream_requests_total{operation=\"GetObject\",status=\"206\"} 1",
         "portico_origin_streams_total 1",
         "portico_stream_blocks_total{result=\"streamed\"} 2",
         "portico_upstream_received_bytes_total 2500000",

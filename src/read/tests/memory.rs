@@ -19,7 +19,6 @@ use crate::types::{ByteRange, ObjectRef, RangeRequest};
 pub(super) enum Call {
     Head { key: String, conditional: bool },
     Get { key: String, range: String },
-    Stream { key: String },
 }
 
 /// Objects held in memory, answering like an S3 server, with a log of what it was asked.
@@ -300,8 +299,7 @@ impl BlockSource for MemorySource {
         Ok(RangeRead { meta, first, body })
     }
 
-    /// A pinned stream (a cold read's blocks) is logged as the GET it is; an unpinned one
-    /// (an object without an ETag) as a stream.
+    /// Logged as the GET it is, with its range.
     async fn stream(
         &self,
         object: &ObjectRef,
@@ -317,18 +315,18 @@ impl BlockSource for MemorySource {
         }
         // Like S3, the version is the one the object had when the request arrived.
         let arrived = self.object(object.key());
-        let call = match if_match {
-            Some(_) => Call::Get { key, range: header },
-            None => Call::Stream { key },
-        };
+        let call = Call::Get { key, range: header };
         self.answer(call).await?;
         let (meta, body) = arrived?;
         if if_match.is_some_and(|etag| etag != meta.etag) {
             return Err(UpstreamError::PreconditionFailed { request_id: None });
         }
-        if range.last() >= meta.size {
+        // As S3 does, a range past the end is cut at the end.
+        if range.first() >= meta.size {
             return Err(UpstreamError::InvalidRange { request_id: None });
         }
+        let range = ByteRange::new(range.first(), range.last().min(meta.size - 1))
+            .expect("a range within the object");
         head.arrived();
         let bytes = body.slice(range.first() as usize..=range.last() as usize);
         let chunks = futures::stream::iter([Ok(bytes)]);

@@ -35,10 +35,13 @@ async fn cache(metrics: &Arc<Metrics>) -> BlockCache {
 async fn metadata(source: &Arc<MemorySource>) -> Metadata {
     let metrics = Arc::new(Metrics::new());
     let integrity = Integrity::new(metrics.clone()).0;
+    let cache = cache(&metrics).await;
+    let streams = blocks(source, cache.clone(), &metrics).streams().clone();
     Metadata::new(MetadataParts {
-        cache: cache(&metrics).await,
+        cache,
         source: source.clone(),
         fills: FillSlots::new(64, metrics.clone()),
+        streams,
         metrics,
         rules: settings().rules,
         block_size: BLOCK,

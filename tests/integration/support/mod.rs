@@ -329,11 +329,18 @@ fn parse_size(size: &str) -> usize {
         }
 }
 
-/// The blocks of `block` bytes a GET the upstream received asked for, by its range (one
-/// without a range: one).
+/// The blocks of `block` bytes a GET the upstream received asked for, by the range its
+/// answer carried (a range past the object's end is cut there), else by the range it
+/// asked for (one without a range: one).
 pub fn blocks_asked(seen: &portico_testkit::forwarder::Seen, block: usize) -> usize {
-    let range = seen.range.as_deref().and_then(|range| {
-        let (first, last) = range.strip_prefix("bytes=")?.split_once('-')?;
+    let answered = seen.answered.get().and_then(|range| {
+        let (range, _size) = range.strip_prefix("bytes ")?.split_once('/')?;
+        Some(range.to_owned())
+    });
+    let range =
+        answered.or_else(|| Some(seen.range.as_deref()?.strip_prefix("bytes=")?.to_owned()));
+    let range = range.and_then(|range| {
+        let (first, last) = range.split_once('-')?;
         Some((first.parse::<usize>().ok()?, last.parse::<usize>().ok()?))
     });
     range.map_or(1, |(first, last)| (last - first + 1).div_ceil(block))
