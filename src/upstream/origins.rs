@@ -138,6 +138,41 @@ impl Origins {
         self.metrics.count_failover(&primary.name);
         Some((&self.origins[*index], mapped))
     }
+
+    /// Streams `range` of `object` from its bucket's upstream, or, when that fails and
+    /// `fails_over`, from its fallback.
+    async fn stream_from(
+        &self,
+        object: &ObjectRef,
+        range: ByteRange,
+        if_match: Option<&str>,
+        head: &ResponseHead,
+        fails_over: bool,
+    ) -> Result<StreamedRead, UpstreamError> {
+        let primary = self.for_bucket(object.bucket());
+        let error = match primary
+            .upstream
+            .stream_range(object, range, if_match, head)
+            .await
+        {
+            Err(error) if fails_over => error,
+            answer => return answer,
+        };
+        let Some((fallback, mapped)) = self.fallback_for(primary, object, &error) else {
+            return Err(error);
+        };
+        match fallback
+            .upstream
+            .stream_range(&mapped, range, if_match, head)
+            .await
+        {
+            Ok(read) => Ok(read),
+            Err(answer) => {
+                tracing::warn!(%object, primary = %primary.name, fallback = %fallback.name, %error, %answer, "upstream failed and its fallback could not stream the version; reporting the upstream's error");
+                Err(error)
+            }
+        }
+    }
 }
 
 #[async_trait]
@@ -239,42 +274,5 @@ impl BlockSource for Origins {
         head: &ResponseHead,
     ) -> Result<StreamedRead, UpstreamError> {
         self.stream_from(object, range, None, head, true).await
-    }
-}
-
-impl Origins {
-    /// Streams `range` of `object` from its bucket's upstream, or, when that fails and
-    /// `fails_over`, from its fallback.
-    async fn stream_from(
-        &self,
-        object: &ObjectRef,
-        range: ByteRange,
-        if_match: Option<&str>,
-        head: &ResponseHead,
-        fails_over: bool,
-    ) -> Result<StreamedRead, UpstreamError> {
-        let primary = self.for_bucket(object.bucket());
-        let error = match primary
-            .upstream
-            .stream_range(object, range, if_match, head)
-            .await
-        {
-            Err(error) if fails_over => error,
-            answer => return answer,
-        };
-        let Some((fallback, mapped)) = self.fallback_for(primary, object, &error) else {
-            return Err(error);
-        };
-        match fallback
-            .upstream
-            .stream_range(&mapped, range, if_match, head)
-            .await
-        {
-            Ok(read) => Ok(read),
-            Err(answer) => {
-                tracing::warn!(%object, primary = %primary.name, fallback = %fallback.name, %error, %answer, "upstream failed and its fallback could not stream the version; reporting the upstream's error");
-                Err(error)
-            }
-        }
     }
 }
