@@ -490,9 +490,12 @@ impl Metadata {
                 });
                 let first = first.saturating_mul(block_size);
                 let length = blocks.saturating_mul(block_size);
+                // S3 reads offsets as signed 64-bit numbers: a range past them is ignored,
+                // and the whole object sent.
+                let last = first.saturating_add(length - 1).min(i64::MAX as u64);
                 let range = RangeRequest::From {
                     first,
-                    last: Some(first.saturating_add(length - 1)),
+                    last: Some(last),
                 };
                 (range, blocks)
             }
@@ -516,7 +519,11 @@ impl Metadata {
             && let Some(range) = ByteRange::new(first, last)
         {
             let read = match self.inner.source.discover(object, range, &head).await {
-                Ok(read) => read,
+                Ok(read) if read.first == range.first() => read,
+                Ok(_) => {
+                    let error = "the origin answered a discovery with another range";
+                    return Err(UpstreamError::invalid_response(error));
+                }
                 Err(UpstreamError::InvalidRange { .. }) => {
                     drop(slot);
                     return Ok((self.head_fresh(object).await?, Discovered::default()));

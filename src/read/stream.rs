@@ -3,7 +3,7 @@
 //!
 //! When a GET starts, the blocks of its range that the cache does not hold (nor a stream
 //! already brings) form runs of consecutive blocks (two runs [`GAP_BRIDGED`] cached block
-//! apart are one); each run of two blocks or more is asked for in ranged GETs of at least
+//! apart are one); each run but the read's first block alone is asked for in ranged GETs of at least
 //! [`BLOCKS_PER_STREAM`] blocks, at most [`STREAMS_PER_READ`] and no more than the fill
 //! slots free, pinned to the version the read announced (`If-Match`, and the version id
 //! when the bucket has one). A stream cuts its bytes into blocks as they arrive; each whole
@@ -307,6 +307,7 @@ impl Streams {
         wanted: RangeInclusive<BlockIndex>,
         has: impl Fn(BlockIndex) -> Has,
     ) -> Vec<Interest> {
+        let first = *wanted.start();
         let needed: Vec<(BlockIndex, Has)> = wanted.map(|index| (index, has(index))).collect();
         let mut interests: Vec<Interest> = Vec::new();
         let mut runs: Vec<RangeInclusive<BlockIndex>> = Vec::new();
@@ -342,16 +343,19 @@ impl Streams {
             // No more streams than fill slots free now: one that waits for a slot would
             // start late, and might find the version gone.
             let fill = target.fill_or_default(&self.inner.fills);
-            // In cluster mode a single block is streamed too, and a read opens as many streams
-            // as fill slots are free: the blocks the owners claimed for this node are
-            // scattered among those other members hold, and the lookups the owners send here
-            // join the streams.
-            let (most, shortest) = match self.inner.peers {
-                Some(_) => (usize::MAX, 1),
-                None => (STREAMS_PER_READ, 2),
+            // On one node the read's first block, when it is a hole of its own, is fetched
+            // alone (hedged; the read waits for it before its headers anyway); a single
+            // block further on is streamed, so that its answer too comes before the
+            // headers (one left after the discovery's blocks, or between cached ones).
+            // In cluster mode a read opens as many streams as fill slots are free: the
+            // blocks the owners claimed for this node are scattered among those other
+            // members hold, and the lookups the owners send here join the streams.
+            let (most, alone) = match self.inner.peers {
+                Some(_) => (usize::MAX, None),
+                None => (STREAMS_PER_READ, Some(first)),
             };
             let room = self.inner.fills.free_for(&fill).clamp(1, most);
-            let mut parts = split(&runs, room, shortest);
+            let mut parts = split(&runs, room, alone);
             for part in &mut parts {
                 let flow = Flow::new(*part.start(), false);
                 for index in part.clone() {
@@ -844,13 +848,13 @@ fn bridged(
     joined
 }
 
-/// `runs` as at most `streams` streams: each run of `shortest` blocks or more in at most
-/// [`STREAMS_PER_READ`] parts of at least [`BLOCKS_PER_STREAM`] blocks; runs past that,
-/// and shorter ones, are fetched by block.
+/// `runs` as at most `streams` streams: each run in at most [`STREAMS_PER_READ`] parts of
+/// at least [`BLOCKS_PER_STREAM`] blocks, but a run of the single block `alone`; runs past
+/// the streams, and that one, are fetched by block.
 fn split(
     runs: &[RangeInclusive<BlockIndex>],
     streams: usize,
-    shortest: u64,
+    alone: Option<BlockIndex>,
 ) -> Vec<RangeInclusive<BlockIndex>> {
     let mut parts = Vec::new();
     for run in runs {
@@ -859,7 +863,7 @@ fn split(
         if left == 0 {
             break;
         }
-        if length < shortest {
+        if length == 1 && alone == Some(*run.start()) {
             continue;
         }
         let count = length
@@ -885,29 +889,33 @@ mod tests {
     #[test]
     fn a_long_run_is_split_in_a_few_parts_of_many_blocks() {
         assert_eq!(
-            split(&[0..=255], ALL, 2),
+            split(&[0..=255], ALL, Some(0)),
             vec![0..=63, 64..=127, 128..=191, 192..=255]
         );
         assert_eq!(
-            split(&[1..=15], ALL, 2),
+            split(&[1..=15], ALL, Some(1)),
             vec![1..=4, 5..=8, 9..=12, 13..=15]
         );
-        assert_eq!(split(&[3..=8], ALL, 2), vec![3..=5, 6..=8]);
-        assert_eq!(split(&[3..=4], ALL, 2), vec![3..=4]);
+        assert_eq!(split(&[3..=8], ALL, Some(3)), vec![3..=5, 6..=8]);
+        assert_eq!(split(&[3..=4], ALL, Some(3)), vec![3..=4]);
     }
 
     #[test]
-    fn single_blocks_are_left_to_block_fetches_and_the_streams_per_read_are_bounded() {
+    fn only_the_read_s_first_block_is_left_to_a_block_fetch_and_the_streams_are_bounded() {
+        assert_eq!(split(&[0..=0, 2..=2], ALL, Some(0)), vec![2..=2]);
+        assert_eq!(split(&[0..=0], ALL, None), vec![0..=0]);
         assert_eq!(
-            split(&[0..=0, 2..=2], ALL, 2),
-            Vec::<RangeInclusive<u64>>::new()
+            split(
+                &[0..=1, 3..=3, 5..=6, 8..=9, 11..=12, 14..=15],
+                ALL,
+                Some(0)
+            ),
+            vec![0..=1, 3..=3, 5..=6, 8..=9]
         );
+        // A lone block after a discovery's: streamed, before the headers.
+        assert_eq!(split(&[16..=16], ALL, Some(0)), vec![16..=16]);
         assert_eq!(
-            split(&[0..=1, 3..=3, 5..=6, 8..=9, 11..=12, 14..=15], ALL, 2),
-            vec![0..=1, 5..=6, 8..=9, 11..=12]
-        );
-        assert_eq!(
-            split(&[0..=99, 200..=201], ALL, 2),
+            split(&[0..=99, 200..=201], ALL, Some(0)),
             vec![0..=24, 25..=49, 50..=74, 75..=99]
         );
     }
@@ -927,8 +935,8 @@ mod tests {
 
     #[test]
     fn with_few_fill_slots_free_a_read_opens_fewer_longer_streams() {
-        assert_eq!(split(&[0..=255], 1, 2), vec![0..=255]);
-        assert_eq!(split(&[0..=255], 2, 2), vec![0..=127, 128..=255]);
-        assert_eq!(split(&[0..=9, 20..=29], 1, 2), vec![0..=9]);
+        assert_eq!(split(&[0..=255], 1, Some(0)), vec![0..=255]);
+        assert_eq!(split(&[0..=255], 2, Some(0)), vec![0..=127, 128..=255]);
+        assert_eq!(split(&[0..=9, 20..=29], 1, Some(0)), vec![0..=9]);
     }
 }

@@ -116,3 +116,34 @@ async fn readers_that_share_a_discovery_at_other_offsets_cost_each_block_once() 
         assert_eq!(covering, 1, "block {index}: {asked:?}");
     }
 }
+
+/// A read one or two blocks longer than a discovery, overwritten once its headers are out
+/// (an unversioned bucket): the blocks past the discovery's were asked for before the
+/// headers, so the read completes with the version it announced.
+#[tokio::test(start_paused = true)]
+async fn a_read_a_block_past_a_discovery_completes_across_an_overwrite() {
+    let discovery = DISCOVERY_BLOCKS * BLOCK;
+    let whole = [discovery + 1, discovery + BLOCK, discovery + BLOCK + 1];
+    let reads = whole
+        .map(|size| (size, None))
+        .into_iter()
+        .chain([(discovery + 5 * BLOCK, range(BLOCK / 2, discovery + BLOCK / 2))]);
+    for (size, asked) in reads {
+        let source = Arc::new(MemorySource::default());
+        let first = body(size as usize, 1);
+        source.put("object", first.clone(), 1);
+        let read = read_path(&source, settings()).await;
+        let answer = get_plain(&read, &object("object"), asked).await.unwrap();
+        source.put("object", body(size as usize, 2), 2);
+        let (bytes, error) = collect(answer).await;
+        assert_eq!(error, None, "{size} bytes, {asked:?}: cut off");
+        let expected = match asked {
+            Some(RangeRequest::From {
+                first: from,
+                last: Some(to),
+            }) => &first[from as usize..=to as usize],
+            _ => &first[..],
+        };
+        assert!(bytes == expected, "{size} bytes, {asked:?}: the first version");
+    }
+}

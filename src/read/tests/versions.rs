@@ -101,23 +101,28 @@ async fn a_cached_first_block_of_an_overwritten_version_is_not_sent_before_the_r
     assert_eq!(read.metrics().read_aborts("changed"), 0);
 }
 
-/// A block past the readahead, fetched after the headers went out, finds its version
-/// gone: the bytes are in neither the cache nor the origin, so the body is aborted.
+/// A block past the readahead, fetched after the headers went out (the read's fifth hole:
+/// a read opens at most four streams), finds its version gone: the bytes are in neither
+/// the cache nor the origin, so the body is aborted.
 #[tokio::test(start_paused = true)]
 async fn a_version_change_found_past_the_first_fetches_aborts_the_body() {
     let source = Arc::new(MemorySource::default());
-    let first = body(4 * BLOCK as usize, 1);
+    let first = body(15 * BLOCK as usize, 1);
     source.put("model", first.clone(), 1);
     let read = read_path(&source, settings()).await;
-    get(&read, "model", range(0, 3 * BLOCK - 1)).await;
-    source.put("model", body(4 * BLOCK as usize, 2), 2);
-    // Blocks 0 to 2 come from the cache; block 3 of version 1 is gone upstream.
+    // Blocks 0-1, 3-4, 6-7, 9-10 and 12-13 cached: holes at 2, 5, 8, 11 and 14.
+    for pair in [0, 3, 6, 9, 12] {
+        get(&read, "model", range(pair * BLOCK, (pair + 2) * BLOCK - 1)).await;
+    }
+    // Four streams bring the holes at blocks 2 to 11 before the headers; then version 2
+    // replaces version 1, whose block 14 is gone upstream when the body needs it.
     let answer = get_plain(&read, &object("model"), None).await.unwrap();
+    source.put("model", body(15 * BLOCK as usize, 2), 2);
     assert_eq!(answer.meta.etag, "\"v1\"");
     let (bytes, error) = collect(answer).await;
     assert_eq!(error, Some(ReadError::Changed));
     assert!(
-        bytes.len() <= 3 * BLOCK as usize && bytes == first[..bytes.len()],
+        bytes.len() <= 14 * BLOCK as usize && bytes == first[..bytes.len()],
         "only version 1's bytes before the abort"
     );
     assert_eq!(read.metrics().read_aborts("changed"), 1, "counted by cause");
