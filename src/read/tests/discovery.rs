@@ -124,10 +124,10 @@ async fn readers_that_share_a_discovery_at_other_offsets_cost_each_block_once() 
 async fn a_read_a_block_past_a_discovery_completes_across_an_overwrite() {
     let discovery = DISCOVERY_BLOCKS * BLOCK;
     let whole = [discovery + 1, discovery + BLOCK, discovery + BLOCK + 1];
-    let reads = whole
-        .map(|size| (size, None))
-        .into_iter()
-        .chain([(discovery + 5 * BLOCK, range(BLOCK / 2, discovery + BLOCK / 2))]);
+    let reads = whole.map(|size| (size, None)).into_iter().chain([(
+        discovery + 5 * BLOCK,
+        range(BLOCK / 2, discovery + BLOCK / 2),
+    )]);
     for (size, asked) in reads {
         let source = Arc::new(MemorySource::default());
         let first = body(size as usize, 1);
@@ -144,6 +144,9 @@ async fn a_read_a_block_past_a_discovery_completes_across_an_overwrite() {
             }) => &first[from as usize..=to as usize],
             _ => &first[..],
         };
-        assert!(bytes == expected, "{size} bytes, {asked:?}: the first version");
+        assert!(
+            bytes == expected,
+            "{size} bytes, {asked:?}: the first version"
+        );
     }
 }
