@@ -11,7 +11,7 @@ use tracing::Instrument;
 
 use super::coalesce::Coalescer;
 use super::discovered::{Discovered, Discovery, FirstRead, whole_blocks};
-use super::fills::{FillClass, FillFor, FillSlots};
+use super::fills::{FillClass, FillFor, FillSlot, FillSlots};
 use super::integrity::Integrity;
 use super::stream::{DISCOVERY_BLOCKS, Streams};
 use super::writes::Generations;
@@ -481,7 +481,8 @@ impl Metadata {
         first_read: FirstRead,
     ) -> Result<(Arc<ObjectMeta>, Discovered), UpstreamError> {
         let block_size = self.inner.block_size;
-        let (range, blocks) = match first_read {
+        // A read of many blocks asks for up to DISCOVERY_BLOCKS of them in one stream.
+        let (range, streamed) = match first_read {
             FirstRead::Blocks { first, last } => {
                 let blocks = last.map_or(DISCOVERY_BLOCKS, |last| {
                     last.saturating_sub(first)
@@ -497,9 +498,11 @@ impl Metadata {
                     first,
                     last: Some(last),
                 };
-                (range, blocks)
+                (range, ByteRange::new(first, last).filter(|_| blocks > 1))
             }
-            FirstRead::Tail | FirstRead::Head => (RangeRequest::Suffix { length: block_size }, 1),
+            FirstRead::Tail | FirstRead::Head => {
+                (RangeRequest::Suffix { length: block_size }, None)
+            }
         };
         // For the tenant whose request started the discovery (its task's charge).
         let fill = crate::tenant::current_charge().map_or_else(
@@ -510,41 +513,10 @@ impl Metadata {
             },
         );
         let slot = self.inner.fills.acquire(&fill).await;
-        let head = ResponseHead::default();
-        if blocks > 1
-            && let RangeRequest::From {
-                first,
-                last: Some(last),
-            } = range
-            && let Some(range) = ByteRange::new(first, last)
-        {
-            let read = match self.inner.source.discover(object, range, &head).await {
-                Ok(read) if read.first == range.first() => read,
-                Ok(_) => {
-                    let error = "the origin answered a discovery with another range";
-                    return Err(UpstreamError::invalid_response(error));
-                }
-                Err(UpstreamError::InvalidRange { .. }) => {
-                    drop(slot);
-                    return Ok((self.head_fresh(object).await?, Discovered::default()));
-                }
-                Err(error) => return Err(error),
-            };
-            self.inner.metrics.count_metadata(MetadataLookup::Fetched);
-            let meta = Arc::new(read.meta.clone());
-            let target = Target::new(object, meta, block_size).for_fill(fill);
-            if target.meta.etag.is_empty() {
-                return Ok((target.meta, Discovered::default()));
-            }
-            let (index, block, stream) = self.inner.streams.discovered(&target, read, slot).await?;
-            let discovered = Discovered {
-                blocks: vec![(index, block)].into(),
-                tier: Tier::Upstream,
-                stream: stream.map(Arc::new),
-                ..Discovered::default()
-            };
-            return Ok((target.meta, discovered));
+        if let Some(range) = streamed {
+            return self.discover_by_stream(object, range, fill, slot).await;
         }
+        let head = ResponseHead::default();
         let fetched = self
             .inner
             .source
@@ -572,6 +544,47 @@ impl Metadata {
         let discovered = Discovered {
             blocks: blocks.into(),
             tier: Tier::Upstream,
+            ..Discovered::default()
+        };
+        Ok((target.meta, discovered))
+    }
+
+    /// [`Self::discover_by_get`] for a read of many blocks: one GET of `range`, holding
+    /// the fill `slot`, whose first block comes back with the metadata and whose rest is
+    /// streamed on (`Streams::discovered`).
+    async fn discover_by_stream(
+        &self,
+        object: &ObjectRef,
+        range: ByteRange,
+        fill: FillFor,
+        slot: FillSlot,
+    ) -> Result<(Arc<ObjectMeta>, Discovered), UpstreamError> {
+        let head = ResponseHead::default();
+        let read = match self.inner.source.discover(object, range, &head).await {
+            Ok(read) if read.first == range.first() => read,
+            Ok(_) => {
+                let error = "the origin answered a discovery with another range";
+                return Err(UpstreamError::invalid_response(error));
+            }
+            // The offset is past the end (or the object is empty): learn the size from a HEAD.
+            Err(UpstreamError::InvalidRange { .. }) => {
+                drop(slot);
+                return Ok((self.head_fresh(object).await?, Discovered::default()));
+            }
+            Err(error) => return Err(error),
+        };
+        self.inner.metrics.count_metadata(MetadataLookup::Fetched);
+        let meta = Arc::new(read.meta.clone());
+        let target = Target::new(object, meta, self.inner.block_size).for_fill(fill);
+        // Without an ETag nothing names the version these bytes belong to.
+        if target.meta.etag.is_empty() {
+            return Ok((target.meta, Discovered::default()));
+        }
+        let (index, block, stream) = self.inner.streams.discovered(&target, read, slot).await?;
+        let discovered = Discovered {
+            blocks: vec![(index, block)].into(),
+            tier: Tier::Upstream,
+            stream: stream.map(Arc::new),
             ..Discovered::default()
         };
         Ok((target.meta, discovered))

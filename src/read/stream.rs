@@ -358,13 +358,7 @@ impl Streams {
             let mut parts = split(&runs, room, alone);
             for part in &mut parts {
                 let flow = Flow::new(*part.start(), false);
-                for index in part.clone() {
-                    let slot = Slot {
-                        flow: flow.clone(),
-                        state: State::Coming(Vec::new()),
-                    };
-                    blocks.insert(target.key(index), slot);
-                }
+                bring(&mut blocks, target, part, &flow);
                 interests.push(Interest::new(&flow));
                 self.spawn(target, part.clone(), flow, None);
             }
@@ -418,16 +412,7 @@ impl Streams {
         flow.opened.arrived();
         flow.settled.arrived();
         let interest = Interest::new(&flow);
-        {
-            let mut blocks = self.inner.blocks.lock();
-            for index in part.clone() {
-                let slot = Slot {
-                    flow: flow.clone(),
-                    state: State::Coming(Vec::new()),
-                };
-                blocks.entry(target.key(index)).or_insert(slot);
-            }
-        }
+        bring(&mut self.inner.blocks.lock(), target, &part, &flow);
         self.inner.metrics.streams.count_opened();
         let answered = Answered {
             read,
@@ -769,6 +754,23 @@ impl Streams {
         for sender in told {
             let _ = sender.send(Err(undelivered.clone()));
         }
+    }
+}
+
+/// Notes that `flow` brings the blocks `part` of `target` (those another stream brings
+/// already stay with it).
+fn bring(
+    blocks: &mut HashMap<BlockKey, Slot>,
+    target: &Target,
+    part: &RangeInclusive<BlockIndex>,
+    flow: &Arc<Flow>,
+) {
+    for index in part.clone() {
+        let slot = Slot {
+            flow: flow.clone(),
+            state: State::Coming(Vec::new()),
+        };
+        blocks.entry(target.key(index)).or_insert(slot);
     }
 }
 
