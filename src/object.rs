@@ -1,5 +1,5 @@
 //! The object model: what an object's GET or HEAD response says about it
-//! ([`ObjectMeta`], its stored [`Checksums`]), and why an object is [`Missing`]. The
+//! ([`ObjectMeta`], its stored [`Checksums`], the [`OBJECT_HEADERS`] it keeps), and why an object is [`Missing`]. The
 //! upstream produces these, the cache keeps them (its disk encoding is in
 //! `cache/meta.rs`) and the API answers with them.
 
@@ -23,7 +23,36 @@ pub struct ObjectMeta {
     /// The checksums stored with the object; `None` when not known yet (metadata learnt
     /// from a ranged GET, which carries no checksums).
     pub checksums: Option<Checksums>,
+    /// The other headers the upstream describes the object with ([`OBJECT_HEADERS`]:
+    /// tagging count, lifecycle expiration, object lock, storage class, encryption,
+    /// restore, replication, redirect), exactly as it sent them, by name.
+    pub headers: Vec<(String, String)>,
 }
+
+/// The `x-amz-*` headers of a GET or HEAD answer that describe the object rather than
+/// the request, kept with its record and sent with every answer from the cache. Names
+/// are lower case; each value is at most [`OBJECT_HEADER_MAX`] bytes (S3's longest, a
+/// KMS key ARN or a redirect location, stay within 2 KiB), so a record stays bounded.
+pub const OBJECT_HEADERS: [&str; 15] = [
+    "x-amz-archive-status",
+    "x-amz-expiration",
+    "x-amz-missing-meta",
+    "x-amz-object-lock-legal-hold",
+    "x-amz-object-lock-mode",
+    "x-amz-object-lock-retain-until-date",
+    "x-amz-replication-status",
+    "x-amz-restore",
+    "x-amz-server-side-encryption",
+    "x-amz-server-side-encryption-aws-kms-key-id",
+    "x-amz-server-side-encryption-bucket-key-enabled",
+    "x-amz-server-side-encryption-context",
+    "x-amz-storage-class",
+    "x-amz-tagging-count",
+    "x-amz-website-redirect-location",
+];
+
+/// The longest value of an [`OBJECT_HEADERS`] header a record keeps.
+pub const OBJECT_HEADER_MAX: usize = 4096;
 
 /// An object's stored checksums, as a HEAD with `x-amz-checksum-mode: ENABLED` reports them.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]

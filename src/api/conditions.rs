@@ -153,6 +153,7 @@ mod tests {
             expires: None,
             user_metadata: Vec::new(),
             checksums: None,
+            headers: Vec::new(),
         }
     }
 

@@ -268,6 +268,16 @@ pub fn auth_error(error: &AuthError) -> S3Error {
             StatusCode::BAD_REQUEST,
             "x-amz-content-sha256 must be UNSIGNED-PAYLOAD, STREAMING-UNSIGNED-PAYLOAD-TRAILER, STREAMING-AWS4-HMAC-SHA256-PAYLOAD, STREAMING-AWS4-HMAC-SHA256-PAYLOAD-TRAILER or a SHA-256 in hex.",
         ),
+        AuthError::Policy(reason) => (
+            S3ErrorCode::AccessDenied,
+            StatusCode::FORBIDDEN,
+            Cow::Owned(format!("Invalid according to Policy: {reason}")),
+        ),
+        AuthError::PolicyDocument(reason) => (
+            S3ErrorCode::InvalidPolicyDocument,
+            StatusCode::BAD_REQUEST,
+            Cow::Owned(reason.clone()),
+        ),
         AuthError::HeadersNotSigned(names) => (
             S3ErrorCode::AccessDenied,
             StatusCode::FORBIDDEN,

@@ -23,7 +23,7 @@ use super::error::{RequestError, auth_error, error_response, invalid_object};
 use super::host::VirtualHosts;
 use super::limits::{RequestLimits, RequestRate, check_key};
 use super::listener::Requests;
-use super::passthrough::{Forwarded, Passthrough};
+use super::passthrough::{Forwarded, Passthrough, PostForm, form_boundary};
 use super::route::{Address, Effect, Route, parse_query};
 use super::unsigned::strip_signature;
 use crate::auth::{AuthError, Authenticator, RequestHead, Verified, authorize};
@@ -148,6 +148,9 @@ impl Front {
                 return refuse(error, context);
             }
         };
+        if let Some(form) = self.form_upload(&request, host.as_deref(), context) {
+            return self.post_form(request, form, context);
+        }
         match self.authenticate(&request, host.as_deref()) {
             Ok(verified) => {
                 if let Some(verified) = verified {
@@ -166,6 +169,52 @@ impl Front {
                 refuse(auth_error(&error), context)
             }
         }
+    }
+
+    /// A browser's form upload (`POST /bucket`, `multipart/form-data`, signed by its
+    /// policy rather than its headers), or `None` for any other request.
+    fn form_upload<B>(
+        &self,
+        request: &Request<B>,
+        host: Option<&str>,
+        context: &RequestContext,
+    ) -> Option<PostForm> {
+        if request.method() != http::Method::POST
+            || request.headers().contains_key(http::header::AUTHORIZATION)
+        {
+            return None;
+        }
+        let boundary = form_boundary(request.headers())?;
+        let address = Address::parse(request.uri(), host, self.hosts.as_ref()).ok()?;
+        let (Some(bucket), None, true) = (&address.bucket, &address.key, address.query.is_empty())
+        else {
+            return None;
+        };
+        Some(PostForm {
+            bucket: bucket.clone(),
+            boundary,
+            auth: self.auth.clone(),
+            request_id: context.id().to_owned(),
+        })
+    }
+
+    /// Sends a form upload to the passthrough, which verifies its policy itself: the
+    /// credential is in its fields. Charged to the default tenant, since the credential
+    /// is known only once the fields are read.
+    fn post_form(
+        &self,
+        request: Request<Incoming>,
+        form: PostForm,
+        context: &RequestContext,
+    ) -> Dispatched {
+        context.set_operation("PostObject");
+        context.set_target(Some(form.bucket.clone()), None, None);
+        let charge = Charge::new(self.default_tenant.clone());
+        let bucket = self.metrics.ledger.bucket_label(Some(&form.bucket));
+        context.set_charge(charge.clone(), bucket);
+        let passthrough = self.passthrough.clone();
+        let posted = async move { Ok(passthrough.handle_post(request, form).await) };
+        Box::pin(charged(charge, posted))
     }
 
     /// Verifies the request's signature; `Ok(None)` when authentication is off.

@@ -19,6 +19,7 @@
 mod capture;
 mod delete;
 mod framing;
+mod post;
 
 use std::sync::Arc;
 
@@ -44,6 +45,7 @@ use crate::upstream::{ForwardRequest, Origins, Payload, UpstreamError};
 use capture::Capture;
 use delete::{MAX_DELETE_LIST_BYTES, collect_bounded, deleted, deleted_objects};
 use framing::{Framing, body_error, client_body, forwarded_headers, full_body};
+pub use post::{PostForm, form_boundary};
 
 /// Response headers that describe the upstream connection, not the response.
 const DROPPED_RESPONSE_HEADERS: [&str; 7] = [
@@ -135,23 +137,31 @@ impl Passthrough {
             // have applied it, every member must hear of it.
             Effect::WriteObject | Effect::ChangeKey | Effect::DeleteListed => {
                 let passthrough = self.clone();
-                // The write's origin requests are charged to the request's tenant.
-                let write = self.tasks.spawn(crate::tenant::for_the_caller(async move {
-                    passthrough.forward(request, forwarded).await
-                }));
-                let waiting = ClientWaits(Some(&self.metrics));
-                let result = write.await;
-                waiting.answered();
-                result.unwrap_or_else(|error| {
-                    tracing::error!(%error, "a write's task failed");
-                    Err(s3s::s3_error!(InternalError, "the write's task failed"))
-                })
+                self.as_write(async move { passthrough.forward(request, forwarded).await })
+                    .await
             }
         };
         match result {
             Ok(response) => response,
             Err(error) => error_response(error, &request_id),
         }
+    }
+
+    /// Runs `write` as a task of its own, which ends as it would have if its client hangs
+    /// up: once the origin may have applied it, every member must hear of it. Its origin
+    /// requests are charged to the request's tenant.
+    async fn as_write(
+        &self,
+        write: impl Future<Output = Result<Response<s3s::Body>, S3Error>> + Send + 'static,
+    ) -> Result<Response<s3s::Body>, S3Error> {
+        let write = self.tasks.spawn(crate::tenant::for_the_caller(write));
+        let waiting = ClientWaits(Some(&self.metrics));
+        let result = write.await;
+        waiting.answered();
+        result.unwrap_or_else(|error| {
+            tracing::error!(%error, "a write's task failed");
+            Err(s3s::s3_error!(InternalError, "the write's task failed"))
+        })
     }
 
     async fn forward(
@@ -247,6 +257,7 @@ impl Passthrough {
                 query,
                 headers,
                 payload,
+                signed: true,
             })
             .await;
         self.settle_written(&changed, WriteOutcome::of(&result, &errors))

@@ -3,8 +3,9 @@
 //!
 //! Invariant: only a GET or HEAD of an object whose every query parameter and header the
 //! cached read path understands goes to the cache. Everything else (sub-resources such as
-//! `?acl`, `?tagging`, `?attributes`, `partNumber`, SSE-C reads, listings, writes) is
-//! forwarded, so a request that merely looks like a plain GET never gets the plain object.
+//! `?acl`, `?tagging`, `?attributes`, `partNumber`, reads with encryption headers,
+//! listings, writes) is forwarded, so a request that merely looks like a plain GET never
+//! gets the plain object.
 
 use http::{HeaderMap, Method, Uri};
 use percent_encoding::percent_decode_str;
@@ -35,11 +36,17 @@ const LIST_V1_QUERY: [&str; 6] = [
     "x-id",
 ];
 
-/// Headers that make a GET something the cache cannot answer: SSE-C reads need the key.
-const UNCACHEABLE_HEADERS: [&str; 3] = [
+/// Headers that make a GET or HEAD something the cache cannot answer: SSE-C reads need
+/// the key, and S3 refuses the other encryption headers on reads (400 InvalidArgument),
+/// which the origin answers for itself.
+const UNCACHEABLE_HEADERS: [&str; 7] = [
     "x-amz-server-side-encryption-customer-algorithm",
     "x-amz-server-side-encryption-customer-key",
     "x-amz-server-side-encryption-customer-key-md5",
+    "x-amz-server-side-encryption",
+    "x-amz-server-side-encryption-aws-kms-key-id",
+    "x-amz-server-side-encryption-context",
+    "x-amz-server-side-encryption-bucket-key-enabled",
 ];
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -288,12 +295,13 @@ impl Route {
             | "PutObjectTagging"
             | "DeleteObjectTagging"
             | "RestoreObject"
+            | "PostObject"
                 if !ADMIN_HEADERS.iter().any(|name| headers.contains_key(*name)) =>
             {
                 Scope::Write
             }
-            // Bucket configuration of every kind, ACLs, retention, legal holds, browser
-            // POST uploads (their policy document carries ACLs), and anything unknown.
+            // Bucket configuration of every kind, ACLs, retention, legal holds, and
+            // anything unknown (a form upload's ACL field counts as `x-amz-acl`).
             _ => Scope::Admin,
         }
     }

@@ -7,7 +7,8 @@
 //! `response-*` overrides are applied by the front.
 //! `x-amz-checksum-mode: ENABLED`, which current SDKs send on every GET, returns the stored
 //! `x-amz-checksum-*` headers where S3 does: on whole-object GETs and HEADs (ranged reads
-//! carry none).
+//! carry none). The object headers a record keeps (tagging count, object lock, storage
+//! class, encryption and the rest of `OBJECT_HEADERS`) go out as the origin sent them.
 
 use s3s::dto::{
     ChecksumMode, ChecksumType, ETag, GetObjectInput, GetObjectOutput, HeadObjectInput,
@@ -114,6 +115,24 @@ macro_rules! set_checksums {
         }
         output.checksum_type = checksums.kind.clone().map(ChecksumType::from);
     }};
+}
+
+/// `output` answered with the object headers `meta` keeps ([`crate::object::OBJECT_HEADERS`]),
+/// which s3s's outputs would otherwise leave out or re-format.
+fn with_object_headers<T>(output: T, meta: &ObjectMeta) -> S3Response<T> {
+    let mut response = S3Response::new(output);
+    for (name, value) in &meta.headers {
+        match (
+            HeaderName::from_bytes(name.as_bytes()),
+            HeaderValue::from_str(value),
+        ) {
+            (Ok(name), Ok(value)) => {
+                response.headers.insert(name, value);
+            }
+            _ => tracing::warn!(header = %name, "a kept object header is not a valid header"),
+        }
+    }
+    response
 }
 
 /// Whether the request asks for the object's checksums (`x-amz-checksum-mode: ENABLED`).
@@ -251,7 +270,7 @@ impl S3 for PorticoS3 {
         {
             set_checksums!(output, stored);
         }
-        Ok(S3Response::new(output))
+        Ok(with_object_headers(output, &read.meta))
     }
 
     async fn head_object(
@@ -288,6 +307,6 @@ impl S3 for PorticoS3 {
         {
             set_checksums!(output, stored);
         }
-        Ok(S3Response::new(output))
+        Ok(with_object_headers(output, &meta))
     }
 }

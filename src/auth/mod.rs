@@ -7,6 +7,7 @@
 //! complete request (the body adapters hold back the last bytes until it is verified).
 
 mod credentials;
+mod post_policy;
 pub mod sigv4;
 
 use std::sync::Arc;
@@ -15,6 +16,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use http::{HeaderMap, Method};
 
 pub use credentials::{Access, Credential, CredentialStore, CredentialsError, Scope};
+pub use post_policy::{FormFields, PostPolicy, upstream_policy};
 use sigv4::{CanonicalInput, ChunkSigner, SignatureParts};
 
 /// How far a request's time may be from Portico's clock, as S3 allows.
@@ -50,6 +52,10 @@ pub enum AuthError {
     Denied(&'static str),
     #[error("x-amz-* headers not covered by the signature: {0}")]
     HeadersNotSigned(String),
+    #[error("invalid according to the POST policy: {0}")]
+    Policy(String),
+    #[error("{0}")]
+    PolicyDocument(String),
     #[error("the credential is scoped to region {given:?}; this endpoint signs for {expected:?}")]
     WrongRegion {
         given: String,

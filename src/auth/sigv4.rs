@@ -116,6 +116,17 @@ impl SignatureParts {
         )
     }
 
+    /// The parts of a POST form's signature: its `x-amz-credential`, `x-amz-date` and
+    /// `x-amz-signature` fields (it signs the policy, not the request).
+    pub fn from_credential(
+        credential: &str,
+        amz_date: Option<&str>,
+        signature: &str,
+    ) -> Result<Self, AuthError> {
+        let amz_date = amz_date.ok_or(AuthError::MissingDate)?;
+        Self::assemble(credential, "host", signature, amz_date, None)
+    }
+
     fn assemble(
         credential: &str,
         signed_headers: &str,

@@ -23,9 +23,10 @@ use crate::object::{Checksums, Missing, ObjectMeta};
 
 /// The disk encoding of [`ObjectMeta`].
 impl ObjectMeta {
-    /// Format 1 had no checksums; format 2 appends them.
+    /// Format 1 had no checksums; format 2 appends them; format 3 the object headers.
     const FORMAT_V1: u8 = 1;
-    const FORMAT: u8 = 2;
+    const FORMAT_V2: u8 = 2;
+    const FORMAT: u8 = 3;
 
     fn encode(&self, writer: &mut impl Write) -> Result<()> {
         put_u8(writer, Self::FORMAT)?;
@@ -37,18 +38,19 @@ impl ObjectMeta {
         }
         put_pairs(writer, &self.user_metadata)?;
         match &self.checksums {
-            None => put_u8(writer, 0),
+            None => put_u8(writer, 0)?,
             Some(checksums) => {
                 put_u8(writer, 1)?;
                 put_pairs(writer, &checksums.values)?;
-                put_opt_str(writer, checksums.kind.as_deref())
+                put_opt_str(writer, checksums.kind.as_deref())?;
             }
         }
+        put_pairs(writer, &self.headers)
     }
 
     fn decode(reader: &mut impl Read) -> Result<Self> {
         let format = get_u8(reader)?;
-        if format != Self::FORMAT && format != Self::FORMAT_V1 {
+        if ![Self::FORMAT_V1, Self::FORMAT_V2, Self::FORMAT].contains(&format) {
             return Err(parse_error("unknown object metadata format"));
         }
         let mut meta = Self {
@@ -64,12 +66,16 @@ impl ObjectMeta {
             expires: get_opt_str(reader)?,
             user_metadata: get_pairs(reader)?,
             checksums: None,
+            headers: Vec::new(),
         };
-        if format == Self::FORMAT && get_u8(reader)? == 1 {
+        if format >= Self::FORMAT_V2 && get_u8(reader)? == 1 {
             meta.checksums = Some(Checksums {
                 values: get_pairs(reader)?,
                 kind: get_opt_str(reader)?,
             });
+        }
+        if format >= Self::FORMAT {
+            meta.headers = get_pairs(reader)?;
         }
         Ok(meta)
     }
@@ -107,6 +113,8 @@ impl ObjectMeta {
             + pairs(&self.user_metadata)
             + 1
             + checksums
+            + 4
+            + pairs(&self.headers)
     }
 }
 
@@ -332,6 +340,13 @@ mod tests {
                 values: vec![("crc32".to_owned(), "NhCmhg==".to_owned())],
                 kind: Some("FULL_OBJECT".to_owned()),
             }),
+            headers: vec![
+                (
+                    "x-amz-storage-class".to_owned(),
+                    "REDUCED_REDUNDANCY".to_owned(),
+                ),
+                ("x-amz-tagging-count".to_owned(), "2".to_owned()),
+            ],
         }
     }
 
@@ -360,17 +375,33 @@ mod tests {
     }
 
     #[test]
-    fn records_of_the_first_format_decode_without_checksums() {
+    fn records_of_the_first_format_decode_without_checksums_or_headers() {
         let meta = ObjectMeta {
             checksums: None,
+            headers: Vec::new(),
             ..sample_meta()
         };
         let record = MetaClock::new().record(MetaState::Found(Arc::new(meta)), 0);
         let mut bytes = Vec::new();
         record.encode(&mut bytes).unwrap();
-        // Format 1 is format 2 without the trailing checksum flag.
-        assert_eq!(bytes.pop(), Some(0));
+        // Format 1 is format 3 without the trailing checksum flag and header count.
+        bytes.truncate(bytes.len() - 5);
         bytes[26] = ObjectMeta::FORMAT_V1;
+        assert_eq!(MetaRecord::decode(&mut bytes.as_slice()).unwrap(), record);
+    }
+
+    #[test]
+    fn records_of_the_second_format_decode_without_headers() {
+        let meta = ObjectMeta {
+            headers: Vec::new(),
+            ..sample_meta()
+        };
+        let record = MetaClock::new().record(MetaState::Found(Arc::new(meta)), 0);
+        let mut bytes = Vec::new();
+        record.encode(&mut bytes).unwrap();
+        // Format 2 is format 3 without the trailing header count.
+        bytes.truncate(bytes.len() - 4);
+        bytes[26] = ObjectMeta::FORMAT_V2;
         assert_eq!(MetaRecord::decode(&mut bytes.as_slice()).unwrap(), record);
     }
 

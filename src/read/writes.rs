@@ -71,8 +71,16 @@ impl Generations {
         }
     }
 
+    /// The shard of `object`: one for its key's current version, one for all the
+    /// versions a read names by id. A version's bytes never change, but its tags,
+    /// retention and legal hold do, through writes on the key, each of which invalidates
+    /// both the current version and one named version (`null`, or the one it names): so
+    /// every named version's record moves with any write on the key, while the current
+    /// version's moves only with its own invalidation (a write of unknown outcome keeps
+    /// it servable while the origin is down).
     fn shard(&self, object: &ObjectRef) -> &Shard {
-        &self.shards[self.hasher.hash_one(object) as usize % GENERATION_SHARDS]
+        let key = (object.bucket(), object.key(), object.version().is_some());
+        &self.shards[self.hasher.hash_one(key) as usize % GENERATION_SHARDS]
     }
 
     /// The generation of the objects of `shard`: its count plus the lease's epoch.

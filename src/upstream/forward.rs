@@ -22,6 +22,7 @@ use hyper_util::rt::TokioExecutor;
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 
 use super::UpstreamError;
+pub use super::signer::PostSigner;
 use super::signer::{BodySignature, Signer};
 use crate::BoxError;
 use crate::config::UpstreamConfig;
@@ -59,6 +60,9 @@ pub struct ForwardRequest {
     /// The client's end-to-end headers, without signature or framing headers.
     pub headers: HeaderMap,
     pub payload: Payload,
+    /// Signed with the upstream credentials; a POST form upload carries its signature in
+    /// its fields instead.
+    pub signed: bool,
 }
 
 pub struct Forwarder {
@@ -110,6 +114,14 @@ impl Forwarder {
     }
 
     /// Sends `request` upstream and returns the response head with its streaming body.
+    /// What signs a POST form's policy for this upstream at `now`.
+    pub async fn post_signer(
+        &self,
+        now: std::time::SystemTime,
+    ) -> Result<Option<PostSigner>, UpstreamError> {
+        self.signer.post_signer(now).await
+    }
+
     pub async fn send(&self, request: ForwardRequest) -> Result<Response<Incoming>, UpstreamError> {
         let started = Instant::now();
         let operation = request.operation;
@@ -172,7 +184,9 @@ impl Forwarder {
         if let Some(length) = length {
             headers.insert(http::header::CONTENT_LENGTH, HeaderValue::from(length));
         }
-        self.signer.sign(&mut outgoing, signature).await?;
+        if request.signed {
+            self.signer.sign(&mut outgoing, signature).await?;
+        }
         self.client.request(outgoing).await.map_err(|error| {
             let message = error_chain(&error);
             // A failed connect (refused, DNS, TLS handshake) sent nothing.
@@ -264,6 +278,7 @@ mod tests {
                 .collect(),
             headers: HeaderMap::new(),
             payload: Payload::Empty,
+            signed: true,
         }
     }
 

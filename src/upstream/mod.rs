@@ -9,6 +9,7 @@ mod blank_key;
 mod client;
 mod error;
 mod forward;
+mod object_headers;
 mod origins;
 mod results;
 mod signer;
@@ -36,7 +37,8 @@ use crate::telemetry::{Metrics, TRACE_TARGET};
 use crate::types::{ByteRange, ObjectRef, RangeRequest};
 use client::{LedgerCounter, RetryCounter};
 pub use client::{sdk_config, tls_config};
-pub use forward::{EndpointError, ForwardRequest, Forwarder, Payload, UpstreamBody};
+pub use forward::{EndpointError, ForwardRequest, Forwarder, Payload, PostSigner, UpstreamBody};
+use object_headers::ObjectHeaders;
 pub use origins::{Origin, Origins};
 pub use portico_http_client::TlsError;
 pub use results::Listed;
@@ -49,9 +51,10 @@ struct OpenedRange {
     body: ByteStream,
 }
 
-/// Builds [`ObjectMeta`] from a GetObject or HeadObject output (they share accessor names).
+/// Builds [`ObjectMeta`] from a GetObject or HeadObject output (they share accessor names)
+/// and the object headers its answer carried.
 macro_rules! object_meta {
-    ($output:expr, $size:expr, $checksums:expr) => {{
+    ($output:expr, $size:expr, $checksums:expr, $headers:expr) => {{
         let output = $output;
         let mut user_metadata: Vec<(String, String)> = output
             .metadata()
@@ -76,6 +79,7 @@ macro_rules! object_meta {
             expires: output.expires_string().map(str::to_owned),
             user_metadata,
             checksums: $checksums,
+            headers: $headers,
         }
     }};
 }
@@ -254,13 +258,8 @@ impl Upstream {
             .set_version_id(object.version().map(str::to_owned))
             .range(range)
             .set_if_match(if_match.map(str::to_owned));
-        let sent = match restore {
-            Some(restore) => {
-                let restore = move |request: &mut _| restore.apply(request);
-                request.customize().mutate_request(restore).send().await
-            }
-            None => request.send().await,
-        };
+        let headers = ObjectHeaders::default();
+        let sent = headers.capturing(request.customize(), restore).send().await;
         let mut output = sent.map_err(error::from_sdk)?;
         head.arrived();
         let content_length = output
@@ -289,7 +288,7 @@ impl Upstream {
             )));
         }
         // A ranged GET carries no checksums of the whole object.
-        let meta = object_meta!(&output, size, None);
+        let meta = object_meta!(&output, size, None, headers.take());
         let body = std::mem::replace(&mut output.body, ByteStream::from_static(b""));
         let opened = OpenedRange {
             meta,
@@ -331,15 +330,8 @@ impl Upstream {
             .checksum_mode(ChecksumMode::Enabled)
             .set_if_none_match(if_none_match.map(str::to_owned))
             .set_if_match(if_match.map(str::to_owned));
-        let sent = async {
-            match restore {
-                Some(restore) => {
-                    let restore = move |request: &mut _| restore.apply(request);
-                    request.customize().mutate_request(restore).send().await
-                }
-                None => request.send().await,
-            }
-        };
+        let headers = ObjectHeaders::default();
+        let sent = headers.capturing(request.customize(), restore).send();
         let result = sent.instrument(span.clone()).await.map_err(error::from_sdk);
         let outcome = match result {
             Ok(output) => {
@@ -351,7 +343,12 @@ impl Upstream {
                     });
                 size.map(|size| {
                     let checksums = Some(checksums_of(&output));
-                    HeadOutcome::Found(Box::new(object_meta!(&output, size, checksums)))
+                    HeadOutcome::Found(Box::new(object_meta!(
+                        &output,
+                        size,
+                        checksums,
+                        headers.take()
+                    )))
                 })
             }
             Err(UpstreamError::NotModified) => Ok(HeadOutcome::NotModified),

@@ -70,6 +70,41 @@ impl Signer {
         Ok(Some(credentials))
     }
 
+    /// What signs a POST form's policy with the upstream credentials at `now`; `None`
+    /// without credentials (an anonymous upstream).
+    pub async fn post_signer(&self, now: SystemTime) -> Result<Option<PostSigner>, UpstreamError> {
+        let Some(credentials) = self.credentials().await? else {
+            return Ok(None);
+        };
+        let at = time::OffsetDateTime::from(now);
+        let date = format!("{:04}{:02}{:02}", at.year(), u8::from(at.month()), at.day());
+        let amz_date = format!(
+            "{date}T{:02}{:02}{:02}Z",
+            at.hour(),
+            at.minute(),
+            at.second()
+        );
+        let key =
+            v4::generate_signing_key(credentials.secret_access_key(), now, &self.region, "s3");
+        let credential = format!(
+            "{}/{date}/{}/s3/aws4_request",
+            credentials.access_key_id(),
+            self.region
+        );
+        let mut fields = vec![
+            ("x-amz-algorithm".to_owned(), "AWS4-HMAC-SHA256".to_owned()),
+            ("x-amz-credential".to_owned(), credential),
+            ("x-amz-date".to_owned(), amz_date),
+        ];
+        if let Some(token) = credentials.session_token() {
+            fields.push(("x-amz-security-token".to_owned(), token.to_owned()));
+        }
+        Ok(Some(PostSigner {
+            fields,
+            key: key.as_ref().to_vec(),
+        }))
+    }
+
     /// Adds `x-amz-date`, `x-amz-content-sha256` and `Authorization` to `request`, whose
     /// URI must already be in S3's canonical encoding.
     pub async fn sign<B>(
@@ -131,5 +166,30 @@ impl Signer {
             .into_parts();
         instructions.apply_to_request_http1x(request);
         Ok(())
+    }
+}
+
+/// Signs one POST form's policy for the upstream.
+pub struct PostSigner {
+    fields: Vec<(String, String)>,
+    key: Vec<u8>,
+}
+
+impl PostSigner {
+    /// The fields that name the credential (`x-amz-algorithm`, `x-amz-credential`,
+    /// `x-amz-date`, and `x-amz-security-token` for a session): the form sends them, and
+    /// its policy must state them.
+    pub fn fields(&self) -> &[(String, String)] {
+        &self.fields
+    }
+
+    /// The `policy` (base64) and `x-amz-signature` fields for the document `policy`.
+    pub fn sign(&self, policy: &str) -> [(String, String); 2] {
+        let encoded = aws_smithy_types::base64::encode(policy.as_bytes());
+        let signature = v4::calculate_signature(&self.key, encoded.as_bytes());
+        [
+            ("policy".to_owned(), encoded),
+            ("x-amz-signature".to_owned(), signature),
+        ]
     }
 }

@@ -77,6 +77,9 @@ fn outside_ephemeral() -> (u16, u16) {
     }
 }
 
+/// The test MinIO's KMS key (name and 32 bytes in base64): a fixed test value.
+pub const KMS_SECRET_KEY: &str = "portico-test-key:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
+
 /// `PORTICO_MINIO`, or the MinIO that `make tools` installed in ~/.cache/portico-tools.
 fn minio_binary() -> PathBuf {
     if let Some(path) = std::env::var_os("PORTICO_MINIO") {
@@ -147,6 +150,9 @@ pub fn start_on(port: u16, env: &[(&str, &str)]) -> Minio {
         .env("MINIO_ROOT_USER", ACCESS_KEY)
         .env("MINIO_ROOT_PASSWORD", SECRET_KEY)
         .env("MINIO_BROWSER", "off")
+        // A static key so objects can be stored with server-side encryption (SSE-S3 and
+        // SSE-KMS), as S3 stores them; for tests only.
+        .env("MINIO_KMS_SECRET_KEY", KMS_SECRET_KEY)
         // Last, so a test can replace the root credential too.
         .envs(env.iter().copied())
         .stdin(Stdio::piped())

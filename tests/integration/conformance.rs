@@ -2,8 +2,10 @@
 //! to MinIO directly and through Portico (in front of the same MinIO, each side with its
 //! own versioned bucket, so both see the same history), signed by aws-sigv4 (not
 //! Portico's signer). Both must answer alike: the same status, S3 error code, the object
-//! headers that matter and the same body bytes. Where Portico differs on purpose, the
-//! difference is named in [`deliberate_difference`] with its reason.
+//! headers (content headers, metadata, checksums, and those that describe the object:
+//! tags, storage class, encryption, redirect, lifecycle expiration) and the same body
+//! bytes. Where Portico differs on purpose, the difference is named in
+//! [`deliberate_difference`] with its reason.
 //!
 //! Seeded and reproducible: `PORTICO_CONFORMANCE_SEED` (default below) and
 //! `PORTICO_CONFORMANCE_CASES` (`make test` runs a bounded number, `make conformance`
@@ -20,7 +22,7 @@ use std::collections::{BTreeMap, HashMap};
 use bytes::Bytes;
 use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestRng, TestRunner};
 
-use crate::support::{Rig, enable_versioning, random_bytes, signed_send};
+use crate::support::{Rig, enable_versioning, expire_after_30_days, random_bytes, signed_send};
 use generate::{Body, Case, Conditional, Op, PART, Read, Version};
 use portico_testkit::create_bucket;
 use portico_testkit::minio::minio;
@@ -56,6 +58,8 @@ async fn sides(prefix: &str) -> (Rig, [Target; 2]) {
     let direct_bucket = create_bucket(&rig.direct, "conformance-direct").await;
     for bucket in [&rig.bucket, &direct_bucket] {
         enable_versioning(&rig.direct, bucket).await;
+        // Every object's answers carry `x-amz-expiration`.
+        expire_after_30_days(&rig.direct, bucket, "expire-all", "").await;
     }
     let targets = [
         Target {
@@ -299,7 +303,7 @@ async fn perform(target: &Target, written: &mut Written, keys: &[String], op: &O
     match op {
         Op::Put { key, body, headers } => {
             let key = key_of(*key);
-            let pairs = pairs(headers);
+            let pairs = stored(key, headers);
             let (status, response, bytes) =
                 signed_send("PUT", &target.url(key, &[]), &pairs, body_bytes(body)).await;
             let observed = write_answer(status, &response, &bytes, header(&response, "etag"));
@@ -320,7 +324,7 @@ async fn perform(target: &Target, written: &mut Written, keys: &[String], op: &O
             let mut headers = vec![("x-amz-copy-source", source.as_str())];
             if let Some(replace) = replace {
                 headers.push(("x-amz-metadata-directive", "REPLACE"));
-                headers.extend(pairs(replace));
+                headers.extend(stored(to, replace));
             }
             let (status, response, bytes) =
                 signed_send("PUT", &target.url(to, &[]), &headers, Bytes::new()).await;
@@ -331,6 +335,15 @@ async fn perform(target: &Target, written: &mut Written, keys: &[String], op: &O
         Op::Delete { key } => {
             let (status, response, bytes) =
                 signed_send("DELETE", &target.url(key_of(*key), &[]), &[], Bytes::new()).await;
+            write_answer(status, &response, &bytes, None)
+        }
+        Op::Tag { key, count } => {
+            let url = target.url(key_of(*key), &[("tagging", "")]);
+            let (method, body) = match count {
+                0 => ("DELETE", Bytes::new()),
+                count => ("PUT", tagging_document(*count)),
+            };
+            let (status, response, bytes) = signed_send(method, &url, &[], body).await;
             write_answer(status, &response, &bytes, None)
         }
         Op::Multipart {
@@ -357,7 +370,7 @@ async fn multipart(
     let (status, response, bytes) = signed_send(
         "POST",
         &target.url(key, &[("uploads", "")]),
-        &pairs(headers),
+        &stored(key, headers),
         Bytes::new(),
     )
     .await;

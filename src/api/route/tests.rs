@@ -78,6 +78,24 @@ fn only_plain_object_reads_are_cached() {
         Route::of(&Method::GET, &address("/b/k"), &sse_c),
         Route::Forward { .. }
     ));
+    // S3 refuses the other encryption headers on reads; the origin says so itself.
+    for name in [
+        "x-amz-server-side-encryption",
+        "x-amz-server-side-encryption-aws-kms-key-id",
+        "x-amz-server-side-encryption-bucket-key-enabled",
+    ] {
+        let mut sse = HeaderMap::new();
+        sse.insert(name, "AES256".parse().unwrap());
+        for method in [Method::GET, Method::HEAD] {
+            assert!(
+                matches!(
+                    Route::of(&method, &address("/b/k"), &sse),
+                    Route::Forward { .. }
+                ),
+                "{method} with {name}"
+            );
+        }
+    }
 }
 
 #[test]

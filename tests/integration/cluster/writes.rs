@@ -617,3 +617,81 @@ async fn a_member_that_answers_late_but_within_2_s_costs_each_writer_one_wait_an
     let read = fleet.get(2, "late.bin", None).await.expect("read");
     assert!(read == last, "the late member serves the last write");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_tagging_change_through_one_member_reaches_every_member_s_cached_headers() {
+    let fleet = Fleet::start("fleet-tags", 2).await;
+    let data = random_bytes(64_000, 41);
+    fleet.clients[0]
+        .put_object()
+        .bucket(&fleet.bucket)
+        .key("tagged.bin")
+        .tagging("a=1")
+        .body(data.clone().into())
+        .send()
+        .await
+        .expect("PUT with tags");
+    let tag_count = |at: usize| {
+        let fleet = &fleet;
+        async move {
+            let answer = fleet.clients[at]
+                .get_object()
+                .bucket(&fleet.bucket)
+                .key("tagged.bin")
+                .send()
+                .await
+                .expect("GET");
+            answer.tag_count()
+        }
+    };
+    for at in [0, 1] {
+        assert_eq!(tag_count(at).await, Some(1), "node {at}, as uploaded");
+    }
+    let tags = aws_sdk_s3::types::Tagging::builder()
+        .tag_set(
+            aws_sdk_s3::types::Tag::builder()
+                .key("a")
+                .value("1")
+                .build()
+                .unwrap(),
+        )
+        .tag_set(
+            aws_sdk_s3::types::Tag::builder()
+                .key("b")
+                .value("2")
+                .build()
+                .unwrap(),
+        )
+        .build()
+        .unwrap();
+    fleet.clients[0]
+        .put_object_tagging()
+        .bucket(&fleet.bucket)
+        .key("tagged.bin")
+        .tagging(tags)
+        .send()
+        .await
+        .expect("tagging through node 0");
+    for at in [1, 0] {
+        assert_eq!(tag_count(at).await, Some(2), "node {at} after the tagging");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_form_upload_through_one_member_is_seen_through_every_other_at_once() {
+    let fleet = Fleet::start("fleet-post", 2).await;
+    let first = random_bytes(200_000, 51);
+    fleet.put_via(1, "posted.bin", &first).await;
+    for at in [0, 1] {
+        assert!(fleet.get(at, "posted.bin", None).await.expect("read") == first);
+    }
+    let second = random_bytes(120_000, 52);
+    let endpoint = fleet.node(0).s3.clone();
+    let (status, body) =
+        crate::post_uploads::post_form(&endpoint, &fleet.bucket, "posted.bin", &second).await;
+    assert_eq!(status, 204, "{}", String::from_utf8_lossy(&body));
+    for at in [1, 0] {
+        let read = fleet.get(at, "posted.bin", None).await.expect("read");
+        assert!(read == second, "node {at} serves the form upload at once");
+    }
+}

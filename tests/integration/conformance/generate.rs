@@ -37,6 +37,11 @@ pub enum Op {
     Delete {
         key: usize,
     },
+    /// PutObjectTagging with `count` tags (none: DeleteObjectTagging).
+    Tag {
+        key: usize,
+        count: usize,
+    },
     /// Create, upload a 5 MiB part and a short last part, complete.
     Multipart {
         key: usize,
@@ -156,6 +161,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (any::<usize>(), any::<usize>(), proptest::option::of(object_headers()))
             .prop_map(|(from, to, replace)| Op::Copy { from, to, replace }),
         1 => any::<usize>().prop_map(|key| Op::Delete { key }),
+        1 => (any::<usize>(), 0usize..4).prop_map(|(key, count)| Op::Tag { key, count }),
         1 => (any::<usize>(), 1usize..3 * BLOCK, object_headers())
             .prop_map(|(key, last_part, headers)| Op::Multipart { key, last_part, headers }),
     ]
@@ -190,27 +196,63 @@ fn object_headers() -> impl Strategy<Value = Vec<(String, String)>> {
         &["no-cache", "max-age=3600", "public, immutable"][..],
     ));
     let metadata = vec(("[a-z0-9][a-z0-9-]{0,10}", header_value()), 0..4);
-    (content_type, content_encoding, cache_control, metadata).prop_map(
-        |(content_type, content_encoding, cache_control, metadata)| {
-            let mut headers = Vec::new();
-            if let Some(value) = content_type {
-                headers.push(("content-type".to_owned(), value.to_owned()));
-            }
-            if let Some(value) = content_encoding {
-                headers.push(("content-encoding".to_owned(), value.to_owned()));
-            }
-            if let Some(value) = cache_control {
-                headers.push(("cache-control".to_owned(), value.to_owned()));
-            }
-            let mut names = std::collections::BTreeSet::new();
-            for (name, value) in metadata {
-                if names.insert(name.clone()) {
-                    headers.push((format!("x-amz-meta-{name}"), value));
-                }
-            }
-            headers
-        },
+    (
+        content_type,
+        content_encoding,
+        cache_control,
+        metadata,
+        described_by(),
     )
+        .prop_map(
+            |(content_type, content_encoding, cache_control, metadata, described)| {
+                let mut headers = described;
+                if let Some(value) = content_type {
+                    headers.push(("content-type".to_owned(), value.to_owned()));
+                }
+                if let Some(value) = content_encoding {
+                    headers.push(("content-encoding".to_owned(), value.to_owned()));
+                }
+                if let Some(value) = cache_control {
+                    headers.push(("cache-control".to_owned(), value.to_owned()));
+                }
+                let mut names = std::collections::BTreeSet::new();
+                for (name, value) in metadata {
+                    if names.insert(name.clone()) {
+                        headers.push((format!("x-amz-meta-{name}"), value));
+                    }
+                }
+                headers
+            },
+        )
+}
+
+/// The headers S3 describes an object with besides its content headers: tags, storage
+/// class, server-side encryption, a website redirect.
+fn described_by() -> impl Strategy<Value = Vec<(String, String)>> {
+    let tagging = proptest::option::weighted(
+        0.3,
+        proptest::sample::select(&["a=1", "a=1&b=2", "k%20x=v%2Fy&z=", "one=1&two=2&three=3"][..]),
+    );
+    let class = proptest::option::weighted(
+        0.2,
+        proptest::sample::select(&["STANDARD", "REDUCED_REDUNDANCY"][..]),
+    );
+    let encryption = proptest::option::weighted(0.2, Just("AES256"));
+    let redirect = proptest::option::weighted(
+        0.1,
+        proptest::sample::select(&["/elsewhere.html", "https://example.com/moved"][..]),
+    );
+    (tagging, class, encryption, redirect).prop_map(|(tagging, class, encryption, redirect)| {
+        [
+            ("x-amz-tagging", tagging),
+            ("x-amz-storage-class", class),
+            ("x-amz-server-side-encryption", encryption),
+            ("x-amz-website-redirect-location", redirect),
+        ]
+        .into_iter()
+        .filter_map(|(name, value)| Some((name.to_owned(), value?.to_owned())))
+        .collect()
+    })
 }
 
 /// Header values: ASCII with inner spaces and punctuation, and UTF-8.

@@ -1,7 +1,7 @@
 //! Sequences the differential test found failing, shrunk, each named after what it
 //! found. They run on every `make test` whatever the seed.
 
-use super::generate::{Body, Case, Conditional, Op, Read};
+use super::generate::{Body, Case, Conditional, Op, Read, Version};
 
 fn read() -> Read {
     Read {
@@ -101,6 +101,34 @@ pub fn cases() -> Vec<(&'static str, Case)> {
                     ranged("bytes=-5"),
                     ranged("bytes=-0"),
                     ranged("bytes=-"),
+                ],
+            },
+        ),
+        (
+            // A version's record follows a tagging change on its key (was: the tagging
+            // count the version had when it was first read).
+            "tags of a version read by its id",
+            Case {
+                keys: keys("a"),
+                ops: vec![
+                    put(0, &[("x-amz-tagging", "a=1")]),
+                    get(Read {
+                        version: Some(Version::LastWritten),
+                        ..read()
+                    }),
+                    Op::Tag { key: 0, count: 0 },
+                    get(Read {
+                        version: Some(Version::LastWritten),
+                        ..read()
+                    }),
+                    Op::Tag { key: 0, count: 3 },
+                    Op::Head {
+                        key: 0,
+                        read: Read {
+                            version: Some(Version::LastWritten),
+                            ..read()
+                        },
+                    },
                 ],
             },
         ),

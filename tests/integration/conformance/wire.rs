@@ -25,6 +25,17 @@ pub(super) fn pairs(headers: &[(String, String)]) -> Vec<(&str, &str)> {
         .collect()
 }
 
+/// The headers a write of `key` stores the object with. MinIO keeps an encrypted object
+/// whose key ends in `/` with two ETags (its GET answers with one, its HEAD, 304 and
+/// `If-Match` use a sealed other), which S3 does not: such keys are not encrypted.
+pub(super) fn stored<'a>(key: &str, headers: &'a [(String, String)]) -> Vec<(&'a str, &'a str)> {
+    let mut pairs = pairs(headers);
+    if key.ends_with('/') {
+        pairs.retain(|(name, _)| *name != "x-amz-server-side-encryption");
+    }
+    pairs
+}
+
 pub(super) fn body_bytes(body: &Body) -> Bytes {
     Bytes::from(random_bytes(body.length, body.seed))
 }
@@ -90,6 +101,17 @@ pub(super) fn object_headers(response: &http::HeaderMap) -> BTreeMap<String, Str
         "expires",
         "x-amz-delete-marker",
         "x-amz-mp-parts-count",
+        "x-amz-tagging-count",
+        "x-amz-storage-class",
+        "x-amz-server-side-encryption",
+        "x-amz-server-side-encryption-aws-kms-key-id",
+        "x-amz-website-redirect-location",
+        "x-amz-object-lock-mode",
+        "x-amz-object-lock-retain-until-date",
+        "x-amz-object-lock-legal-hold",
+        "x-amz-restore",
+        "x-amz-replication-status",
+        "x-amz-missing-meta",
     ];
     const PRESENT: &[&str] = &["last-modified", "x-amz-version-id"];
     let mut headers = BTreeMap::new();
@@ -103,6 +125,13 @@ pub(super) fn object_headers(response: &http::HeaderMap) -> BTreeMap<String, Str
             headers.insert(name.to_owned(), value);
         } else if PRESENT.contains(&name) {
             headers.insert(name.to_owned(), "(present)".to_owned());
+        } else if name == "x-amz-expiration" {
+            // The expiry date follows each side's own modification time: the rule is
+            // compared.
+            let rule = value
+                .find("rule-id=")
+                .map_or(value.as_str(), |at| &value[at..]);
+            headers.insert(name.to_owned(), rule.to_owned());
         }
     }
     headers
@@ -119,4 +148,12 @@ pub(super) fn xml_field(body: &[u8], field: &str) -> Option<String> {
     let start = text.find(&open)? + open.len();
     let end = text[start..].find(&format!("</{field}>"))? + start;
     Some(text[start..end].to_owned())
+}
+
+/// A PutObjectTagging document of `count` tags.
+pub(super) fn tagging_document(count: usize) -> Bytes {
+    let tags: String = (0..count)
+        .map(|index| format!("<Tag><Key>tag-{index}</Key><Value>value {index}</Value></Tag>"))
+        .collect();
+    Bytes::from(format!("<Tagging><TagSet>{tags}</TagSet></Tagging>"))
 }

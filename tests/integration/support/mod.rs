@@ -309,6 +309,33 @@ pub async fn enable_versioning(direct: &Client, bucket: &str) {
         .expect("enable versioning");
 }
 
+/// A lifecycle rule (`id`) on `bucket` that expires objects under `prefix` after 30 days,
+/// so their answers carry `x-amz-expiration`.
+pub async fn expire_after_30_days(direct: &Client, bucket: &str, id: &str, prefix: &str) {
+    use aws_sdk_s3::types::{
+        BucketLifecycleConfiguration, ExpirationStatus, LifecycleExpiration, LifecycleRule,
+        LifecycleRuleFilter,
+    };
+    let rule = LifecycleRule::builder()
+        .id(id)
+        .filter(LifecycleRuleFilter::builder().prefix(prefix).build())
+        .status(ExpirationStatus::Enabled)
+        .expiration(LifecycleExpiration::builder().days(30).build())
+        .build()
+        .expect("lifecycle rule");
+    let configuration = BucketLifecycleConfiguration::builder()
+        .rules(rule)
+        .build()
+        .expect("lifecycle configuration");
+    direct
+        .put_bucket_lifecycle_configuration()
+        .bucket(bucket)
+        .lifecycle_configuration(configuration)
+        .send()
+        .await
+        .expect("put the lifecycle rule");
+}
+
 pub fn crc32_base64(data: &[u8]) -> String {
     aws_smithy_types::base64::encode(crc32fast::hash(data).to_be_bytes())
 }
