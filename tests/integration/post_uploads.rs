@@ -1,15 +1,15 @@
 //! Browser form uploads (POST Object) through Portico, in both auth modes, against MinIO
 //! direct: boto3's `generate_presigned_post` with `requests` (scripts/post_upload.py),
-//! valid forms and each kind of broken one; a form too large before its file; and a form
-//! built here, byte by byte, for the fleet test (cluster/writes.rs).
+//! valid forms and each kind of broken one; a form built by hand (`support/form.rs`), and
+//! one too large before its file.
 
 use bytes::Bytes;
-use hmac::{KeyInit, Mac};
 use portico_testkit::minio::{ACCESS_KEY, SECRET_KEY, minio};
 use portico_testkit::{create_bucket, http_send};
 
 use crate::support::Rig;
 use crate::support::cli::{run, tool};
+use crate::support::form::{Form, post_form};
 
 /// Portico's client credential in these tests: not MinIO's, so a form Portico forwarded
 /// as it came would fail at MinIO.
@@ -77,98 +77,16 @@ async fn browser_form_uploads_work_through_portico_without_authentication() {
     }
 }
 
-/// A form upload of `data` to `key`, signed for `bucket` by the test credential (which is
-/// both Portico's and MinIO's in the default settings): (status, body).
-pub async fn post_form(endpoint: &str, bucket: &str, key: &str, data: &[u8]) -> (u16, Bytes) {
-    let now = time::OffsetDateTime::now_utc();
-    let date = format!(
-        "{:04}{:02}{:02}",
-        now.year(),
-        u8::from(now.month()),
-        now.day()
-    );
-    let amz_date = format!(
-        "{date}T{:02}{:02}{:02}Z",
-        now.hour(),
-        now.minute(),
-        now.second()
-    );
-    let credential = format!("{ACCESS_KEY}/{date}/us-east-1/s3/aws4_request");
-    let expires = now + time::Duration::minutes(10);
-    let expiration = format!(
-        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}Z",
-        expires.year(),
-        u8::from(expires.month()),
-        expires.day(),
-        expires.hour(),
-        expires.minute(),
-        expires.second()
-    );
-    let policy = serde_json::json!({
-        "expiration": expiration,
-        "conditions": [
-            {"bucket": bucket},
-            {"key": key},
-            {"x-amz-algorithm": "AWS4-HMAC-SHA256"},
-            {"x-amz-credential": credential},
-            {"x-amz-date": amz_date},
-        ],
-    });
-    let policy = aws_smithy_types::base64::encode(policy.to_string().as_bytes());
-    let mut signing = format!("AWS4{SECRET_KEY}").into_bytes();
-    for part in [date.as_str(), "us-east-1", "s3", "aws4_request"] {
-        signing = hmac_sha256(&signing, part.as_bytes());
-    }
-    let signature = hex::encode(hmac_sha256(&signing, policy.as_bytes()));
-    let boundary = "portico-test-form-boundary";
-    let mut body = Vec::new();
-    for (name, value) in [
-        ("key", key),
-        ("x-amz-algorithm", "AWS4-HMAC-SHA256"),
-        ("x-amz-credential", &credential),
-        ("x-amz-date", &amz_date),
-        ("policy", &policy),
-        ("x-amz-signature", &signature),
-    ] {
-        body.extend_from_slice(
-            format!(
-                "--{boundary}\r\nContent-Disposition: form-data; name=\"{name}\"\r\n\r\n{value}\r\n"
-            )
-            .as_bytes(),
-        );
-    }
-    body.extend_from_slice(
-        format!(
-            "--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"f.bin\"\r\n\
-             Content-Type: application/octet-stream\r\n\r\n"
-        )
-        .as_bytes(),
-    );
-    body.extend_from_slice(data);
-    body.extend_from_slice(format!("\r\n--{boundary}--\r\n").as_bytes());
-    let content_type = format!("multipart/form-data; boundary={boundary}");
-    let url = format!("{endpoint}/{bucket}");
-    let (status, _, answer) = http_send(
-        "POST",
-        &url,
-        &[("content-type", content_type.as_str())],
-        Bytes::from(body),
-    )
-    .await;
-    (status, answer)
-}
-
-fn hmac_sha256(key: &[u8], data: &[u8]) -> Vec<u8> {
-    let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(key).expect("any key length");
-    mac.update(data);
-    mac.finalize().into_bytes().to_vec()
-}
-
 #[tokio::test]
 async fn a_form_built_by_hand_uploads_and_one_too_large_before_its_file_is_refused() {
     let rig = Rig::start("post-hand", |_| {}).await;
     let data = crate::support::random_bytes(3 * 1024 * 1024 + 17, 21);
-    let (status, body) = post_form(&rig.portico().s3, &rig.bucket, "hand/made.bin", &data).await;
+    let form = Form {
+        key: "hand/made.bin".to_owned(),
+        data: data.clone(),
+        ..Form::default()
+    };
+    let (status, _, body) = post_form(&rig.portico().s3, &rig.bucket, &form).await;
     assert_eq!(
         status,
         204,

@@ -687,8 +687,12 @@ async fn a_form_upload_through_one_member_is_seen_through_every_other_at_once() 
     }
     let second = random_bytes(120_000, 52);
     let endpoint = fleet.node(0).s3.clone();
-    let (status, body) =
-        crate::post_uploads::post_form(&endpoint, &fleet.bucket, "posted.bin", &second).await;
+    let form = crate::support::form::Form {
+        key: "posted.bin".to_owned(),
+        data: second.clone(),
+        ..Default::default()
+    };
+    let (status, _, body) = crate::support::form::post_form(&endpoint, &fleet.bucket, &form).await;
     assert_eq!(status, 204, "{}", String::from_utf8_lossy(&body));
     for at in [1, 0] {
         let read = fleet.get(at, "posted.bin", None).await.expect("read");

@@ -37,6 +37,14 @@ pub enum Op {
     Delete {
         key: usize,
     },
+    /// A browser form upload (POST Object) with `headers` as its fields, valid or
+    /// broken one way.
+    Post {
+        key: usize,
+        body: Body,
+        headers: Vec<(String, String)>,
+        broken: Option<Broken>,
+    },
     /// PutObjectTagging with `count` tags (none: DeleteObjectTagging).
     Tag {
         key: usize,
@@ -48,6 +56,19 @@ pub enum Op {
         last_part: usize,
         headers: Vec<(String, String)>,
     },
+}
+
+/// How a form upload is broken.
+#[derive(Debug, Clone, Copy)]
+pub enum Broken {
+    Expired,
+    Forged,
+    /// A field no condition names.
+    UnnamedField,
+    /// The key outside the policy's `starts-with` prefix.
+    KeyOutsidePrefix,
+    /// The file one byte over the policy's `content-length-range`.
+    TooLarge,
 }
 
 /// A body: its length and the seed of its bytes.
@@ -162,8 +183,20 @@ fn op() -> impl Strategy<Value = Op> {
             .prop_map(|(from, to, replace)| Op::Copy { from, to, replace }),
         1 => any::<usize>().prop_map(|key| Op::Delete { key }),
         1 => (any::<usize>(), 0usize..4).prop_map(|(key, count)| Op::Tag { key, count }),
+        2 => (any::<usize>(), body(), object_headers(), proptest::option::weighted(0.5, broken()))
+            .prop_map(|(key, body, headers, broken)| Op::Post { key, body, headers, broken }),
         1 => (any::<usize>(), 1usize..3 * BLOCK, object_headers())
             .prop_map(|(key, last_part, headers)| Op::Multipart { key, last_part, headers }),
+    ]
+}
+
+fn broken() -> impl Strategy<Value = Broken> {
+    prop_oneof![
+        Just(Broken::Expired),
+        Just(Broken::Forged),
+        Just(Broken::UnnamedField),
+        Just(Broken::KeyOutsidePrefix),
+        Just(Broken::TooLarge),
     ]
 }
 

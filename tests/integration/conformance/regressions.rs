@@ -1,7 +1,7 @@
 //! Sequences the differential test found failing, shrunk, each named after what it
 //! found. They run on every `make test` whatever the seed.
 
-use super::generate::{Body, Case, Conditional, Op, Read, Version};
+use super::generate::{Body, Broken, Case, Conditional, Op, Read, Version};
 
 fn read() -> Read {
     Read {
@@ -130,6 +130,42 @@ pub fn cases() -> Vec<(&'static str, Case)> {
                         },
                     },
                 ],
+            },
+        ),
+        (
+            // Form uploads, valid and each kind of broken one, then read back (new).
+            "form uploads",
+            Case {
+                keys: keys("form/upload.txt"),
+                ops: [
+                    None,
+                    Some(Broken::Expired),
+                    Some(Broken::Forged),
+                    Some(Broken::UnnamedField),
+                    Some(Broken::KeyOutsidePrefix),
+                    Some(Broken::TooLarge),
+                ]
+                .into_iter()
+                .flat_map(|broken| {
+                    let post = Op::Post {
+                        key: 0,
+                        body: Body {
+                            length: 3000,
+                            seed: 9,
+                        },
+                        headers: vec![
+                            ("content-type".to_owned(), "text/plain".to_owned()),
+                            ("x-amz-meta-owner".to_owned(), "web".to_owned()),
+                            (
+                                "x-amz-storage-class".to_owned(),
+                                "REDUCED_REDUNDANCY".to_owned(),
+                            ),
+                        ],
+                        broken,
+                    };
+                    [post, get(read())]
+                })
+                .collect(),
             },
         ),
     ]

@@ -157,3 +157,39 @@ pub(super) fn tagging_document(count: usize) -> Bytes {
         .collect();
     Bytes::from(format!("<Tagging><TagSet>{tags}</TagSet></Tagging>"))
 }
+
+/// The form a POST of `key` sends: `headers` as its fields (a form carries tags as XML,
+/// so `x-amz-tagging` is left out), broken as `broken` says.
+pub(super) fn form_of(
+    key: &str,
+    body: &Body,
+    headers: &[(String, String)],
+    broken: Option<Broken>,
+) -> Form {
+    let data = body_bytes(body).to_vec();
+    let fields = stored(key, headers)
+        .into_iter()
+        .filter(|(name, _)| *name != "x-amz-tagging")
+        .map(|(name, value)| (name.to_owned(), value.to_owned()))
+        .collect();
+    let mut form = Form {
+        key: key.to_owned(),
+        fields,
+        ..Form::default()
+    };
+    match broken {
+        None => {}
+        Some(Broken::Expired) => form.expired = true,
+        Some(Broken::Forged) => form.forged = true,
+        Some(Broken::UnnamedField) => {
+            form.unnamed = vec![("x-amz-meta-unnamed".to_owned(), "1".to_owned())];
+        }
+        Some(Broken::KeyOutsidePrefix) => form.key_prefix = Some(format!("{key}/not-here/")),
+        Some(Broken::TooLarge) => {
+            let most = (data.len() as u64).saturating_sub(1);
+            form.length = Some((0, most));
+        }
+    }
+    form.data = data;
+    form
+}

@@ -2,6 +2,7 @@
 //! clients for both Portico and MinIO direct, and one fresh bucket per test.
 
 pub mod cli;
+pub mod form;
 
 use aws_sdk_s3::Client;
 use aws_sdk_s3::error::ProvideErrorMetadata;
