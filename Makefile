@@ -19,6 +19,12 @@ MVN := /usr/bin/mvn
 # with Maven into target/java-client; its jars stay in Maven's ~/.m2.
 JAVA_CLIENT_CLASSPATH := $(CURDIR)/target/java-client/classpath.txt
 JAVA_CLIENT_SOURCES := tests/integration/java/pom.xml $(wildcard tests/integration/java/src/main/java/portico/*.java)
+# The AWS SDK for JavaScript v3 client of the integration tests (tests/integration/js),
+# installed with npm into target/js-client from its pinned package-lock.json.
+NPM := /usr/bin/npm
+JS_CLIENT := $(CURDIR)/target/js-client
+JS_CLIENT_STAMP := $(JS_CLIENT)/node_modules/.package-lock.json
+JS_CLIENT_SOURCES := tests/integration/js/package.json tests/integration/js/package-lock.json tests/integration/js/post_upload.mjs
 NGINX := /usr/sbin/nginx
 # promtool from Debian 12's prometheus package, unpacked (no service is installed).
 PROMTOOL := $(TOOLS_DIR)/bin/promtool-debian12
@@ -36,6 +42,7 @@ export PORTICO_HELM := $(HELM)
 export PORTICO_PROMTOOL := $(PROMTOOL)
 export PORTICO_MOTO_SERVER := $(MOTO_SERVER)
 export PORTICO_JAVA_CLASSPATH := $(JAVA_CLIENT_CLASSPATH)
+export PORTICO_JS_CLIENT := $(JS_CLIENT)
 export PORTICO_PODMAN := $(PODMAN)
 export PORTICO_IMAGE_BASE := $(IMAGE_BASE)
 
@@ -45,7 +52,7 @@ APT_UPDATE := $(SUDO) apt-get update -q
 # Lists are refreshed first: on a fresh machine they are empty or stale.
 APT_INSTALL := $(APT_UPDATE) && $(SUDO) apt-get install -y -q
 
-.PHONY: run test image-test ci fmt-check clippy build release bench fleet-scale soak soak-overwrites fleet-writes fuzz conformance tools java-client clean-demo
+.PHONY: run test image-test ci fmt-check clippy build release bench fleet-scale soak soak-overwrites fleet-writes fuzz conformance tools java-client js-client clean-demo
 
 ## run: build Portico and start it in front of a local MinIO with demo data (Ctrl-C stops
 ## both). Needs only MinIO (built once) and curl: nothing the tests need is installed.
@@ -56,7 +63,7 @@ run: $(MINIO) build
 ## Helm chart, alert rule and container image tests (helm lint/template, Kubernetes schemas,
 ## promtool, check-config, and the image built and run with podman: see image-test), with a
 ## 75 s soak (testkit/src/bin/soak) from a fixed seed
-test: tools $(PROMTOOL) $(JAVA_CLIENT_CLASSPATH) $(PODMAN) $(IMAGE_BASE)
+test: tools $(PROMTOOL) $(JAVA_CLIENT_CLASSPATH) $(JS_CLIENT_STAMP) $(PODMAN) $(IMAGE_BASE)
 	cargo test --workspace
 	PORTICO_TEST_PEER_TLS=1 cargo test --test integration -- cluster
 	SOAK_DURATION=75s SOAK_SEED=7 cargo run -q -p portico-testkit --bin soak
@@ -181,6 +188,22 @@ $(JAVA_CLIENT_CLASSPATH): $(JAVA_CLIENT_SOURCES) | $(MVN)
 
 ## java-client: the AWS SDK for Java v2 client the integration tests run (built by `make test`)
 java-client: $(JAVA_CLIENT_CLASSPATH)
+
+# The JavaScript SDK client: its script and pinned packages (npm ci), when they change.
+$(JS_CLIENT_STAMP): $(JS_CLIENT_SOURCES) | $(NPM)
+	@echo "Installing the AWS SDK for JavaScript v3 test client with npm (first time: downloads the SDK)"
+	mkdir -p $(JS_CLIENT)
+	cp $(JS_CLIENT_SOURCES) $(JS_CLIENT)/
+	cd $(JS_CLIENT) && $(NPM) ci --no-audit --no-fund --silent
+	touch $@
+
+## js-client: the AWS SDK for JavaScript v3 client the integration tests run (by `make test`)
+js-client: $(JS_CLIENT_STAMP)
+
+# Node.js and npm from Debian, for the JavaScript SDK client.
+$(NPM):
+	@echo "Installing Node.js and npm (Debian packages nodejs, npm)"
+	$(APT_INSTALL) nodejs npm
 
 # A JDK and Maven from Debian, for the Java SDK client.
 $(MVN):

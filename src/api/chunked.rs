@@ -308,6 +308,12 @@ pub enum BodyError {
     Client(String),
     #[error("the body does not match its signed x-amz-content-sha256")]
     Sha256Mismatch,
+    #[error("Your proposed upload exceeds the maximum allowed size")]
+    EntityTooLarge,
+    #[error("Your proposed upload is smaller than the minimum allowed size")]
+    EntityTooSmall,
+    #[error("The body of your POST request is not well-formed multipart/form-data.")]
+    MalformedForm,
 }
 
 /// Where a body adapter records the error it ended with, for the handler to report.

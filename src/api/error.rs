@@ -449,6 +449,9 @@ pub fn body_error(error: &BodyError) -> S3Error {
             S3ErrorCode::Custom("XAmzContentSHA256Mismatch".into()),
             StatusCode::BAD_REQUEST,
         ),
+        BodyError::EntityTooLarge => (S3ErrorCode::EntityTooLarge, StatusCode::BAD_REQUEST),
+        BodyError::EntityTooSmall => (S3ErrorCode::EntityTooSmall, StatusCode::BAD_REQUEST),
+        BodyError::MalformedForm => (S3ErrorCode::MalformedPOSTRequest, StatusCode::BAD_REQUEST),
     };
     let mut s3_error = S3Error::with_message(code, error.to_string());
     s3_error.set_status_code(status);

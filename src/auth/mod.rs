@@ -16,7 +16,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use http::{HeaderMap, Method};
 
 pub use credentials::{Access, Credential, CredentialStore, CredentialsError, Scope};
-pub use post_policy::{FormFields, PostPolicy, upstream_policy};
+pub use post_policy::{FormFields, PostPolicy, check_unsigned, upstream_policy};
 use sigv4::{CanonicalInput, ChunkSigner, SignatureParts};
 
 /// How far a request's time may be from Portico's clock, as S3 allows.

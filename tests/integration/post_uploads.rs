@@ -122,3 +122,59 @@ async fn a_form_built_by_hand_uploads_and_one_too_large_before_its_file_is_refus
         "nothing reaches the origin"
     );
 }
+
+/// The JavaScript client `make test` installed (target/js-client, or PORTICO_JS_CLIENT).
+fn js_client() -> std::path::PathBuf {
+    let dir = std::env::var("PORTICO_JS_CLIENT")
+        .unwrap_or_else(|_| concat!(env!("CARGO_MANIFEST_DIR"), "/target/js-client").to_owned());
+    let script = std::path::Path::new(&dir).join("post_upload.mjs");
+    assert!(
+        std::path::Path::new(&dir).join("node_modules").is_dir() && script.is_file(),
+        "the AWS SDK for JavaScript client is not installed in {dir}: run `make js-client` \
+         (or `make test`), which installs it with npm"
+    );
+    script
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_javascript_sdk_s_presigned_post_uploads_through_portico_in_both_auth_modes() {
+    let script = js_client();
+    for authenticated in [true, false] {
+        let rig = Rig::start("post-js", |settings| {
+            if authenticated {
+                settings.auth = format!(
+                    "mode = \"sigv4\"\naccess_key_id = \"{CLIENT_KEY}\"\nsecret_access_key = \"{CLIENT_SECRET}\"\n"
+                );
+            } else {
+                settings.without_auth();
+            }
+        })
+        .await;
+        let output = run(
+            &tool("PORTICO_NODE", "node"),
+            &[
+                &script.to_string_lossy(),
+                &rig.portico().s3,
+                CLIENT_KEY,
+                CLIENT_SECRET,
+                &rig.bucket,
+                "js/form-upload.txt",
+            ],
+            &[],
+        )
+        .await;
+        assert!(
+            output.contains("post status 204") && output.contains("js post upload ok"),
+            "authenticated {authenticated}:\n{output}"
+        );
+        let direct = rig
+            .direct
+            .head_object()
+            .bucket(&rig.bucket)
+            .key("js/form-upload.txt")
+            .send()
+            .await
+            .expect("the upload is at the origin");
+        assert_eq!(direct.content_length(), Some(29_000));
+    }
+}

@@ -1,13 +1,14 @@
 //! POST Object: a browser's form upload to `POST /bucket` (`multipart/form-data`). The
 //! fields before the file are read (at most [`MAX_FIELDS_BYTES`], as S3 bounds them), the
-//! policy verified against Portico's client credentials when authentication is on, and
-//! the form sent on to the bucket's upstream with the same fields under a policy Portico
-//! signs anew with its upstream credentials. The file is streamed as it comes, never held
+//! policy verified against Portico's client credentials when authentication is on (its
+//! conditions alone when it is off), and the form sent on to the bucket's upstream with
+//! the same fields under a policy Portico signs anew with its upstream credentials. The file is streamed as it comes, never held
 //! whole; the upstream's answer (`success_action_status`, `success_action_redirect`) goes
 //! back as it came, and the key is invalidated on every member like any write.
 //!
 //! The upstream policy states every field as sent, the bucket, and the client policy's
-//! `content-length-range`, which the upstream enforces on the file as it arrives.
+//! `content-length-range`, which Portico also holds the file to as it streams
+//! ([`FileLength`]), so an origin that does not check it cannot store a file out of range.
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -20,12 +21,13 @@ use s3s::{S3Error, S3ErrorCode};
 
 use super::framing::client_body;
 use super::{Passthrough, WriteOutcome, client_response};
-use crate::api::chunked::ErrorSlot;
+use crate::BoxError;
+use crate::api::chunked::{BodyError, ErrorSlot};
 use crate::api::error::{auth_error, error_response, forward_error, invalid_object};
 use crate::api::limits::check_key;
 use crate::api::passthrough::framing::body_error;
 use crate::api::route::Route;
-use crate::auth::{Authenticator, FormFields, authorize, upstream_policy};
+use crate::auth::{Authenticator, FormFields, authorize, check_unsigned, upstream_policy};
 use crate::types::ObjectRef;
 use crate::upstream::{ForwardRequest, Payload, UpstreamBody};
 
@@ -292,7 +294,11 @@ impl Passthrough {
                 .map_err(|error| auth_error(&error))?;
                 policy.length
             }
-            None => None,
+            None => {
+                check_unsigned(&form.fields, &bucket, now)
+                    .map_err(|error| auth_error(&error))?
+                    .length
+            }
         };
         let key = form.fields.key().ok_or_else(|| {
             S3Error::with_message(
@@ -335,9 +341,15 @@ impl Passthrough {
             .and_then(|value| value.to_str().ok()?.parse::<u64>().ok())
             .and_then(|total| total.checked_sub(form.consumed))
             .map(|rest| rest + prelude.len() as u64);
-        let head = futures::stream::iter([Ok(prelude), Ok(form.rest)]);
-        let tail = body.into_data_stream();
-        let stream = futures::StreamExt::chain(head, tail);
+        let file = futures::StreamExt::chain(
+            futures::stream::iter([Ok(form.rest)]),
+            body.into_data_stream(),
+        );
+        let file = match length {
+            Some(range) => FileLength::new(&boundary, range, errors.clone()).limit(file),
+            None => Box::pin(file),
+        };
+        let stream = futures::StreamExt::chain(futures::stream::iter([Ok(prelude)]), file);
         let payload = http_body_util::StreamBody::new(futures::StreamExt::map(stream, |chunk| {
             chunk.map(http_body::Frame::data)
         }))
@@ -366,6 +378,89 @@ impl Passthrough {
             Ok(response) => Ok(client_response(response)),
             Err(error) => Err(body_error(&errors).unwrap_or_else(|| forward_error(&error))),
         }
+    }
+}
+
+type Chunks = std::pin::Pin<Box<dyn futures::Stream<Item = Result<Bytes, BoxError>> + Send + Sync>>;
+
+/// Holds a form's file to its policy's `content-length-range` as it streams: its bytes
+/// are counted up to the delimiter that ends the file part, and the bytes that may hold
+/// that delimiter are held back until it is found, so the upstream never receives a whole
+/// form whose file is out of range: the stream ends with an error instead (recorded in
+/// `errors`), and the upstream stores nothing.
+struct FileLength {
+    delimiter: Vec<u8>,
+    least: u64,
+    most: u64,
+    held: BytesMut,
+    /// File bytes passed on so far.
+    passed: u64,
+    /// The file's end was found and its length was in range.
+    ended: bool,
+    errors: ErrorSlot,
+}
+
+impl FileLength {
+    fn new(boundary: &str, (least, most): (u64, u64), errors: ErrorSlot) -> Self {
+        Self {
+            delimiter: format!("\r\n--{boundary}").into_bytes(),
+            least,
+            most,
+            held: BytesMut::new(),
+            passed: 0,
+            ended: false,
+            errors,
+        }
+    }
+
+    /// The bytes that may go on once `chunk` arrived, or why the form must stop.
+    fn pass(&mut self, chunk: Bytes) -> Result<Bytes, BodyError> {
+        if self.ended {
+            return Ok(chunk);
+        }
+        self.held.extend_from_slice(&chunk);
+        if let Some(at) = find(&self.held, &self.delimiter) {
+            let length = self.passed + at as u64;
+            if length > self.most {
+                return Err(BodyError::EntityTooLarge);
+            }
+            if length < self.least {
+                return Err(BodyError::EntityTooSmall);
+            }
+            self.ended = true;
+            return Ok(self.held.split().freeze());
+        }
+        let sendable = self.held.len().saturating_sub(self.delimiter.len() - 1);
+        self.passed += sendable as u64;
+        if self.passed > self.most {
+            return Err(BodyError::EntityTooLarge);
+        }
+        Ok(self.held.split_to(sendable).freeze())
+    }
+
+    /// `file`, held to the length range.
+    fn limit(
+        self,
+        file: impl futures::Stream<Item = Result<Bytes, BoxError>> + Send + Sync + 'static,
+    ) -> Chunks {
+        let state = (Box::pin(file), Some(self));
+        Box::pin(futures::stream::unfold(
+            state,
+            |(mut file, limit)| async move {
+                let mut limit = limit?;
+                let failed = match futures::StreamExt::next(&mut file).await {
+                    Some(Ok(chunk)) => match limit.pass(chunk) {
+                        Ok(bytes) => return Some((Ok(bytes), (file, Some(limit)))),
+                        Err(error) => error,
+                    },
+                    Some(Err(error)) => return Some((Err(error), (file, None))),
+                    None if limit.ended => return None,
+                    None => BodyError::MalformedForm,
+                };
+                limit.errors.set(failed.clone());
+                Some((Err(BoxError::from(failed)), (file, None)))
+            },
+        ))
     }
 }
 
