@@ -178,3 +178,54 @@ async fn the_javascript_sdk_s_presigned_post_uploads_through_portico_in_both_aut
         assert_eq!(direct.content_length(), Some(29_000));
     }
 }
+
+#[tokio::test]
+async fn a_form_whose_client_hangs_up_after_its_file_leaves_no_stale_version() {
+    use tokio::io::AsyncWriteExt;
+    let rig = Rig::start("post-hangup", |_| {}).await;
+    rig.put("k", b"the old version").await;
+    assert!(rig.get("k", None).await == b"the old version");
+    let new = crate::support::random_bytes(50_000, 31);
+    let form = Form {
+        key: "k".to_owned(),
+        data: new.clone(),
+        ..Form::default()
+    };
+    let (content_type, body) = crate::support::form::form_body(&rig.bucket, &form);
+    // The form is whole, but its Content-Length promises two bytes more: the origin takes
+    // it at its closing delimiter, and the client hangs up without them.
+    let address = rig.portico().s3.trim_start_matches("http://").to_owned();
+    let mut stream = tokio::net::TcpStream::connect(&address)
+        .await
+        .expect("connect");
+    let head = format!(
+        "POST /{} HTTP/1.1\r\nHost: {address}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\n\r\n",
+        rig.bucket,
+        body.len() + 2
+    );
+    stream.write_all(head.as_bytes()).await.expect("head");
+    stream.write_all(&body).await.expect("body");
+    drop(stream);
+    portico_testkit::eventually(
+        "the new version through Portico",
+        std::time::Duration::from_secs(5),
+        || async { (rig.get("k", None).await == new).then_some(()) },
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_file_name_with_a_semicolon_and_quotes_names_its_key_whole() {
+    let rig = Rig::start("post-filename", |_| {}).await;
+    let form = Form {
+        key: "uploads/${filename}".to_owned(),
+        key_prefix: Some("uploads/".to_owned()),
+        data: b"v2".to_vec(),
+        filename: Some("report;v2 \"final\".pdf".to_owned()),
+        ..Form::default()
+    };
+    let (status, _, body) = post_form(&rig.portico().s3, &rig.bucket, &form).await;
+    assert_eq!(status, 204, "{}", String::from_utf8_lossy(&body));
+    assert!(rig.get("uploads/report;v2 \"final\".pdf", None).await == b"v2");
+    assert!(rig.try_get("uploads/report", None).await.is_err());
+}

@@ -8,7 +8,8 @@
 //!
 //! The upstream policy states every field as sent, the bucket, and the client policy's
 //! `content-length-range`, which Portico also holds the file to as it streams
-//! ([`FileLength`]), so an origin that does not check it cannot store a file out of range.
+//! ([`FileLength`]), so an origin that does not check it cannot store a file out of range;
+//! fields after the file (which S3 ignores, and no policy checks) never reach the origin.
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -162,12 +163,8 @@ fn disposition(head: &[u8]) -> Result<(String, Option<String>), S3Error> {
         })
         .ok_or_else(malformed)?;
     let (mut name, mut filename) = (None, None);
-    for parameter in line.split(';').skip(1) {
-        let Some((key, value)) = parameter.trim().split_once('=') else {
-            continue;
-        };
-        let value = value.trim().trim_matches('"').to_owned();
-        match key.trim().to_ascii_lowercase().as_str() {
+    for (key, value) in parameters(line) {
+        match key.to_ascii_lowercase().as_str() {
             "name" => name = Some(value.to_ascii_lowercase()),
             "filename" => filename = Some(value),
             _ => {}
@@ -177,6 +174,48 @@ fn disposition(head: &[u8]) -> Result<(String, Option<String>), S3Error> {
         .filter(|name| !name.is_empty() && !name.contains(['"', '\r', '\n']))
         .ok_or_else(malformed)?;
     Ok((name, filename))
+}
+
+/// The `key=value` parameters after a header value's first `;`, values unquoted: a quoted
+/// value may hold `;` and `\"` (a file named `report;v2.pdf`).
+fn parameters(line: &str) -> Vec<(String, String)> {
+    let mut parameters = Vec::new();
+    let mut rest = match line.split_once(';') {
+        Some((_, rest)) => rest,
+        None => return parameters,
+    };
+    loop {
+        rest = rest.trim_start_matches([' ', '\t', ';']);
+        let Some((key, after)) = rest.split_once('=') else {
+            return parameters;
+        };
+        let key = key.trim().to_owned();
+        let after = after.trim_start();
+        let (value, remaining) = match after.strip_prefix('"') {
+            Some(quoted) => {
+                let mut value = String::new();
+                let mut chars = quoted.char_indices();
+                let mut end = quoted.len();
+                while let Some((at, c)) = chars.next() {
+                    match c {
+                        '\\' => value.extend(chars.next().map(|(_, escaped)| escaped)),
+                        '"' => {
+                            end = at + 1;
+                            break;
+                        }
+                        c => value.push(c),
+                    }
+                }
+                (value, &quoted[end..])
+            }
+            None => {
+                let end = after.find(';').unwrap_or(after.len());
+                (after[..end].trim().to_owned(), &after[end..])
+            }
+        };
+        parameters.push((key, value));
+        rest = remaining;
+    }
 }
 
 fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
@@ -345,10 +384,8 @@ impl Passthrough {
             futures::stream::iter([Ok(form.rest)]),
             body.into_data_stream(),
         );
-        let file = match length {
-            Some(range) => FileLength::new(&boundary, range, errors.clone()).limit(file),
-            None => Box::pin(file),
-        };
+        let range = length.unwrap_or((0, u64::MAX));
+        let file = FileLength::new(&boundary, range, errors.clone()).limit(file);
         let stream = futures::StreamExt::chain(futures::stream::iter([Ok(prelude)]), file);
         let payload = http_body_util::StreamBody::new(futures::StreamExt::map(stream, |chunk| {
             chunk.map(http_body::Frame::data)
@@ -372,8 +409,13 @@ impl Passthrough {
                 signed: false,
             })
             .await;
-        self.settle_written(&[object], WriteOutcome::of(&result, &errors))
-            .await;
+        // An origin takes a form once it has read the closing delimiter, whatever follows:
+        // a client whose body broke off after that (or hung up) may have written it.
+        let outcome = match (WriteOutcome::of(&result, &errors), errors.get()) {
+            (WriteOutcome::NotApplied, Some(BodyError::Client(_))) => WriteOutcome::Unknown,
+            (outcome, _) => outcome,
+        };
+        self.settle_written(&[object], outcome).await;
         match result {
             Ok(response) => Ok(client_response(response)),
             Err(error) => Err(body_error(&errors).unwrap_or_else(|| forward_error(&error))),
@@ -383,11 +425,14 @@ impl Passthrough {
 
 type Chunks = std::pin::Pin<Box<dyn futures::Stream<Item = Result<Bytes, BoxError>> + Send + Sync>>;
 
-/// Holds a form's file to its policy's `content-length-range` as it streams: its bytes
-/// are counted up to the delimiter that ends the file part, and the bytes that may hold
-/// that delimiter are held back until it is found, so the upstream never receives a whole
-/// form whose file is out of range: the stream ends with an error instead (recorded in
-/// `errors`), and the upstream stores nothing.
+/// Holds a form's file to its policy's `content-length-range` as it streams, and ends the
+/// form with it. The file's bytes are counted up to the delimiter that ends its part, and
+/// the bytes that may hold that delimiter are held back until it is found, so the upstream
+/// never receives a whole form whose file is out of range: the stream ends with an error
+/// instead (recorded in `errors`), and the upstream stores nothing. What the client sends
+/// after the file (S3 ignores fields there, unchecked by any policy) goes on as the form's
+/// epilogue: the delimiter is closed (`--`) and the rest is blanked, byte for byte, so the
+/// length announced to the upstream holds.
 struct FileLength {
     delimiter: Vec<u8>,
     least: u64,
@@ -397,6 +442,8 @@ struct FileLength {
     passed: u64,
     /// The file's end was found and its length was in range.
     ended: bool,
+    /// Bytes after the file's end delimiter passed on so far.
+    after: u64,
     errors: ErrorSlot,
 }
 
@@ -409,6 +456,7 @@ impl FileLength {
             held: BytesMut::new(),
             passed: 0,
             ended: false,
+            after: 0,
             errors,
         }
     }
@@ -416,7 +464,7 @@ impl FileLength {
     /// The bytes that may go on once `chunk` arrived, or why the form must stop.
     fn pass(&mut self, chunk: Bytes) -> Result<Bytes, BodyError> {
         if self.ended {
-            return Ok(chunk);
+            return Ok(self.epilogue(chunk.len()));
         }
         self.held.extend_from_slice(&chunk);
         if let Some(at) = find(&self.held, &self.delimiter) {
@@ -428,7 +476,10 @@ impl FileLength {
                 return Err(BodyError::EntityTooSmall);
             }
             self.ended = true;
-            return Ok(self.held.split().freeze());
+            let mut out = self.held.split_to(at + self.delimiter.len());
+            let rest = self.held.split().len();
+            out.extend_from_slice(&self.epilogue(rest));
+            return Ok(out.freeze());
         }
         let sendable = self.held.len().saturating_sub(self.delimiter.len() - 1);
         self.passed += sendable as u64;
@@ -436,6 +487,21 @@ impl FileLength {
             return Err(BodyError::EntityTooLarge);
         }
         Ok(self.held.split_to(sendable).freeze())
+    }
+
+    /// What goes on in place of the next `length` bytes after the file's end delimiter:
+    /// `--` closes it, then a line end, then blanks.
+    fn epilogue(&mut self, length: usize) -> Bytes {
+        let bytes = (self.after..self.after + length as u64)
+            .map(|at| match at {
+                0 | 1 => b'-',
+                2 => b'\r',
+                3 => b'\n',
+                _ => b' ',
+            })
+            .collect::<Vec<u8>>();
+        self.after += length as u64;
+        Bytes::from(bytes)
     }
 
     /// `file`, held to the length range.

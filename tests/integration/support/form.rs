@@ -24,10 +24,24 @@ pub struct Form {
     pub expired: bool,
     /// A signature that does not match.
     pub forged: bool,
+    /// The file's name (`f.bin` when `None`), sent quoted.
+    pub filename: Option<String>,
 }
 
 /// Sends `form` to `bucket` at `endpoint`: (status, response headers, body).
 pub async fn post_form(endpoint: &str, bucket: &str, form: &Form) -> (u16, http::HeaderMap, Bytes) {
+    let (content_type, body) = form_body(bucket, form);
+    http_send(
+        "POST",
+        &format!("{endpoint}/{bucket}"),
+        &[("content-type", content_type.as_str())],
+        Bytes::from(body),
+    )
+    .await
+}
+
+/// The Content-Type and body of `form`, for `bucket`.
+pub fn form_body(bucket: &str, form: &Form) -> (String, Vec<u8>) {
     let now = time::OffsetDateTime::now_utc();
     let date = format!(
         "{:04}{:02}{:02}",
@@ -107,21 +121,18 @@ pub async fn post_form(endpoint: &str, bucket: &str, form: &Form) -> (u16, http:
     }
     body.extend_from_slice(
         format!(
-            "--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"f.bin\"\r\n\
-             Content-Type: application/octet-stream\r\n\r\n"
+            "--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"{}\"\r\n\
+             Content-Type: application/octet-stream\r\n\r\n",
+            form.filename
+                .as_deref()
+                .unwrap_or("f.bin")
+                .replace('"', "\\\"")
         )
         .as_bytes(),
     );
     body.extend_from_slice(&form.data);
     body.extend_from_slice(format!("\r\n--{boundary}--\r\n").as_bytes());
-    let content_type = format!("multipart/form-data; boundary={boundary}");
-    http_send(
-        "POST",
-        &format!("{endpoint}/{bucket}"),
-        &[("content-type", content_type.as_str())],
-        Bytes::from(body),
-    )
-    .await
+    (format!("multipart/form-data; boundary={boundary}"), body)
 }
 
 fn hmac_sha256(key: &[u8], data: &[u8]) -> Vec<u8> {

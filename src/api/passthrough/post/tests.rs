@@ -112,6 +112,7 @@ fn a_file_is_held_to_its_length_range_across_chunk_edges() {
         }
         assert!(limit.ended, "the file's end is found");
         assert_eq!(passed, whole, "every byte passes, once, in order");
+        assert_eq!(limit.after, 4, "the closing `--` and line end");
         Ok(())
     };
     for chunk in [1, 2, 3, 7, 1000] {
@@ -131,4 +132,46 @@ fn a_file_is_held_to_its_length_range_across_chunk_edges() {
         limit.pass(Bytes::from(vec![b'x'; 100])),
         Err(BodyError::EntityTooLarge)
     ));
+}
+
+#[test]
+fn quoted_parameters_keep_their_semicolons_and_escapes() {
+    let line = r#"form-data; name="file"; filename="report;v2 \"final\".pdf"; size=3"#;
+    assert_eq!(
+        parameters(line),
+        vec![
+            ("name".to_owned(), "file".to_owned()),
+            ("filename".to_owned(), "report;v2 \"final\".pdf".to_owned()),
+            ("size".to_owned(), "3".to_owned()),
+        ]
+    );
+    let head = b"Content-Disposition: form-data; name=\"File\"; filename=\"a;b.txt\"";
+    assert_eq!(
+        disposition(head).unwrap(),
+        ("file".to_owned(), Some("a;b.txt".to_owned()))
+    );
+    assert_eq!(parameters("form-data"), Vec::new());
+    assert_eq!(
+        parameters("form-data; name=\"cut"),
+        vec![("name".to_owned(), "cut".to_owned())]
+    );
+}
+
+#[test]
+fn fields_after_the_file_become_a_blank_epilogue_of_the_same_length() {
+    let tail = b"0123\r\n--B\r\nContent-Disposition: form-data; name=\"acl\"\r\n\r\npublic-read\r\n--B--\r\n";
+    for chunk in [1, 5, 1000] {
+        let mut limit = FileLength::new("B", (0, u64::MAX), ErrorSlot::default());
+        let mut passed = Vec::new();
+        for piece in tail.chunks(chunk) {
+            passed.extend_from_slice(&limit.pass(Bytes::copy_from_slice(piece)).unwrap());
+        }
+        assert_eq!(passed.len(), tail.len(), "chunk {chunk}: the length holds");
+        let closed = b"0123\r\n--B--\r\n";
+        assert_eq!(&passed[..closed.len()], closed, "chunk {chunk}");
+        assert!(
+            passed[closed.len()..].iter().all(|&byte| byte == b' '),
+            "chunk {chunk}"
+        );
+    }
 }
