@@ -295,15 +295,24 @@ impl Route {
             | "PutObjectTagging"
             | "DeleteObjectTagging"
             | "RestoreObject"
-            | "PostObject"
                 if !ADMIN_HEADERS.iter().any(|name| headers.contains_key(*name)) =>
             {
                 Scope::Write
             }
             // Bucket configuration of every kind, ACLs, retention, legal holds, and
-            // anything unknown (a form upload's ACL field counts as `x-amz-acl`).
+            // anything unknown (form uploads: `form_upload_scope`).
             _ => Scope::Admin,
         }
+    }
+}
+
+/// The scope a browser form upload needs, its fields given as the headers they stand for:
+/// it writes an object, so the write scope, or admin with an ACL, grant or lock field.
+pub fn form_upload_scope(fields: &HeaderMap) -> Scope {
+    if ADMIN_HEADERS.iter().any(|name| fields.contains_key(*name)) {
+        Scope::Admin
+    } else {
+        Scope::Write
     }
 }
 

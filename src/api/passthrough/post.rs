@@ -27,7 +27,7 @@ use crate::api::chunked::{BodyError, ErrorSlot};
 use crate::api::error::{auth_error, error_response, forward_error, invalid_object};
 use crate::api::limits::check_key;
 use crate::api::passthrough::framing::body_error;
-use crate::api::route::Route;
+use crate::api::route::form_upload_scope;
 use crate::auth::{Authenticator, FormFields, authorize, check_unsigned, upstream_policy};
 use crate::types::ObjectRef;
 use crate::upstream::{ForwardRequest, Payload, UpstreamBody};
@@ -319,11 +319,7 @@ impl Passthrough {
                 let (verified, policy) = auth
                     .verify_post(&form.fields, &bucket, now)
                     .map_err(|error| auth_error(&error))?;
-                let scope = Route::Forward {
-                    operation: "PostObject",
-                    effect: super::Effect::ChangeKey,
-                }
-                .scope(&field_headers(&form.fields));
+                let scope = form_upload_scope(&field_headers(&form.fields));
                 authorize(
                     &verified.credential,
                     scope,

@@ -247,6 +247,12 @@ fn each_operation_needs_its_scope() {
             "{method} {uri}"
         );
     }
+    // A form upload writes; an ACL, grant or lock field makes it an admin's.
+    let mut fields = HeaderMap::new();
+    fields.insert("x-amz-meta-owner", "web".parse().unwrap());
+    assert_eq!(form_upload_scope(&fields), Scope::Write);
+    fields.insert("x-amz-acl", "public-read".parse().unwrap());
+    assert_eq!(form_upload_scope(&fields), Scope::Admin);
     assert_eq!(
         scope(Method::PUT, "/b/k", &[("x-amz-acl", "public-read")]),
         Scope::Admin
