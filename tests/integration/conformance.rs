@@ -161,6 +161,15 @@ async fn run_case(targets: &[Target; 2], case: &Case) -> Result<(), TestCaseErro
 
 /// Where Portico answers differently from MinIO on purpose, and why. Everything else
 /// that differs is a failure.
+/// Whether `op` reads a key MinIO refuses as an object name (one with `//`), which S3
+/// takes; a HEAD's 400 has no body to name the code.
+fn refused_name(op: &Op, keys: &[String]) -> bool {
+    match op {
+        Op::Get { key, .. } | Op::Head { key, .. } => keys[key % keys.len()].contains("//"),
+        _ => false,
+    }
+}
+
 fn deliberate_difference(
     op: &Op,
     keys: &[String],
@@ -195,7 +204,7 @@ fn deliberate_difference(
     if read.is_some_and(|read| read.range.as_deref().is_some_and(never_satisfiable))
         && direct.status == 416
         && (matches!(portico.status, 404 | 412)
-            || portico.code.as_deref() == Some("XMinioInvalidObjectName"))
+            || (portico.status == 400 && refused_name(op, keys)))
     {
         return Some(
             "a range no object satisfies (`bytes=-0`, or the last byte before the first): \

@@ -1,5 +1,5 @@
 """Browser form uploads (POST Object) through Portico and to MinIO directly, with boto3's
-generate_presigned_post and requests, as a web page's form sends them. Every case is sent
+generate_presigned_post, sent as multipart/form-data the way a web page's form sends it. Every case is sent
 to both with a policy signed by each side's own credentials (Portico's client credential
 is not MinIO's), and both must answer alike: status, S3 error code, stored bytes and
 headers. Prints one line per case; any difference raises (non-zero exit).
@@ -15,9 +15,11 @@ import hmac
 import json
 import re
 import sys
+import urllib.error
+import urllib.request
+import uuid
 
 import boto3
-import requests
 from botocore.config import Config
 
 (portico_url, portico_key, portico_secret, minio_url, minio_key, minio_secret,
@@ -69,6 +71,39 @@ def signed_policy(secret, key_id, bucket, conditions, expiration):
     }
 
 
+class Answer:
+    """What a form upload was answered with."""
+
+    def __init__(self, status_code, headers, text):
+        self.status_code, self.headers, self.text = status_code, headers, text
+
+
+class NoRedirects(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args, **kwargs):
+        return None
+
+
+def send_form(url, fields, filename, data):
+    """POSTs `fields` and then the file, as multipart/form-data (the file last, as S3
+    requires), without following a redirect."""
+    boundary = uuid.uuid4().hex
+    body = b""
+    for name, value in fields.items():
+        body += (f'--{boundary}\r\nContent-Disposition: form-data; name="{name}"\r\n\r\n'
+                 f"{value}\r\n").encode()
+    body += (f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="{filename}"\r\n'
+             "Content-Type: application/octet-stream\r\n\r\n").encode()
+    body += data + f"\r\n--{boundary}--\r\n".encode()
+    request = urllib.request.Request(url, data=body, method="POST", headers={
+        "Content-Type": f"multipart/form-data; boundary={boundary}"})
+    opener = urllib.request.build_opener(NoRedirects)
+    try:
+        with opener.open(request, timeout=30) as response:
+            return Answer(response.status, response.headers, response.read().decode())
+    except urllib.error.HTTPError as error:
+        return Answer(error.code, error.headers, error.read().decode())
+
+
 def code_of(response):
     found = re.search(r"<Code>([^<]*)</Code>", response.text or "")
     return found.group(1) if found else None
@@ -89,8 +124,7 @@ def post(side, key, data, fields=None, conditions=None, filename="upload.txt", e
     form.update(extra or {})
     if tamper:
         form["x-amz-signature"] = "0" * 64
-    return requests.post(url, data=form, files={"file": (filename, data)},
-                         allow_redirects=False, timeout=30)
+    return send_form(url, form, filename, data)
 
 
 sides = {
