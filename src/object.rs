@@ -98,10 +98,13 @@ impl ObjectMeta {
             && self.version_id == other.version_id
     }
 
-    /// Whether `other` describes the same object, whatever either knows of its checksums.
+    /// Whether `other` describes the same object, whatever either knows of its checksums
+    /// and whichever of its object headers each answer carried (S3 sends some on a GET
+    /// only, others on a HEAD only).
     pub fn same_object(&self, other: &Self) -> bool {
         let strip = |meta: &Self| Self {
             checksums: None,
+            headers: Vec::new(),
             ..meta.clone()
         };
         strip(self) == strip(other)
@@ -124,5 +127,34 @@ impl std::fmt::Display for Missing {
             Self::NoSuchBucket => "bucket",
             Self::NoSuchVersion => "version",
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_same_object_whatever_its_answers_carried_of_checksums_and_object_headers() {
+        let get = ObjectMeta {
+            size: 5,
+            etag: "\"e\"".to_owned(),
+            headers: vec![("x-amz-tagging-count".to_owned(), "2".to_owned())],
+            ..ObjectMeta::default()
+        };
+        let head = ObjectMeta {
+            headers: vec![(
+                "x-amz-archive-status".to_owned(),
+                "ARCHIVE_ACCESS".to_owned(),
+            )],
+            checksums: Some(Checksums::default()),
+            ..get.clone()
+        };
+        assert!(get.same_object(&head));
+        let retyped = ObjectMeta {
+            content_type: Some("text/csv".to_owned()),
+            ..head.clone()
+        };
+        assert!(!get.same_object(&retyped), "content headers still count");
     }
 }
