@@ -250,25 +250,19 @@ fn condition(entry: &Value) -> Result<Condition, AuthError> {
             Ok(Condition::Equals(name.to_ascii_lowercase(), value))
         }
         Value::Array(items) => match items.as_slice() {
-            [operator, name, value]
-                if operator
-                    .as_str()
-                    .is_some_and(|op| op.eq_ignore_ascii_case("eq")) =>
-            {
-                let (Some(name), Some(value)) = (text(name), text(value)) else {
-                    return Err(invalid("Invalid Policy: Invalid 'eq' condition."));
+            [operator, name, value] if operator.as_str() != Some("content-length-range") => {
+                let operator = operator.as_str().unwrap_or_default().to_ascii_lowercase();
+                let kind = match operator.as_str() {
+                    "eq" => Condition::Equals,
+                    "starts-with" => Condition::StartsWith,
+                    _ => return Err(invalid("Invalid Policy: Invalid condition.")),
                 };
-                Ok(Condition::Equals(field(&name)?, value))
-            }
-            [operator, name, value]
-                if operator
-                    .as_str()
-                    .is_some_and(|op| op.eq_ignore_ascii_case("starts-with")) =>
-            {
                 let (Some(name), Some(value)) = (text(name), text(value)) else {
-                    return Err(invalid("Invalid Policy: Invalid 'starts-with' condition."));
+                    return Err(invalid(format!(
+                        "Invalid Policy: Invalid '{operator}' condition."
+                    )));
                 };
-                Ok(Condition::StartsWith(field(&name)?, value))
+                Ok(kind(field(&name)?, value))
             }
             [operator, least, most] if operator.as_str() == Some("content-length-range") => {
                 match (number(least), number(most)) {

@@ -99,7 +99,7 @@ fn malformed() -> S3Error {
 }
 
 /// What a form's bytes so far say: the form up to its file, or that more is needed.
-fn parse(buffer: &Bytes, boundary: &str) -> Result<Option<Form>, S3Error> {
+fn parse(buffer: &[u8], boundary: &str) -> Result<Option<Form>, S3Error> {
     let opening = format!("--{boundary}");
     let delimiter = format!("\r\n--{boundary}");
     let Some(start) = find(buffer, opening.as_bytes()) else {
@@ -124,7 +124,7 @@ fn parse(buffer: &Bytes, boundary: &str) -> Result<Option<Form>, S3Error> {
         let Some(head_length) = find(&buffer[at..], b"\r\n\r\n") else {
             return Ok(None);
         };
-        let head = buffer.slice(at..at + head_length);
+        let head = Bytes::copy_from_slice(&buffer[at..at + head_length]);
         let (name, filename) = disposition(&head)?;
         let content = at + head_length + 4;
         if name == "file" {
@@ -135,7 +135,7 @@ fn parse(buffer: &Bytes, boundary: &str) -> Result<Option<Form>, S3Error> {
             return Ok(Some(Form {
                 fields: form,
                 file_head: head,
-                rest: buffer.slice(content..),
+                rest: Bytes::copy_from_slice(&buffer[content..]),
                 consumed: content as u64,
             }));
         }
@@ -234,7 +234,7 @@ async fn read_form(body: &mut UpstreamBody, boundary: &str) -> Result<Form, S3Er
     };
     let mut buffer = BytesMut::new();
     loop {
-        if let Some(form) = parse(&buffer.clone().freeze(), boundary)? {
+        if let Some(form) = parse(&buffer, boundary)? {
             if form.consumed > MAX_FIELDS_BYTES as u64 {
                 return Err(too_large());
             }
