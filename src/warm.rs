@@ -16,6 +16,7 @@ use parking_lot::Mutex;
 use crate::listing::ListingCache;
 use crate::read::{KnownVersion, ReadError, ReadPath};
 use crate::shutdown::Shutdown;
+use crate::telemetry::ErrorChain;
 use crate::types::{ObjectRef, ObjectRefError, RangeRequest, Selection};
 use crate::upstream::{Origins, UpstreamError};
 
@@ -261,7 +262,7 @@ impl Maintenance {
             let work = async {
                 match this.objects(&selector).await {
                     Ok(objects) => this.warm(&job, objects, range).await,
-                    Err(error) => vec![error.to_string()],
+                    Err(error) => vec![ErrorChain(&error).to_string()],
                 }
             };
             let errors = this.shutdown.run(work).await.unwrap_or_else(|| {
@@ -371,9 +372,9 @@ impl Maintenance {
 }
 
 fn note_error(errors: &mut Vec<String>, object: &ObjectRef, error: &ReadError) {
-    tracing::warn!(%object, %error, "warming an object failed");
+    tracing::warn!(%object, error = %ErrorChain(&error), "warming an object failed");
     if errors.len() < KEPT_ERRORS {
-        errors.push(format!("{object}: {error}"));
+        errors.push(format!("{object}: {}", ErrorChain(error)));
     }
 }
 

@@ -11,7 +11,7 @@ use axum::response::IntoResponse;
 
 use super::AdminState;
 use crate::config::DEFAULT_UPSTREAM;
-use crate::telemetry::Metrics;
+use crate::telemetry::{ErrorChain, Metrics};
 use crate::upstream::{CredentialProblem, Origins};
 
 pub(super) const PROBE_INTERVAL: Duration = Duration::from_secs(5);
@@ -55,14 +55,15 @@ impl Probes {
                     .request_id()
                     .map(|id| format!(" (upstream request id {id})"))
                     .unwrap_or_default();
+                let cause = ErrorChain(&error);
                 match error.credential_problem() {
                     Some(CredentialProblem::Missing) => format!(
-                        "no credential: set access_key_id and secret_access_key of {section}, or provide AWS credentials: {error}"
+                        "no credential: set access_key_id and secret_access_key of {section}, or provide AWS credentials: {cause}"
                     ),
                     Some(CredentialProblem::Rejected) => format!(
-                        "reachable, but it refuses Portico's credential: check access_key_id and secret_access_key of {section}: {error}{request_id}"
+                        "reachable, but it refuses Portico's credential: check access_key_id and secret_access_key of {section}: {cause}{request_id}"
                     ),
-                    None => format!("unreachable: {error}"),
+                    None => format!("unreachable: {cause}"),
                 }
             });
             self.metrics.set_upstream_up(&origin.name, result.is_ok());

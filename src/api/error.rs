@@ -15,6 +15,7 @@ use super::chunked::{BodyError, ChunkedError};
 use crate::auth::AuthError;
 use crate::object::Missing;
 use crate::read::{ErrorSource, ReadError};
+use crate::telemetry::ErrorChain;
 use crate::types::ObjectRefError;
 use crate::upstream::UpstreamError;
 
@@ -100,7 +101,7 @@ fn upstream_request_id(error: &ReadError) -> Option<&str> {
 
 /// The error for a request the upstream could not answer (forwarded requests).
 pub fn forward_error(error: &UpstreamError) -> S3Error {
-    tracing::warn!(%error, "forwarding to the upstream failed");
+    tracing::warn!(error = %ErrorChain(&error), "forwarding to the upstream failed");
     let (code, status, message) = upstream_error(error);
     let mut s3_error = S3Error::with_message(code, message);
     s3_error.set_status_code(status);

@@ -39,7 +39,7 @@ use crate::listing::{ListingCache, Page, PageKey, WriteMark};
 use crate::read::ReadPath;
 use crate::rules::Rules;
 use crate::shutdown::Tasks;
-use crate::telemetry::Metrics;
+use crate::telemetry::{ErrorChain, Metrics};
 use crate::types::ObjectRef;
 use crate::upstream::{ForwardRequest, Origins, Payload, UpstreamError};
 use capture::Capture;
@@ -328,7 +328,9 @@ impl Passthrough {
         };
         match self.read.admit_written(object, etag, data).await {
             Ok(()) => tracing::debug!(%object, etag, "written object admitted to the cache"),
-            Err(error) => tracing::debug!(%object, %error, "written object not cached"),
+            Err(error) => {
+                tracing::debug!(%object, error = %ErrorChain(&error), "written object not cached")
+            }
         }
     }
 }

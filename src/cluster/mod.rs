@@ -44,7 +44,7 @@ use crate::shutdown::{Shutdown, Tasks};
 use crate::source::{
     BlockAsk, BlocksAsk, Lease, PeerBlock, PeerError, PeerId, Peers, ResponseHead,
 };
-use crate::telemetry::{Metrics, PeerResult};
+use crate::telemetry::{ErrorChain, Metrics, PeerResult};
 use crate::types::{BlockIndex, ObjectRef};
 use fleet::Fleet;
 
@@ -235,7 +235,7 @@ impl Cluster {
             .insert(member.clone(), Instant::now() + self.suspect_for)
             .is_none();
         if first {
-            tracing::warn!(%member, %error, suspect_for = ?self.suspect_for, "cluster member failed; its blocks go to the next member or the upstream meanwhile");
+            tracing::warn!(%member, error = %ErrorChain(&error), suspect_for = ?self.suspect_for, "cluster member failed; its blocks go to the next member or the upstream meanwhile");
         }
     }
 

@@ -684,9 +684,9 @@ impl Blocks {
                 // in flight never polls its own).
                 async move {
                     threads.spawn(run).await.unwrap_or_else(|stopped| {
-                        Err(UpstreamError::Unreachable {
-                            message: format!("the fill did not complete: {stopped}"),
-                        })
+                        Err(UpstreamError::unreachable(format!(
+                            "the fill did not complete: {stopped}"
+                        )))
                     })
                 }
             }

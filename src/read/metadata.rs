@@ -20,6 +20,7 @@ use crate::cache::{BlockCache, MetaClock, MetaRecord, MetaState, Tier};
 use crate::object::ObjectMeta;
 use crate::rules::{Policy, Rules};
 use crate::source::{BlockSource, HeadIf, HeadOutcome, Lease, ResponseHead, UpstreamError};
+use crate::telemetry::ErrorChain;
 use crate::telemetry::Metrics;
 use crate::telemetry::{MetadataLookup, TRACE_TARGET};
 use crate::types::{ByteRange, ObjectRef, RangeRequest};
@@ -351,7 +352,7 @@ impl Metadata {
         {
             // The last known version's cached blocks stay servable; its record stays
             // stale, so the next lookup asks the upstream again.
-            tracing::warn!(%object, %error, "upstream failed to revalidate; serving the cached version");
+            tracing::warn!(%object, error = %ErrorChain(&error), "upstream failed to revalidate; serving the cached version");
             self.inner.metrics.stale_serves.inc();
             let stale = Discovered {
                 source: MetaSource::Stale,

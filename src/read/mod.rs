@@ -83,6 +83,7 @@ use crate::cache::{BlockKey, Tier};
 use crate::object::{Missing, ObjectMeta};
 use crate::rules::{Policy, Rules};
 use crate::source::{BlockAsk, UpstreamError};
+use crate::telemetry::ErrorChain;
 use crate::telemetry::Metrics;
 use crate::tenant::Tenant;
 use crate::types::{BlockIndex, BlockLayout, ObjectRef, RangeRequest, Selection, Unsatisfiable};
@@ -427,7 +428,7 @@ fn aborting(
     error: ReadError,
 ) -> ReadError {
     let cause = error.abort_cause();
-    tracing::warn!(%object, block, cause, %error, "aborting a response after its headers were sent");
+    tracing::warn!(%object, block, cause, error = %ErrorChain(&error), "aborting a response after its headers were sent");
     metrics.count_read_abort(cause);
     error
 }

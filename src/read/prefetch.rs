@@ -23,6 +23,7 @@ use super::block::Blocks;
 use super::fills::FillClass;
 use crate::budget::MemoryBudget;
 use crate::shutdown::Shutdown;
+use crate::telemetry::ErrorChain;
 use crate::telemetry::{Metrics, PrefetchOutcome};
 use crate::types::{BlockIndex, BlockLayout, ByteRange, ObjectRef};
 
@@ -263,7 +264,7 @@ impl Prefetcher {
                 let fetched = this.shutdown.run(this.blocks.ensure_block(&target, index));
                 if let Some(Err(error)) = fetched.await {
                     let object = &target.object;
-                    tracing::debug!(%object, index, %error, "prefetch failed");
+                    tracing::debug!(%object, index, error = %ErrorChain(&error), "prefetch failed");
                 }
                 // Once cached, the block is the cache's to account for.
                 drop((slot, charge, streams));

@@ -48,7 +48,7 @@ use crate::buffers::BlockBuffers;
 use crate::cache::{BlockCache, BlockKey};
 use crate::fill_threads::FillThreads;
 use crate::source::{BlockSource, PeerId, Peers, ResponseHead, StreamedRead, UpstreamError};
-use crate::telemetry::{Metrics, StreamEnd, TRACE_TARGET};
+use crate::telemetry::{ErrorChain, Metrics, StreamEnd, TRACE_TARGET};
 use crate::tenant::{Charge, charged};
 use crate::types::{BlockIndex, ByteRange};
 
@@ -400,9 +400,7 @@ impl Streams {
         let fill = target.fill_or_default(&self.inner.fills);
         let block = next_block(&mut read, (length, self.inner.cache.buffers()), &mut carry)
             .await
-            .map_err(|_| UpstreamError::Unreachable {
-                message: "response body interrupted".to_owned(),
-            })?;
+            .map_err(|_| UpstreamError::unreachable("response body interrupted"))?;
         fill.fetched(block.len());
         if last == first {
             return Ok((first, block, None));
@@ -789,7 +787,7 @@ async fn next_block(
             match read.next_chunk().await {
                 Some(Ok(chunk)) => chunk,
                 Some(Err(error)) => {
-                    tracing::warn!(%error, "origin stream broke off; its readers fetch the rest by block");
+                    tracing::warn!(error = %ErrorChain(&error), "origin stream broke off; its readers fetch the rest by block");
                     return Err(Undelivered::Stopped);
                 }
                 None => return Err(Undelivered::Stopped),

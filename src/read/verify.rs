@@ -19,6 +19,7 @@ use super::{Target, Verify};
 use crate::cache::Part;
 use crate::checksum::{Algorithm, Crc, Running};
 use crate::source::{BlockSource, HeadIf, HeadOutcome, ResponseHead, UpstreamError};
+use crate::telemetry::ErrorChain;
 use crate::types::{BlockIndex, ByteRange};
 
 /// Samples hits and checks them. Cheap to clone.
@@ -116,7 +117,7 @@ impl Check {
         let outcome = match self.compare().await {
             Ok(outcome) => outcome,
             Err(error) => {
-                tracing::warn!(object = %self.target.object, %error, "verify mode could not check a hit");
+                tracing::warn!(object = %self.target.object, error = %ErrorChain(&error), "verify mode could not check a hit");
                 "failed"
             }
         };

@@ -93,12 +93,10 @@ impl StreamedRead {
     pub async fn next_chunk(&mut self) -> Option<Result<Bytes, UpstreamError>> {
         let Some(chunk) = self.body.next().await else {
             return (self.received != self.length).then(|| {
-                Err(UpstreamError::Unreachable {
-                    message: format!(
-                        "response body ended after {} of {} bytes",
-                        self.received, self.length
-                    ),
-                })
+                Err(UpstreamError::unreachable(format!(
+                    "response body ended after {} of {} bytes",
+                    self.received, self.length
+                )))
             });
         };
         let chunk = match chunk {

@@ -3,9 +3,55 @@
 //! answer carries over too.
 //!
 //! `UpstreamError` is `Clone`: one failed block fetch is shared by every request that
-//! waited on it. Each variant keeps the upstream's request id when one was sent.
+//! waited on it. Each variant keeps the upstream's request id when one was sent, and a
+//! failure below S3's protocol keeps its [`Cause`], so the cause chain
+//! (`telemetry::ErrorChain`) reaches what actually failed.
+
+use std::sync::Arc;
 
 use crate::object::Missing;
+
+/// What made a request fail below S3's protocol: the error itself, kept whole and shared
+/// (so `UpstreamError` stays `Clone`), or what was wrong when no error value stands for
+/// it. It displays as its error does and hands on that error's own causes.
+#[derive(Debug, Clone)]
+pub struct Cause(Arc<dyn std::error::Error + Send + Sync>);
+
+/// A cause that only a description stands for.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+struct Described(String);
+
+impl Cause {
+    pub fn of(error: impl std::error::Error + Send + Sync + 'static) -> Self {
+        Self(Arc::new(error))
+    }
+
+    pub fn described(description: impl Into<String>) -> Self {
+        Self::of(Described(description.into()))
+    }
+}
+
+impl std::fmt::Display for Cause {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::error::Error for Cause {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.0.source()
+    }
+}
+
+impl PartialEq for Cause {
+    /// Causes compare by what they say, through every level.
+    fn eq(&self, other: &Self) -> bool {
+        crate::telemetry::error_chain(self) == crate::telemetry::error_chain(other)
+    }
+}
+
+impl Eq for Cause {}
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum UpstreamError {
@@ -31,17 +77,29 @@ pub enum UpstreamError {
         request_id: Option<String>,
     },
     /// No response: connection reset or closed after the request was sent, timeout.
-    #[error("the upstream is unreachable: {message}")]
-    Unreachable { message: String },
+    #[error("the upstream is unreachable")]
+    Unreachable {
+        #[source]
+        cause: Cause,
+    },
     /// No connection: refused, DNS failure, TLS handshake. The request never left Portico.
-    #[error("the upstream is unreachable: {message}")]
-    NotSent { message: String },
+    #[error("the upstream is unreachable")]
+    NotSent {
+        #[source]
+        cause: Cause,
+    },
     /// A response that breaks the protocol (bad `Content-Range`, wrong body length).
-    #[error("invalid upstream response: {message}")]
-    InvalidResponse { message: String },
+    #[error("invalid upstream response")]
+    InvalidResponse {
+        #[source]
+        cause: Cause,
+    },
     /// The request could not be built (a value the SDK refuses to send).
-    #[error("cannot build the upstream request: {message}")]
-    Request { message: String },
+    #[error("cannot build the upstream request")]
+    Request {
+        #[source]
+        cause: Cause,
+    },
     /// A client header value that is not UTF-8: the signer signs header values as text,
     /// so it cannot be forwarded.
     #[error("the value of header {name} is not UTF-8")]
@@ -49,8 +107,11 @@ pub enum UpstreamError {
     /// Portico has no credential to sign upstream requests with: none configured, and the
     /// credential chain (environment, profile, web identity, container, instance) found
     /// none.
-    #[error("no upstream credential: {message}")]
-    NoCredential { message: String },
+    #[error("no upstream credential")]
+    NoCredential {
+        #[source]
+        cause: Cause,
+    },
 }
 
 /// S3 error codes that mean the upstream refused the credential a request was signed
@@ -150,9 +211,49 @@ impl UpstreamError {
         )
     }
 
-    pub fn invalid_response(message: impl Into<String>) -> Self {
+    pub fn invalid_response(description: impl Into<String>) -> Self {
         Self::InvalidResponse {
-            message: message.into(),
+            cause: Cause::described(description),
         }
+    }
+
+    /// No response arrived, for the reason `description` gives.
+    pub fn unreachable(description: impl Into<String>) -> Self {
+        Self::Unreachable {
+            cause: Cause::described(description),
+        }
+    }
+
+    /// The request could not be built, for the reason `description` gives.
+    pub fn request(description: impl Into<String>) -> Self {
+        Self::Request {
+            cause: Cause::described(description),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failure_below_the_protocol_keeps_its_cause_to_the_bottom() {
+        let refused = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused");
+        let error = UpstreamError::NotSent {
+            cause: Cause::of(refused),
+        };
+        let cause = std::error::Error::source(&error).expect("a cause");
+        assert_eq!(cause.to_string(), "refused");
+        assert_eq!(
+            crate::telemetry::error_chain(&error),
+            "the upstream is unreachable: refused"
+        );
+        let copy = error.clone();
+        assert_eq!(copy, error);
+        assert_ne!(copy, UpstreamError::unreachable("refused"));
+        assert_eq!(
+            crate::telemetry::error_chain(&UpstreamError::invalid_response("no Content-Length")),
+            "invalid upstream response: no Content-Length"
+        );
     }
 }

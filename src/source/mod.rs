@@ -25,7 +25,7 @@ mod answers;
 mod error;
 
 pub use answers::{HeadIf, HeadOutcome, RangeRead, ResponseHead, StreamedRead};
-pub use error::{CredentialProblem, UpstreamError};
+pub use error::{Cause, CredentialProblem, UpstreamError};
 /// The fleet lease: whether this member may serve its cached metadata as it is (see
 /// [`portico_fleet::Lease`]).
 pub use portico_fleet::Lease;

@@ -2,11 +2,11 @@
 //! into the sources' [`UpstreamError`].
 
 use aws_sdk_s3::config::http::HttpResponse;
-use aws_sdk_s3::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
+use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_s3::operation::RequestId;
 
 use crate::object::Missing;
-use crate::source::UpstreamError;
+use crate::source::{Cause, UpstreamError};
 
 /// Classifies an SDK error by the HTTP status and S3 error code of its response.
 pub(super) fn from_sdk<E>(error: SdkError<E, HttpResponse>) -> UpstreamError
@@ -45,13 +45,13 @@ where
             }
         }
         SdkError::ConstructionFailure(_) => UpstreamError::Request {
-            message: DisplayErrorContext(&error).to_string(),
+            cause: Cause::of(error),
         },
         _ if credentials_failed(&error) => UpstreamError::NoCredential {
-            message: DisplayErrorContext(&error).to_string(),
+            cause: Cause::of(error),
         },
         _ => UpstreamError::Unreachable {
-            message: DisplayErrorContext(&error).to_string(),
+            cause: Cause::of(error),
         },
     }
 }

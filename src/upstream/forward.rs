@@ -26,7 +26,8 @@ pub use super::signer::PostSigner;
 use super::signer::{BodySignature, Signer};
 use crate::BoxError;
 use crate::config::UpstreamConfig;
-use crate::telemetry::{Metrics, RequestKind, error_chain};
+use crate::source::Cause;
+use crate::telemetry::{Metrics, RequestKind};
 use crate::tenant::DEFAULT_TENANT;
 
 pub type UpstreamBody = BoxBody<Bytes, BoxError>;
@@ -173,12 +174,12 @@ impl Forwarder {
             .uri(uri)
             .body(body)
             .map_err(|error| UpstreamError::Request {
-                message: error.to_string(),
+                cause: Cause::of(error),
             })?;
         let headers = outgoing.headers_mut();
         *headers = request.headers;
-        let host = HeaderValue::from_str(&host).map_err(|_| UpstreamError::Request {
-            message: "invalid upstream host".to_owned(),
+        let host = HeaderValue::from_str(&host).map_err(|error| UpstreamError::Request {
+            cause: Cause::of(error),
         })?;
         headers.insert(http::header::HOST, host);
         if let Some(length) = length {
@@ -188,12 +189,15 @@ impl Forwarder {
             self.signer.sign(&mut outgoing, signature).await?;
         }
         self.client.request(outgoing).await.map_err(|error| {
-            let message = error_chain(&error);
             // A failed connect (refused, DNS, TLS handshake) sent nothing.
             if error.is_connect() {
-                UpstreamError::NotSent { message }
+                UpstreamError::NotSent {
+                    cause: Cause::of(error),
+                }
             } else {
-                UpstreamError::Unreachable { message }
+                UpstreamError::Unreachable {
+                    cause: Cause::of(error),
+                }
             }
         })
     }
@@ -242,7 +246,7 @@ impl Forwarder {
             .path_and_query(path_and_query)
             .build()
             .map_err(|error| UpstreamError::Request {
-                message: format!("cannot build the upstream URI: {error}"),
+                cause: Cause::of(error),
             })
     }
 }

@@ -31,8 +31,9 @@ use crate::buffers::BlockBuffers;
 use crate::config::UpstreamConfig;
 use crate::object::{Checksums, Missing, ObjectMeta};
 pub use crate::source::{
-    CredentialProblem, HeadOutcome, RangeRead, ResponseHead, StreamedRead, UpstreamError,
+    Cause, CredentialProblem, HeadOutcome, RangeRead, ResponseHead, StreamedRead, UpstreamError,
 };
+use crate::telemetry::ErrorChain;
 use crate::telemetry::{Metrics, TRACE_TARGET};
 use crate::types::{ByteRange, ObjectRef, RangeRequest};
 use client::{LedgerCounter, RetryCounter};
@@ -234,7 +235,7 @@ impl Upstream {
                 Ok(chunk)
             }
             Err(error) => Err(UpstreamError::Unreachable {
-                message: format!("response body interrupted: {error}"),
+                cause: Cause::of(error),
             }),
         });
         StreamedRead::new(opened.meta, opened.first, opened.length, body)
@@ -450,7 +451,7 @@ impl Upstream {
         };
         self.metrics.count_credential_error(problem.as_str());
         if self.credential_log.allow() {
-            tracing::error!(problem = problem.as_str(), upstream_request_id = error.request_id(), %error, "the upstream credential failed: check upstream.access_key_id and upstream.secret_access_key (or the AWS credential chain)");
+            tracing::error!(problem = problem.as_str(), upstream_request_id = error.request_id(), error = %ErrorChain(&error), "the upstream credential failed: check upstream.access_key_id and upstream.secret_access_key (or the AWS credential chain)");
         }
     }
 }

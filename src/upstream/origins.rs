@@ -24,7 +24,7 @@ use async_trait::async_trait;
 use crate::checksum::Reference;
 use crate::config::BucketPattern;
 use crate::source::{BlockSource, HeadIf};
-use crate::telemetry::Metrics;
+use crate::telemetry::{ErrorChain, Metrics};
 use crate::types::{ByteRange, ObjectRef, RangeRequest};
 
 use super::{
@@ -168,7 +168,7 @@ impl Origins {
         {
             Ok(read) => Ok(read),
             Err(answer) => {
-                tracing::warn!(%object, primary = %primary.name, fallback = %fallback.name, %error, %answer, "upstream failed and its fallback could not stream the version; reporting the upstream's error");
+                tracing::warn!(%object, primary = %primary.name, fallback = %fallback.name, error = %ErrorChain(&error), %answer, "upstream failed and its fallback could not stream the version; reporting the upstream's error");
                 Err(error)
             }
         }
@@ -204,7 +204,7 @@ impl BlockSource for Origins {
             (Ok(HeadOutcome::Found(_)), HeadIf::Changed(_)) => Ok(HeadOutcome::NotModified),
             (Ok(found), _) => Ok(found),
             (other, _) => {
-                tracing::warn!(%object, primary = %primary.name, fallback = %fallback.name, %error, answer = ?other.err(), "upstream failed and its fallback could not answer for the version; reporting the upstream's error");
+                tracing::warn!(%object, primary = %primary.name, fallback = %fallback.name, error = %ErrorChain(&error), answer = ?other.err(), "upstream failed and its fallback could not answer for the version; reporting the upstream's error");
                 Err(error)
             }
         }
@@ -246,7 +246,7 @@ impl BlockSource for Origins {
         {
             Ok(read) => Ok(read),
             Err(answer) => {
-                tracing::warn!(%object, primary = %primary.name, fallback = %fallback.name, %error, %answer, "upstream failed and its fallback could not serve the version; reporting the upstream's error");
+                tracing::warn!(%object, primary = %primary.name, fallback = %fallback.name, error = %ErrorChain(&error), %answer, "upstream failed and its fallback could not serve the version; reporting the upstream's error");
                 Err(error)
             }
         }

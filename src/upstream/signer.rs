@@ -17,6 +17,7 @@ use aws_smithy_runtime_api::client::identity::Identity;
 use http::Request;
 
 use super::UpstreamError;
+use crate::source::Cause;
 
 /// Renew cached credentials this long before they expire.
 const RENEW_BEFORE: Duration = Duration::from_secs(300);
@@ -64,7 +65,7 @@ impl Signer {
                 .provide_credentials()
                 .await
                 .map_err(|error| UpstreamError::Request {
-                    message: format!("no upstream credentials: {error}"),
+                    cause: Cause::of(error),
                 })?;
         *current = Some(credentials.clone());
         Ok(Some(credentials))
@@ -128,7 +129,7 @@ impl Signer {
             .settings(settings)
             .build()
             .map_err(|error| UpstreamError::Request {
-                message: error.to_string(),
+                cause: Cause::of(error),
             })?
             .into();
         // Values are signed as the bytes they are: S3 takes UTF-8 in `x-amz-meta-*`.
@@ -157,11 +158,11 @@ impl Signer {
             signable_body,
         )
         .map_err(|error| UpstreamError::Request {
-            message: error.to_string(),
+            cause: Cause::of(error),
         })?;
         let (instructions, _) = sign(signable, &params)
             .map_err(|error| UpstreamError::Request {
-                message: error.to_string(),
+                cause: Cause::of(error),
             })?
             .into_parts();
         instructions.apply_to_request_http1x(request);

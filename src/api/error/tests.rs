@@ -78,9 +78,7 @@ fn every_read_error_maps_to_an_s3_code_and_status() {
         within: 0..1,
     });
     assert_eq!(parts(internal).1, 500);
-    let unreachable = UpstreamError::Unreachable {
-        message: "connection refused".into(),
-    };
+    let unreachable = UpstreamError::unreachable("connection refused");
     assert_eq!(
         parts(ReadError::Upstream(unreachable)).0,
         "ServiceUnavailable"
@@ -101,7 +99,7 @@ fn portico_s_own_credential_failing_is_not_the_client_s_error() {
         ("UpstreamCredentialRejected", 502, Some("UP9"))
     );
     let missing = UpstreamError::NoCredential {
-        message: "no credentials found in chain".into(),
+        cause: crate::source::Cause::described("no credentials found in chain"),
     };
     let (code, status, ..) = parts(ReadError::Upstream(missing));
     assert_eq!((code.as_str(), status), ("UpstreamCredentialMissing", 502));

@@ -14,6 +14,7 @@ use tokio::sync::{Semaphore, mpsc};
 use super::{Integrity, Learn};
 use crate::shutdown::Shutdown;
 use crate::source::BlockSource;
+use crate::telemetry::ErrorChain;
 
 /// Questions to the origin under way at once, at most.
 const LOOKUPS_IN_FLIGHT: usize = 4;
@@ -88,9 +89,9 @@ pub(in crate::read) fn learn_checksums(
                         metrics.count_lookup("failed");
                         let bucket = target.object.bucket();
                         if !refusal(error.upstream_status()) {
-                            tracing::warn!(object = %target.object, %error, "could not learn the checksums S3 keeps of an object; it is not judged");
+                            tracing::warn!(object = %target.object, error = %ErrorChain(&error), "could not learn the checksums S3 keeps of an object; it is not judged");
                         } else if refused.note(bucket) {
-                            tracing::warn!(bucket, %error, "the origin refuses GetObjectAttributes for this bucket (allow s3:GetObjectAttributes, or set cache.learn_checksums = false); objects read only by ranges and multipart ones are not judged, and it is asked again in 15 minutes");
+                            tracing::warn!(bucket, error = %ErrorChain(&error), "the origin refuses GetObjectAttributes for this bucket (allow s3:GetObjectAttributes, or set cache.learn_checksums = false); objects read only by ranges and multipart ones are not judged, and it is asked again in 15 minutes");
                         }
                         integrity.settle(&target, None, false);
                         drop(slot);

@@ -208,9 +208,7 @@ impl MemorySource {
         self.calls.lock().push(call);
         tokio::time::sleep(if stalled { STALL } else { LATENCY }).await;
         if *self.down.lock() {
-            return Err(UpstreamError::Unreachable {
-                message: "connection refused".to_owned(),
-            });
+            return Err(UpstreamError::unreachable("connection refused"));
         }
         Ok(())
     }
