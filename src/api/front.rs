@@ -58,16 +58,32 @@ pub struct Front {
     fills: FillSlots,
 }
 
+/// What a [`Front`] is made of.
+pub struct FrontParts {
+    pub s3: S3Service,
+    pub passthrough: Arc<Passthrough>,
+    pub hosts: Option<VirtualHosts>,
+    pub metrics: Arc<Metrics>,
+    /// `None` when authentication is off.
+    pub auth: Option<Arc<Authenticator>>,
+    pub limits: RequestLimits,
+    /// The header GET and HEAD responses say what the cache did in; `None` for none.
+    pub cache_status_header: Option<HeaderName>,
+    pub fills: FillSlots,
+}
+
 impl Front {
-    pub fn new(
-        s3: S3Service,
-        passthrough: Arc<Passthrough>,
-        hosts: Option<VirtualHosts>,
-        metrics: Arc<Metrics>,
-        auth: Option<Arc<Authenticator>>,
-        limits: RequestLimits,
-        (cache_status_header, fills): (Option<HeaderName>, FillSlots),
-    ) -> Self {
+    pub fn new(parts: FrontParts) -> Self {
+        let FrontParts {
+            s3,
+            passthrough,
+            hosts,
+            metrics,
+            auth,
+            limits,
+            cache_status_header,
+            fills,
+        } = parts;
         Self {
             s3,
             passthrough,
@@ -323,7 +339,13 @@ impl Front {
         let charge = Charge::new(tenant.clone());
         let bucket = self.metrics.ledger.bucket_label(address.bucket.as_deref());
         context.set_charge(charge.clone(), bucket);
-        let dispatched = self.route(request, (route, address, policy), tenant, context);
+        let admitted = Admitted {
+            route,
+            address,
+            policy,
+            tenant,
+        };
+        let dispatched = self.route(request, admitted, context);
         Box::pin(charged(charge, dispatched))
     }
 
@@ -331,16 +353,20 @@ impl Front {
     fn route(
         &self,
         request: Request<Incoming>,
-        (route, address, policy): (Route, Address, Option<Arc<Policy>>),
-        tenant: Arc<Tenant>,
+        admitted: Admitted,
         context: &RequestContext,
     ) -> Dispatched {
+        let Admitted {
+            route,
+            address,
+            policy,
+            tenant,
+        } = admitted;
         match route {
             Route::Cached => {
                 let overrides = response_overrides(&address);
                 let mut request = request;
-                let cached = match cached_request(&mut request, &address, (policy, tenant), context)
-                {
+                let cached = match cached_request(&mut request, &address, policy, tenant, context) {
                     Ok(cached) => cached,
                     Err(error) => return refuse(error, context),
                 };
@@ -367,6 +393,14 @@ impl Front {
     }
 }
 
+/// A request let in: where it goes, and the policy and tenant it was admitted under.
+struct Admitted {
+    route: Route,
+    address: Address,
+    policy: Option<Arc<Policy>>,
+    tenant: Arc<Tenant>,
+}
+
 type Dispatched = Pin<Box<dyn Future<Output = Result<Response<s3s::Body>, s3s::HttpError>> + Send>>;
 
 /// The context of a cached read: its object (with the version it names), its conditions
@@ -374,7 +408,8 @@ type Dispatched = Pin<Box<dyn Future<Output = Result<Response<s3s::Body>, s3s::H
 fn cached_request(
     request: &mut Request<Incoming>,
     address: &Address,
-    (policy, tenant): (Option<Arc<Policy>>, Arc<Tenant>),
+    policy: Option<Arc<Policy>>,
+    tenant: Arc<Tenant>,
     context: &RequestContext,
 ) -> Result<CachedRequest, S3Error> {
     let (Some(bucket), Some(key), Some(policy)) = (&address.bucket, &address.key, policy) else {

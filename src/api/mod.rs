@@ -24,7 +24,7 @@ use s3s::service::S3ServiceBuilder;
 
 pub use context::RequestContext;
 pub use error::UPSTREAM_REQUEST_ID_HEADER;
-pub use front::Front;
+pub use front::{Front, FrontParts};
 pub use host::VirtualHosts;
 pub use limits::MAX_KEY_BYTES;
 pub use listener::{ConnectionLimits, serve};
@@ -115,17 +115,18 @@ pub fn service(config: &Config, parts: ServiceParts) -> Front {
         tasks,
         metrics: metrics.clone(),
     }));
-    Front::new(
-        builder.build(),
+    Front::new(FrontParts {
+        s3: builder.build(),
         passthrough,
         hosts,
         metrics,
         auth,
-        RequestLimits::of(&config.server),
-        (
-            // Validated with the configuration; an empty name sends no header.
-            http::HeaderName::from_bytes(config.server.cache_status_header.as_bytes()).ok(),
-            fills,
-        ),
-    )
+        limits: RequestLimits::of(&config.server),
+        // Validated with the configuration; an empty name sends no header.
+        cache_status_header: http::HeaderName::from_bytes(
+            config.server.cache_status_header.as_bytes(),
+        )
+        .ok(),
+        fills,
+    })
 }

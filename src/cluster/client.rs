@@ -108,7 +108,8 @@ impl PeerClient {
     pub async fn block(
         &self,
         peer: &PeerId,
-        (request, fill): (&BlockRequest, FillHeaders<'_>),
+        request: &BlockRequest,
+        fill: FillHeaders<'_>,
         length: u64,
         head: &ResponseHead,
     ) -> Result<Fetched, PeerError> {
@@ -120,7 +121,7 @@ impl PeerClient {
         let exchange = async {
             let headers = [(TENANT_HEADER, fill.tenant), (FILL_HEADER, fill.class)];
             let response = self
-                .send(peer, (Method::POST, BLOCK_PATH), &headers, body)
+                .send(peer, Method::POST, BLOCK_PATH, &headers, body)
                 .await?;
             let status = response.status();
             let headers = response.headers().clone();
@@ -197,7 +198,7 @@ impl PeerClient {
         let body = serde_json::to_vec(request).map_err(|error| error.to_string())?;
         let exchange = async {
             let response = self
-                .send(peer, (Method::POST, HELD_PATH), &[], body)
+                .send(peer, Method::POST, HELD_PATH, &[], body)
                 .await
                 .map_err(|error| error.to_string())?;
             if response.status() != StatusCode::OK {
@@ -228,7 +229,8 @@ impl PeerClient {
         &self,
         peer: &PeerId,
         request: &BlockRequest,
-        (bytes, crc): (Bytes, u64),
+        bytes: Bytes,
+        crc: u64,
     ) -> Result<Result<(), StatusCode>, String> {
         let named = serde_json::to_string(request).map_err(|error| error.to_string())?;
         let named =
@@ -238,7 +240,7 @@ impl PeerClient {
         let exchange = async {
             let headers = [(HAND_HEADER, named.as_str()), (CRC_HEADER, crc.as_str())];
             let response = self
-                .send(peer, (Method::POST, HAND_PATH), &headers, bytes)
+                .send(peer, Method::POST, HAND_PATH, &headers, bytes)
                 .await
                 .map_err(|error| error.to_string())?;
             Ok(match response.status() {
@@ -268,7 +270,7 @@ impl PeerClient {
         let body = serde_json::to_vec(request).map_err(|error| error.to_string())?;
         let exchange = async {
             let response = self
-                .send(peer, (Method::POST, PURGE_PATH), &[], body)
+                .send(peer, Method::POST, PURGE_PATH, &[], body)
                 .await
                 .map_err(|error| error.to_string())?;
             let status = response.status();
@@ -301,7 +303,7 @@ impl PeerClient {
             serde_json::to_vec(request).map_err(|error| Untold::Failed(error.to_string()))?;
         let exchange = async {
             let response = self
-                .exchange(peer, (Method::POST, INVALIDATE_PATH), &[], body)
+                .exchange(peer, Method::POST, INVALIDATE_PATH, &[], body)
                 .await
                 .map_err(|error| match error {
                     SendError::Refused => Untold::Refused,
@@ -340,7 +342,7 @@ impl PeerClient {
         let body = serde_json::to_vec(&request).map_err(|error| error.to_string())?;
         let exchange = async {
             let response = self
-                .send(peer, (Method::POST, LEASE_PATH), &[], body)
+                .send(peer, Method::POST, LEASE_PATH, &[], body)
                 .await
                 .map_err(|error| error.to_string())?;
             let header = |name| {
@@ -387,7 +389,7 @@ impl PeerClient {
         let body = serde_json::to_vec(&request).map_err(|error| error.to_string())?;
         let exchange = async {
             let response = self
-                .send(peer, (Method::POST, CUT_PATH), &[], body)
+                .send(peer, Method::POST, CUT_PATH, &[], body)
                 .await
                 .map_err(|error| error.to_string())?;
             match response.status() {
@@ -405,7 +407,7 @@ impl PeerClient {
         let started = Instant::now();
         let exchange = async {
             let response = self
-                .send(peer, (Method::GET, HEALTH_PATH), &[], Vec::new())
+                .send(peer, Method::GET, HEALTH_PATH, &[], Vec::new())
                 .await
                 .map_err(|error| error.to_string())?;
             match response.status() {
@@ -423,11 +425,12 @@ impl PeerClient {
     async fn send(
         &self,
         peer: &PeerId,
-        (method, path): (Method, &str),
+        method: Method,
+        path: &str,
         headers: &[(&'static str, &str)],
         body: impl Into<Bytes>,
     ) -> Result<http::Response<hyper::body::Incoming>, PeerError> {
-        self.exchange(peer, (method, path), headers, body)
+        self.exchange(peer, method, path, headers, body)
             .await
             .map_err(|error| PeerError::Failed {
                 peer: peer.clone(),
@@ -439,7 +442,8 @@ impl PeerClient {
     async fn exchange(
         &self,
         peer: &PeerId,
-        (method, path): (Method, &str),
+        method: Method,
+        path: &str,
         headers: &[(&'static str, &str)],
         body: impl Into<Bytes>,
     ) -> Result<http::Response<hyper::body::Incoming>, SendError> {

@@ -364,11 +364,7 @@ impl Peers for Cluster {
         let length = within.end.saturating_sub(within.start);
         let started = Instant::now();
         let fill = FillHeaders { tenant, class };
-        match self
-            .client
-            .block(peer, (&request, fill), length, head)
-            .await
-        {
+        match self.client.block(peer, &request, fill, length, head).await {
             Ok(fetched) if Crc::of(Algorithm::Crc64Nvme, &fetched.body).value != fetched.crc => {
                 // Changed on the way: never used, and the block comes from elsewhere.
                 self.metrics.integrity.count_mismatch("peer");
@@ -453,7 +449,7 @@ impl Peers for Cluster {
     async fn hand(&self, peer: &PeerId, ask: BlockAsk<'_>, bytes: Bytes) -> bool {
         let request = block_request(&ask);
         let crc = Crc::of(Algorithm::Crc64Nvme, &bytes).value;
-        match self.client.hand(peer, &request, (bytes, crc)).await {
+        match self.client.hand(peer, &request, bytes, crc).await {
             Ok(Ok(())) => {
                 self.metrics.streams.count_handed(true);
                 return true;

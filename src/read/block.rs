@@ -18,7 +18,7 @@ use super::fetch::BlockFetch;
 use super::fills::FillSlots;
 use super::hedge::Hedger;
 use super::integrity::Integrity;
-use super::stream::{Has, Interest, Streams};
+use super::stream::{Has, Interest, StreamParts, Streams};
 use super::verify::Verifier;
 use super::{Internal, ReadError, Target};
 use crate::budget::{Charge, MemoryBudget};
@@ -63,22 +63,45 @@ struct Inner {
     answers: parking_lot::Mutex<HashMap<BlockKey, ResponseHead>>,
 }
 
+/// What the block step is made of.
+pub(super) struct BlockParts {
+    pub cache: BlockCache,
+    pub source: Arc<dyn BlockSource>,
+    pub metrics: Arc<Metrics>,
+    pub hedger: Hedger,
+    pub fills: FillSlots,
+    pub fill_threads: FillThreads,
+    /// The other cluster members, in cluster mode.
+    pub peers: Option<Arc<dyn Peers>>,
+    pub integrity: Integrity,
+    /// Verify mode, when it is on.
+    pub verifier: Option<Verifier>,
+}
+
 impl Blocks {
-    pub(super) fn new(
-        cache: BlockCache,
-        source: Arc<dyn BlockSource>,
-        metrics: Arc<Metrics>,
-        (hedger, fills, fill_threads): (Hedger, FillSlots, FillThreads),
-        peers: Option<Arc<dyn Peers>>,
-        (integrity, verifier): (Integrity, Option<Verifier>),
-    ) -> Self {
+    pub(super) fn new(parts: BlockParts) -> Self {
+        let BlockParts {
+            cache,
+            source,
+            metrics,
+            hedger,
+            fills,
+            fill_threads,
+            peers,
+            integrity,
+            verifier,
+        } = parts;
         let claims = Claims::default();
-        let streams = Streams::new(
-            (source.clone(), peers.clone(), claims.clone()),
-            cache.clone(),
-            (integrity.clone(), fills.clone(), fill_threads.clone()),
-            metrics.clone(),
-        );
+        let streams = Streams::new(StreamParts {
+            source: source.clone(),
+            peers: peers.clone(),
+            claims: claims.clone(),
+            cache: cache.clone(),
+            integrity: integrity.clone(),
+            fills: fills.clone(),
+            fill_threads: fill_threads.clone(),
+            metrics: metrics.clone(),
+        });
         Self {
             inner: Arc::new(Inner {
                 cache,
@@ -398,7 +421,7 @@ impl Blocks {
                     .await?
             }
         };
-        Ok(self.looked_up(&span, target, (index, within), part, charge))
+        Ok(self.looked_up(&span, target, index, within, part, charge))
     }
 
     /// Bytes `within` block `index` of `target` when the memory tier holds the block.
@@ -435,7 +458,7 @@ impl Blocks {
         let charge = budget.try_reserve(within.len() as u64)?;
         let part = self.held_in_memory(target, index, within.clone())?;
         let span = lookup_span(index);
-        Some(self.looked_up(&span, target, (index, within), part, charge))
+        Some(self.looked_up(&span, target, index, within, part, charge))
     }
 
     /// `part`, found by a lookup of the bytes `within` block `index`: counted, sampled
@@ -444,7 +467,8 @@ impl Blocks {
         &self,
         span: &tracing::Span,
         target: &Target,
-        (index, within): (BlockIndex, std::ops::Range<usize>),
+        index: BlockIndex,
+        within: std::ops::Range<usize>,
         part: Part,
         charge: Charge,
     ) -> Part {
@@ -523,7 +547,7 @@ impl Blocks {
                 Part::whole(slice, Tier::Upstream)
             }
         };
-        Ok(self.looked_up(&span, target, (index, within), part, charge))
+        Ok(self.looked_up(&span, target, index, within, part, charge))
     }
 
     /// The fetch of block `index` of `target`, whose first answer `answered` learns of.

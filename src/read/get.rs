@@ -11,7 +11,7 @@ use futures::stream::FuturesOrdered;
 use tokio::sync::mpsc;
 use tracing::Instrument;
 
-use super::block::Blocks;
+use super::block::{BlockParts, Blocks};
 use super::body::{Ready, ResponseCheck, empty_body, send_part, take_part};
 use super::discovered::{Discovered, FirstRead};
 use super::fills::{FillClass, FillFor, FillSlots};
@@ -92,14 +92,17 @@ impl ReadPath {
             metrics.clone(),
         );
         let verifier = Verifier::new(settings.verify, source.clone(), integrity.clone());
-        let blocks = Blocks::new(
-            cache.clone(),
-            source.clone(),
-            metrics.clone(),
-            (hedger, fills.clone(), fill_threads),
-            peers.clone(),
-            (integrity.clone(), verifier),
-        );
+        let blocks = Blocks::new(BlockParts {
+            cache: cache.clone(),
+            source: source.clone(),
+            metrics: metrics.clone(),
+            hedger,
+            fills: fills.clone(),
+            fill_threads,
+            peers: peers.clone(),
+            integrity: integrity.clone(),
+            verifier,
+        });
         let metadata = Metadata::new(MetadataParts {
             cache,
             source: source.clone(),
@@ -125,7 +128,7 @@ impl ReadPath {
             let learner = integrity.clone();
             integrity::learn_checksums(learns, source.clone(), learner, shutdown.clone());
         }
-        integrity::purge_wrong(wrong, (&metadata, &blocks), peers, shutdown);
+        manage::purge_wrong(wrong, &metadata, &blocks, peers, shutdown);
         Self {
             metadata,
             blocks,
@@ -324,13 +327,17 @@ impl ReadPath {
                     .await
                     .map(|(body, tally)| (body, tally, status))
             } else {
-                let stream = (charge, discovered, check);
                 let fill = FillFor {
                     tenant: tenant.clone(),
                     class: FillClass::Demand,
                 };
-                self.stream_cached(object, &meta, bytes, stream, (policy, fill))
-                    .await
+                let read = BlockRead {
+                    target: Target::new(object, meta.clone(), block_size).for_fill(fill),
+                    bytes,
+                    discovered,
+                    check,
+                };
+                self.stream_cached(read, charge, policy).await
             };
             match started {
                 Ok((body, tally, status)) => {
@@ -352,18 +359,20 @@ impl ReadPath {
         }
     }
 
-    /// Starts streaming `bytes` of the version `meta` names from its blocks (or from
-    /// `discovered`), reading the first one (charged to `charge`) before it returns, the
-    /// bytes sent checked by `check` when there is one.
+    /// Starts streaming `read`'s bytes from its blocks (or from what its discovery
+    /// brought), reading the first one (charged to `charge`) before it returns.
     async fn stream_cached(
         &self,
-        object: &ObjectRef,
-        meta: &Arc<ObjectMeta>,
-        bytes: ByteRange,
-        (charge, discovered, check): (Charge, Discovered, Option<ResponseCheck>),
-        (policy, fill): (&Policy, FillFor),
+        read: BlockRead,
+        charge: Charge,
+        policy: &Policy,
     ) -> Result<(BodyStream, Arc<Tally>, CacheStatus), ReadError> {
-        let target = Target::new(object, meta.clone(), self.block_size).for_fill(fill);
+        let BlockRead {
+            target,
+            bytes,
+            mut discovered,
+            check,
+        } = read;
         let first_index = target.layout.block_of(bytes.first());
         // Before any lookup or prefetch: those of the blocks the streams bring wait for
         // them.
@@ -372,7 +381,6 @@ impl ReadPath {
             .open_streams(&target, target.layout.blocks_for(bytes), &discovered)
             .await;
         // The read holds the discovery's stream itself from here on, if it needs it.
-        let mut discovered = discovered;
         drop(discovered.stream.take());
         // Before waiting for the first block: a sequential reader catching up with the
         // prefetches waits here, and the fetch slots freed meanwhile refill at once
@@ -430,29 +438,37 @@ impl ReadPath {
         };
         let status = CacheStatus::new(&discovered, Some(first_block.tier));
         let tally = Arc::new(Tally::default());
-        let first = (first_block, check);
-        let ahead = Ahead {
+        let started = Started {
+            first_block,
             lookups: ahead,
             streams,
         };
-        let body = self.stream(target, bytes, first, ahead, discovered, tally.clone());
+        let read = BlockRead {
+            target,
+            bytes,
+            discovered,
+            check,
+        };
+        let body = self.stream(read, started, tally.clone());
         Ok((body, tally, status))
     }
 
-    /// Streams `bytes` of `target`, starting with its already read first block, counting
-    /// each block sent in `tally` and checking the bytes with `check` when there is one.
-    /// The first block's part is in the body from the start, and so is the rest when
-    /// memory holds it (up to the readahead); otherwise a task sends the rest. The
-    /// stream's lookups belong to the request's trace.
-    fn stream(
-        &self,
-        target: Target,
-        bytes: ByteRange,
-        (first_block, mut check): (Part, Option<ResponseCheck>),
-        Ahead { lookups, streams }: Ahead,
-        discovered: Discovered,
-        tally: Arc<Tally>,
-    ) -> BodyStream {
+    /// Streams `read`'s bytes, starting with its already read first block, counting each
+    /// block sent in `tally`. The first block's part is in the body from the start, and
+    /// so is the rest when memory holds it (up to the readahead); otherwise a task sends
+    /// the rest. The stream's lookups belong to the request's trace.
+    fn stream(&self, read: BlockRead, started: Started, tally: Arc<Tally>) -> BodyStream {
+        let BlockRead {
+            target,
+            bytes,
+            discovered,
+            mut check,
+        } = read;
+        let Started {
+            first_block,
+            lookups,
+            streams,
+        } = started;
         let layout = target.layout;
         let mut blocks = layout.blocks_for(bytes);
         let mut ready = Ready::default();
@@ -564,9 +580,20 @@ impl ReadPath {
     }
 }
 
-/// What a GET started before its first block was read: the lookups of the blocks after it
-/// (within the readahead), and its holds on the origin streams that bring its blocks.
-struct Ahead {
+/// A GET's read of blocks: the version and bytes it reads, what discovering the version
+/// brought, and the check of the bytes it sends when there is one.
+struct BlockRead {
+    target: Target,
+    bytes: ByteRange,
+    discovered: Discovered,
+    check: Option<ResponseCheck>,
+}
+
+/// What a GET started before it sends: its first block, read; the lookups of the blocks
+/// after it (within the readahead); and its holds on the origin streams that bring its
+/// blocks.
+struct Started {
+    first_block: Part,
     lookups: Vec<(BlockIndex, Lookup)>,
     streams: Vec<Interest>,
 }

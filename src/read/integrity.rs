@@ -23,13 +23,9 @@ use bytes::Bytes;
 use tokio::sync::mpsc;
 
 use super::Target;
-use super::block::Blocks;
-use super::manage;
-use super::metadata::Metadata;
 use crate::checksum::{Crc, Reference, composite, full_object};
 use crate::object::ObjectMeta;
-use crate::shutdown::Shutdown;
-use crate::source::{Peers, UpstreamError};
+use crate::source::UpstreamError;
 use crate::telemetry::Metrics;
 use crate::tenant::Charge;
 use crate::types::{BlockIndex, ObjectRef};
@@ -248,7 +244,8 @@ impl Integrity {
                 None => return pending,
             }
         };
-        self.verdict(target, judged)
+        let (judged, check) = judged;
+        self.verdict(target, judged, check)
     }
 
     /// Sends `target` to be asked about; when the queue is full it is not, and its record
@@ -295,11 +292,12 @@ impl Integrity {
             tracked.remove(&key);
             judged
         };
-        self.verdict(target, judged);
+        let (judged, check) = judged;
+        self.verdict(target, judged, check);
     }
 
     /// Counts, logs and acts on what a comparison of `check` found.
-    fn verdict(&self, target: &Target, (judged, check): (Judged, &'static str)) -> Verdict {
+    fn verdict(&self, target: &Target, judged: Judged, check: &'static str) -> Verdict {
         let integrity = &self.metrics.integrity;
         match judged {
             Judged::Right => {
@@ -443,29 +441,4 @@ impl Tracked {
         self.learnt_order.push_back(key.clone());
         self.learnt.insert(key.clone(), reference);
     }
-}
-
-/// Purges the objects found wrong, on this node (see `manage::purge`) and on every other
-/// member, until `shutdown`.
-pub(super) fn purge_wrong(
-    mut wrong: mpsc::Receiver<ObjectRef>,
-    (metadata, blocks): (&Metadata, &Blocks),
-    peers: Option<Arc<dyn Peers>>,
-    shutdown: Shutdown,
-) {
-    let (metadata, blocks) = (metadata.clone(), blocks.clone());
-    let purges = async move {
-        while let Some(object) = wrong.recv().await {
-            match manage::purge(&metadata, &blocks, &object, None).await {
-                Ok(blocks) => tracing::warn!(%object, blocks, "purged an object with wrong bytes"),
-                Err(error) => {
-                    tracing::error!(%object, %error, "could not purge an object with wrong bytes");
-                }
-            }
-            if let Some(peers) = &peers {
-                peers.purge_others(&object).await;
-            }
-        }
-    };
-    tokio::spawn(async move { shutdown.run(purges).await });
 }

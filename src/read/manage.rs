@@ -8,6 +8,8 @@
 
 use std::sync::Arc;
 
+use tokio::sync::mpsc;
+
 use futures::StreamExt;
 
 use super::block::Blocks;
@@ -17,6 +19,9 @@ use super::metadata::Metadata;
 use super::{Internal, ReadError, Target};
 use crate::budget::MemoryBudget;
 use crate::object::ObjectMeta;
+use crate::shutdown::Shutdown;
+use crate::source::Peers;
+use crate::telemetry::ErrorChain;
 use crate::types::{ObjectRef, RangeRequest, Selection};
 
 /// A version of an object the cache may hold blocks of: its token and size.
@@ -127,4 +132,30 @@ pub(super) async fn warm(
         progress(done?);
     }
     Ok(())
+}
+
+/// Purges the objects the integrity step finds wrong, on this node (see [`purge`]) and
+/// on every other member, until `shutdown`.
+pub(super) fn purge_wrong(
+    mut wrong: mpsc::Receiver<ObjectRef>,
+    metadata: &Metadata,
+    blocks: &Blocks,
+    peers: Option<Arc<dyn Peers>>,
+    shutdown: Shutdown,
+) {
+    let (metadata, blocks) = (metadata.clone(), blocks.clone());
+    let purges = async move {
+        while let Some(object) = wrong.recv().await {
+            match purge(&metadata, &blocks, &object, None).await {
+                Ok(blocks) => tracing::warn!(%object, blocks, "purged an object with wrong bytes"),
+                Err(error) => {
+                    tracing::error!(%object, error = %ErrorChain(&error), "could not purge an object with wrong bytes");
+                }
+            }
+            if let Some(peers) = &peers {
+                peers.purge_others(&object).await;
+            }
+        }
+    };
+    tokio::spawn(async move { shutdown.run(purges).await });
 }

@@ -273,13 +273,32 @@ impl Waiting {
     }
 }
 
+/// What the origin streams are made of.
+pub(super) struct StreamParts {
+    pub source: Arc<dyn BlockSource>,
+    /// The other cluster members, in cluster mode: their blocks are handed to them.
+    pub peers: Option<Arc<dyn Peers>>,
+    /// This node's blocks that other members' streams bring.
+    pub claims: Claims,
+    pub cache: BlockCache,
+    pub integrity: Integrity,
+    pub fills: FillSlots,
+    pub fill_threads: FillThreads,
+    pub metrics: Arc<Metrics>,
+}
+
 impl Streams {
-    pub(super) fn new(
-        (source, peers, claims): (Arc<dyn BlockSource>, Option<Arc<dyn Peers>>, Claims),
-        cache: BlockCache,
-        (integrity, fills, fill_threads): (Integrity, FillSlots, FillThreads),
-        metrics: Arc<Metrics>,
-    ) -> Self {
+    pub(super) fn new(parts: StreamParts) -> Self {
+        let StreamParts {
+            source,
+            peers,
+            claims,
+            cache,
+            integrity,
+            fills,
+            fill_threads,
+            metrics,
+        } = parts;
         Self {
             inner: Arc::new(Inner {
                 source,
@@ -398,7 +417,7 @@ impl Streams {
         let mut carry = Bytes::new();
         let length = layout.block_len(first);
         let fill = target.fill_or_default(&self.inner.fills);
-        let block = next_block(&mut read, (length, self.inner.cache.buffers()), &mut carry)
+        let block = next_block(&mut read, length, self.inner.cache.buffers(), &mut carry)
             .await
             .map_err(|_| UpstreamError::unreachable("response body interrupted"))?;
         fill.fetched(block.len());
@@ -601,7 +620,7 @@ impl Streams {
                 () = left(flow) => return Err(Undelivered::Stopped),
             }
             let length = target.layout.block_len(index);
-            let next = next_block(&mut read, (length, inner.cache.buffers()), &mut carry);
+            let next = next_block(&mut read, length, inner.cache.buffers(), &mut carry);
             let block = tokio::select! {
                 block = charged(charge.clone(), next) => block?,
                 () = left(flow) => return Err(Undelivered::Stopped),
@@ -615,7 +634,7 @@ impl Streams {
                 inner.cache.insert_block(target.key(index), block.clone());
             }
             if let Some((peers, owner)) = owner {
-                self.hand(target, index, block, (peers, owner));
+                self.hand(target, index, block, peers, owner);
             }
             flow.filling.store(index + 1, Ordering::Release);
             inner.metrics.streams.count_streamed();
@@ -639,7 +658,8 @@ impl Streams {
         target: &Target,
         index: BlockIndex,
         bytes: Bytes,
-        (peers, owner): (Arc<dyn Peers>, PeerId),
+        peers: Arc<dyn Peers>,
+        owner: PeerId,
     ) {
         // A stream never waits for an owner: one that is slow (or paused) would hold back
         // every reader of the stream. Its block stays here, and the owner, which claimed it
@@ -777,7 +797,8 @@ fn bring(
 /// own end left in `carry`.
 async fn next_block(
     read: &mut StreamedRead,
-    (length, buffers): (u64, &BlockBuffers),
+    length: u64,
+    buffers: &BlockBuffers,
     carry: &mut Bytes,
 ) -> Result<Bytes, Undelivered> {
     let length = usize::try_from(length).map_err(|_| Undelivered::Stopped)?;

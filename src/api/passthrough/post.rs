@@ -11,6 +11,7 @@
 //! ([`FileLength`]), so an origin that does not check it cannot store a file out of range;
 //! fields after the file (which S3 ignores, and no policy checks) never reach the origin.
 
+use std::ops::RangeInclusive;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -380,8 +381,8 @@ impl Passthrough {
             futures::stream::iter([Ok(form.rest)]),
             body.into_data_stream(),
         );
-        let range = length.unwrap_or((0, u64::MAX));
-        let file = FileLength::new(&boundary, range, errors.clone()).limit(file);
+        let (least, most) = length.unwrap_or((0, u64::MAX));
+        let file = FileLength::new(&boundary, least..=most, errors.clone()).limit(file);
         let stream = futures::StreamExt::chain(futures::stream::iter([Ok(prelude)]), file);
         let payload = http_body_util::StreamBody::new(futures::StreamExt::map(stream, |chunk| {
             chunk.map(http_body::Frame::data)
@@ -444,11 +445,13 @@ struct FileLength {
 }
 
 impl FileLength {
-    fn new(boundary: &str, (least, most): (u64, u64), errors: ErrorSlot) -> Self {
+    /// Holds a file delimited by `boundary` to `length` bytes, reporting why it stopped
+    /// in `errors`.
+    fn new(boundary: &str, length: RangeInclusive<u64>, errors: ErrorSlot) -> Self {
         Self {
             delimiter: format!("\r\n--{boundary}").into_bytes(),
-            least,
-            most,
+            least: *length.start(),
+            most: *length.end(),
             held: BytesMut::new(),
             passed: 0,
             ended: false,

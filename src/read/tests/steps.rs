@@ -11,7 +11,7 @@ use crate::cache::{BlockCache, Tier};
 use crate::config::{ByteSize, CacheConfig};
 use crate::read::FillSlots;
 use crate::read::Target;
-use crate::read::block::Blocks;
+use crate::read::block::{BlockParts, Blocks};
 use crate::read::discovered::{Discovered, FirstRead};
 use crate::read::hedge::Hedger;
 use crate::read::integrity::Integrity;
@@ -67,18 +67,17 @@ async fn target_of(source: &Arc<MemorySource>, key: &str) -> Target {
 fn blocks(source: &Arc<MemorySource>, cache: BlockCache, metrics: &Arc<Metrics>) -> Blocks {
     let hedger = Hedger::new(0.0, Duration::from_millis(50), metrics.clone());
     let integrity = Integrity::new(metrics.clone()).0;
-    Blocks::new(
+    Blocks::new(BlockParts {
         cache,
-        source.clone(),
-        metrics.clone(),
-        (
-            hedger,
-            FillSlots::new(64, metrics.clone()),
-            crate::fill_threads::FillThreads::serving(),
-        ),
-        None,
-        (integrity, None),
-    )
+        source: source.clone(),
+        metrics: metrics.clone(),
+        hedger,
+        fills: FillSlots::new(64, metrics.clone()),
+        fill_threads: crate::fill_threads::FillThreads::serving(),
+        peers: None,
+        integrity,
+        verifier: None,
+    })
 }
 
 #[tokio::test(start_paused = true)]

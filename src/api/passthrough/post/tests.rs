@@ -101,7 +101,7 @@ fn the_upstream_form_carries_every_field_then_the_file_head() {
 fn a_file_is_held_to_its_length_range_across_chunk_edges() {
     let form_end = b"\r\n--B--\r\n";
     let run = |file: &[u8], range: (u64, u64), chunk: usize| {
-        let mut limit = FileLength::new("B", range, ErrorSlot::default());
+        let mut limit = FileLength::new("B", range.0..=range.1, ErrorSlot::default());
         let whole = [file, form_end.as_slice()].concat();
         let mut passed = Vec::new();
         for piece in whole.chunks(chunk) {
@@ -126,7 +126,7 @@ fn a_file_is_held_to_its_length_range_across_chunk_edges() {
         assert!(passed < 10 + form_end.len(), "chunk {chunk}");
     }
     // A file larger than the range is stopped before its end arrives.
-    let mut limit = FileLength::new("B", (0, 100), ErrorSlot::default());
+    let mut limit = FileLength::new("B", 0..=100, ErrorSlot::default());
     assert!(limit.pass(Bytes::from(vec![b'x'; 100])).is_ok());
     assert!(matches!(
         limit.pass(Bytes::from(vec![b'x'; 100])),
@@ -161,7 +161,7 @@ fn quoted_parameters_keep_their_semicolons_and_escapes() {
 fn fields_after_the_file_become_a_blank_epilogue_of_the_same_length() {
     let tail = b"0123\r\n--B\r\nContent-Disposition: form-data; name=\"acl\"\r\n\r\npublic-read\r\n--B--\r\n";
     for chunk in [1, 5, 1000] {
-        let mut limit = FileLength::new("B", (0, u64::MAX), ErrorSlot::default());
+        let mut limit = FileLength::new("B", 0..=u64::MAX, ErrorSlot::default());
         let mut passed = Vec::new();
         for piece in tail.chunks(chunk) {
             passed.extend_from_slice(&limit.pass(Bytes::copy_from_slice(piece)).unwrap());
