@@ -34,16 +34,18 @@ impl AuthConfig {
     pub(super) fn validate(&self) -> Result<(), ConfigError> {
         let auth = self;
         if auth.access_key_id.is_empty() != auth.secret_access_key.is_empty() {
-            return Err(ConfigError::new(
-                "config keys auth.access_key_id and auth.secret_access_key: set both, or neither",
+            return Err(ConfigError::keys(
+                ["auth.access_key_id", "auth.secret_access_key"],
+                "set both, or neither",
             ));
         }
         if auth.mode == AuthMode::Sigv4
             && auth.access_key_id.is_empty()
             && auth.credentials_file.as_os_str().is_empty()
         {
-            return Err(ConfigError::new(
-                "config key auth.mode: \"sigv4\" needs client credentials (set auth.access_key_id and auth.secret_access_key, or auth.credentials_file), or set auth.mode = \"none\" for a trusted sidecar",
+            return Err(ConfigError::with_detail(
+                "auth.mode",
+                "\"sigv4\" needs client credentials (set auth.access_key_id and auth.secret_access_key, or auth.credentials_file), or set auth.mode = \"none\" for a trusted sidecar",
             ));
         }
         Ok(())

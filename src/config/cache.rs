@@ -92,47 +92,61 @@ impl CacheConfig {
         if !(MIN_BLOCK_SIZE.bytes()..=MAX_BLOCK_SIZE.bytes()).contains(&block)
             || !block.is_multiple_of(MIN_BLOCK_SIZE.bytes())
         {
-            return Err(ConfigError::new(format_args!(
-                "config key cache.block_size: {} is not accepted (expected a multiple of 64KiB from {MIN_BLOCK_SIZE} to {MAX_BLOCK_SIZE}, e.g. 4MiB)",
-                cache.block_size
-            )));
+            return Err(ConfigError::not_accepted(
+                "cache.block_size",
+                cache.block_size,
+                format_args!(
+                    "a multiple of 64KiB from {MIN_BLOCK_SIZE} to {MAX_BLOCK_SIZE}, e.g. 4MiB"
+                ),
+            ));
         }
         if cache.memory_capacity < cache.min_memory_capacity() {
-            return Err(ConfigError::new(format_args!(
-                "config key cache.memory_capacity: {} is too small (expected at least 4 × cache.block_size = {})",
+            return Err(ConfigError::too_small(
+                "cache.memory_capacity",
                 cache.memory_capacity,
-                cache.min_memory_capacity()
-            )));
+                format_args!(
+                    "at least 4 × cache.block_size = {}",
+                    cache.min_memory_capacity()
+                ),
+            ));
         }
         if cache.disk_capacity.bytes() != 0 && cache.disk_capacity < cache.min_disk_capacity() {
-            return Err(ConfigError::new(format_args!(
-                "config key cache.disk_capacity: {} is too small (expected 0 for memory-only, or at least 32 × cache.block_size = {})",
+            return Err(ConfigError::too_small(
+                "cache.disk_capacity",
                 cache.disk_capacity,
-                cache.min_disk_capacity()
-            )));
+                format_args!(
+                    "0 for memory-only, or at least 32 × cache.block_size = {}",
+                    cache.min_disk_capacity()
+                ),
+            ));
         }
         if cache.disk_capacity.bytes() != 0 && cache.dir.as_os_str().is_empty() {
-            return Err(ConfigError::new(
-                "config key cache.dir: must be set when cache.disk_capacity is not 0",
+            return Err(ConfigError::must_be_set_when(
+                "cache.dir",
+                "cache.disk_capacity is not 0",
+                None,
             ));
         }
         if !(0.0..=1.0).contains(&cache.verify_fraction) {
-            return Err(ConfigError::new(format_args!(
-                "config key cache.verify_fraction: {} is not accepted (expected 0 to 1, e.g. 0.001; 0 turns verify mode off)",
-                cache.verify_fraction
-            )));
+            return Err(ConfigError::not_accepted(
+                "cache.verify_fraction",
+                cache.verify_fraction,
+                "0 to 1, e.g. 0.001; 0 turns verify mode off",
+            ));
         }
         if !(1..=10_000).contains(&cache.verify_max_per_second) {
-            return Err(ConfigError::new(format_args!(
-                "config key cache.verify_max_per_second: {} is not accepted (expected 1 to 10000)",
-                cache.verify_max_per_second
-            )));
+            return Err(ConfigError::not_accepted(
+                "cache.verify_max_per_second",
+                cache.verify_max_per_second,
+                "1 to 10000",
+            ));
         }
         if !(1..=64).contains(&cache.readahead_blocks) {
-            return Err(ConfigError::new(format_args!(
-                "config key cache.readahead_blocks: {} is not accepted (expected 1 to 64)",
-                cache.readahead_blocks
-            )));
+            return Err(ConfigError::not_accepted(
+                "cache.readahead_blocks",
+                cache.readahead_blocks,
+                "1 to 64",
+            ));
         }
         Ok(())
     }
@@ -166,14 +180,17 @@ impl PrefetchConfig {
     /// The prefetch keys' ranges.
     pub(super) fn validate(&self) -> Result<(), ConfigError> {
         if !(1..=256).contains(&self.max_window_blocks) {
-            return Err(ConfigError::new(format_args!(
-                "config key prefetch.max_window_blocks: {} is not accepted (expected 1 to 256)",
-                self.max_window_blocks
-            )));
+            return Err(ConfigError::not_accepted(
+                "prefetch.max_window_blocks",
+                self.max_window_blocks,
+                "1 to 256",
+            ));
         }
         if self.max_concurrent_fetches == 0 {
-            return Err(ConfigError::new(
-                "config key prefetch.max_concurrent_fetches: must be at least 1 (set prefetch.enabled = false to turn prefetch off)",
+            return Err(ConfigError::must_be_at_least(
+                "prefetch.max_concurrent_fetches",
+                1,
+                Some("set prefetch.enabled = false to turn prefetch off"),
             ));
         }
         Ok(())

@@ -100,17 +100,21 @@ impl ClusterConfig {
         }
         for (key, address) in others {
             if *address == self.listen {
-                return Err(ConfigError::new(format_args!(
-                    "config key cluster.listen: {} is also {key} (the peer listener needs a port of its own)",
-                    self.listen
-                )));
+                return Err(ConfigError::with_detail(
+                    "cluster.listen",
+                    format_args!(
+                        "{} is also {key} (the peer listener needs a port of its own)",
+                        self.listen
+                    ),
+                ));
             }
         }
         if self.advertise.is_empty() && self.listen.ip().is_unspecified() {
-            return Err(ConfigError::new(format_args!(
-                "config key cluster.advertise: must be set when cluster.listen is {} (the address the members reach this node at, like \"10.0.0.5:9100\")",
-                self.listen
-            )));
+            return Err(ConfigError::must_be_set_when(
+                "cluster.advertise",
+                format_args!("cluster.listen is {}", self.listen),
+                Some("the address the members reach this node at, like \"10.0.0.5:9100\""),
+            ));
         }
         host_port("cluster.advertise", &self.identity())?;
         let sources = [
@@ -119,8 +123,13 @@ impl ClusterConfig {
             !self.members_file.as_os_str().is_empty(),
         ];
         if sources.iter().filter(|set| **set).count() != 1 {
-            return Err(ConfigError::new(
-                "config keys cluster.members, cluster.members_dns and cluster.members_file: set exactly one (a list of host:port, a DNS name:port, or a file listing host:port a line)",
+            return Err(ConfigError::keys(
+                [
+                    "cluster.members",
+                    "cluster.members_dns",
+                    "cluster.members_file",
+                ],
+                "set exactly one (a list of host:port, a DNS name:port, or a file listing host:port a line)",
             ));
         }
         if !self.members.is_empty() {
@@ -129,54 +138,63 @@ impl ClusterConfig {
             }
             let identity = self.identity();
             if !self.members.contains(&identity) {
-                return Err(ConfigError::new(format_args!(
-                    "config key cluster.members: this node ({identity}, cluster.advertise or cluster.listen) is not among them"
-                )));
+                return Err(ConfigError::with_detail(
+                    "cluster.members",
+                    format_args!(
+                        "this node ({identity}, cluster.advertise or cluster.listen) is not among them"
+                    ),
+                ));
             }
         } else if !self.members_dns.is_empty() {
             host_port("cluster.members_dns", &self.members_dns)?;
         } else {
             let text = std::fs::read_to_string(&self.members_file).map_err(|error| {
-                ConfigError::new(format_args!(
-                    "config key cluster.members_file: {} cannot be read: {error}",
-                    self.members_file.display()
-                ))
+                ConfigError::with_detail(
+                    "cluster.members_file",
+                    format_args!("{} cannot be read: {error}", self.members_file.display()),
+                )
             })?;
             parse_members(&text).map_err(|error| {
-                ConfigError::new(format_args!(
-                    "config key cluster.members_file: {}: {error}",
-                    self.members_file.display()
-                ))
+                ConfigError::with_detail(
+                    "cluster.members_file",
+                    format_args!("{}: {error}", self.members_file.display()),
+                )
             })?;
         }
         if self.secret.len() < MIN_SECRET_BYTES {
-            return Err(ConfigError::new(format_args!(
-                "config key cluster.secret: must be at least {MIN_SECRET_BYTES} bytes (the same on every member; env PORTICO_CLUSTER_SECRET)"
-            )));
+            return Err(ConfigError::must_be_at_least(
+                "cluster.secret",
+                format_args!("{MIN_SECRET_BYTES} bytes"),
+                Some("the same on every member; env PORTICO_CLUSTER_SECRET"),
+            ));
         }
         for (key, value) in [
             ("refresh_interval", self.refresh_interval),
             ("peer_timeout", self.peer_timeout),
         ] {
             if value.get().is_zero() {
-                return Err(ConfigError::new(format_args!(
-                    "config key cluster.{key}: must be longer than 0s"
-                )));
+                return Err(ConfigError::must_be_longer_than_zero(
+                    format!("cluster.{key}"),
+                    None,
+                ));
             }
         }
         let name = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.');
         if self.zone.len() > 63 || !self.zone.chars().all(name) {
-            return Err(ConfigError::new(format_args!(
-                "config key cluster.zone: {:?} is not accepted (expected at most 63 letters, digits, '-', '_' or '.', like \"eu-west-1a\"; empty for none)",
-                self.zone
-            )));
+            return Err(ConfigError::not_accepted(
+                "cluster.zone",
+                format_args!("{:?}", self.zone),
+                "at most 63 letters, digits, '-', '_' or '.', like \"eu-west-1a\"; empty for none",
+            ));
         }
         self.validate_tls()?;
         let lease = self.lease.get();
         if !(MIN_LEASE..=MAX_LEASE).contains(&lease) {
-            return Err(ConfigError::new(format_args!(
-                "config key cluster.lease: {lease:?} is not accepted (expected {MIN_LEASE:?} to {MAX_LEASE:?})"
-            )));
+            return Err(ConfigError::not_accepted(
+                "cluster.lease",
+                format_args!("{lease:?}"),
+                format_args!("{MIN_LEASE:?} to {MAX_LEASE:?}"),
+            ));
         }
         Ok(())
     }
@@ -192,22 +210,25 @@ impl ClusterConfig {
         let set =
             [&self.tls_cert, &self.tls_key, &self.tls_ca].map(|path| !path.as_os_str().is_empty());
         if set.contains(&true) && set.contains(&false) {
-            return Err(ConfigError::new(
-                "config keys cluster.tls_cert, cluster.tls_key and cluster.tls_ca: set all three for mutual TLS between members, or none for plain HTTP",
+            return Err(ConfigError::keys(
+                ["cluster.tls_cert", "cluster.tls_key", "cluster.tls_ca"],
+                "set all three for mutual TLS between members, or none for plain HTTP",
             ));
         }
         if !self.tls_server_name.is_empty() {
             if !self.tls() {
-                return Err(ConfigError::new(
-                    "config key cluster.tls_server_name: only applies with cluster.tls_cert, cluster.tls_key and cluster.tls_ca",
+                return Err(ConfigError::with_detail(
+                    "cluster.tls_server_name",
+                    "only applies with cluster.tls_cert, cluster.tls_key and cluster.tls_ca",
                 ));
             }
             let name = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '.');
             if self.tls_server_name.len() > 253 || !self.tls_server_name.chars().all(name) {
-                return Err(ConfigError::new(format_args!(
-                    "config key cluster.tls_server_name: {:?} is not accepted (expected a DNS name, like \"portico-peer.cache.svc\")",
-                    self.tls_server_name
-                )));
+                return Err(ConfigError::not_accepted(
+                    "cluster.tls_server_name",
+                    format_args!("{:?}", self.tls_server_name),
+                    "a DNS name, like \"portico-peer.cache.svc\"",
+                ));
             }
         }
         Ok(())
@@ -252,8 +273,10 @@ fn host_port(key: &str, text: &str) -> Result<(), ConfigError> {
     if is_host_port(text) {
         Ok(())
     } else {
-        Err(ConfigError::new(format_args!(
-            "config key {key}: {text:?} is not accepted (expected host:port, like \"10.0.0.5:9100\" or \"portico-0.portico:9100\")"
-        )))
+        Err(ConfigError::not_accepted(
+            key,
+            format_args!("{text:?}"),
+            "host:port, like \"10.0.0.5:9100\" or \"portico-0.portico:9100\"",
+        ))
     }
 }

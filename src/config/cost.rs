@@ -45,28 +45,35 @@ impl CostConfig {
             ("origin_per_gib", self.origin_per_gib),
         ] {
             if !(price.is_finite() && price >= 0.0) {
-                return Err(ConfigError::new(format_args!(
-                    "config key cost.{key}: {price} is not accepted (expected a price of 0 or more, like 0.0004)"
-                )));
+                return Err(ConfigError::not_accepted(
+                    format!("cost.{key}"),
+                    price,
+                    "a price of 0 or more, like 0.0004",
+                ));
             }
         }
         let code = &self.currency;
         if code.is_empty() || code.len() > 8 || !code.chars().all(|c| c.is_ascii_alphanumeric()) {
-            return Err(ConfigError::new(format_args!(
-                "config key cost.currency: {:?} is not accepted (expected a short code, like \"USD\")",
-                self.currency
-            )));
+            return Err(ConfigError::not_accepted(
+                "cost.currency",
+                format_args!("{:?}", self.currency),
+                "a short code, like \"USD\"",
+            ));
         }
         if self.buckets.len() > MAX_LEDGER_BUCKETS {
-            return Err(ConfigError::new(format_args!(
-                "config key cost.buckets: {} buckets; at most {MAX_LEDGER_BUCKETS} (each is a metric label value)",
-                self.buckets.len()
-            )));
+            return Err(ConfigError::with_detail(
+                "cost.buckets",
+                format_args!(
+                    "{} buckets; at most {MAX_LEDGER_BUCKETS} (each is a metric label value)",
+                    self.buckets.len()
+                ),
+            ));
         }
         if let Some(bad) = self.buckets.iter().find(|bucket| !is_plain_name(bucket)) {
-            return Err(ConfigError::new(format_args!(
-                "config key cost.buckets: {bad:?} is not a bucket name"
-            )));
+            return Err(ConfigError::with_detail(
+                "cost.buckets",
+                format_args!("{bad:?} is not a bucket name"),
+            ));
         }
         Ok(())
     }

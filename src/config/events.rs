@@ -28,14 +28,17 @@ impl EventsConfig {
             ("sqs_endpoint", &self.sqs_endpoint),
         ] {
             if !(url.is_empty() || url.starts_with("http://") || url.starts_with("https://")) {
-                return Err(ConfigError::new(format_args!(
-                    "config key events.{key}: {url:?} is not accepted (expected an http:// or https:// URL, or empty)"
-                )));
+                return Err(ConfigError::not_accepted(
+                    format!("events.{key}"),
+                    format_args!("{url:?}"),
+                    "an http:// or https:// URL, or empty",
+                ));
             }
         }
         if !self.sqs_endpoint.is_empty() && self.sqs_queue_url.is_empty() {
-            return Err(ConfigError::new(
-                "config key events.sqs_endpoint: set only with events.sqs_queue_url",
+            return Err(ConfigError::set_only_with(
+                "events.sqs_endpoint",
+                "events.sqs_queue_url",
             ));
         }
         Ok(())

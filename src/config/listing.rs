@@ -47,21 +47,26 @@ impl ListingConfig {
                 .split_once('/')
                 .map_or(entry.as_str(), |(bucket, _)| bucket);
             if bucket.is_empty() {
-                return Err(ConfigError::new(format_args!(
-                    "config key listing.cached_prefixes: {entry:?} has no bucket (expected \"bucket/prefix\", \"bucket\" or \"*/prefix\")"
-                )));
+                return Err(ConfigError::with_detail(
+                    "listing.cached_prefixes",
+                    format_args!(
+                        "{entry:?} has no bucket (expected \"bucket/prefix\", \"bucket\" or \"*/prefix\")"
+                    ),
+                ));
             }
         }
         if self.ttl.get().is_zero() {
-            return Err(ConfigError::new(
-                "config key listing.ttl: must be longer than 0s (leave listing.cached_prefixes empty to cache no listing)",
+            return Err(ConfigError::must_be_longer_than_zero(
+                "listing.ttl",
+                Some("leave listing.cached_prefixes empty to cache no listing"),
             ));
         }
         if self.memory < ByteSize::mib(1) {
-            return Err(ConfigError::new(format_args!(
-                "config key listing.memory: {} is too small (expected at least 1MiB)",
-                self.memory
-            )));
+            return Err(ConfigError::too_small(
+                "listing.memory",
+                self.memory,
+                "at least 1MiB",
+            ));
         }
         Ok(())
     }

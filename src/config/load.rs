@@ -27,14 +27,14 @@ impl Config {
             // Deserializers append context on further lines; the key is already named.
             let detail = error.into_inner().to_string();
             let detail = detail.lines().next().unwrap_or_default().to_owned();
-            ConfigError::new(format_args!("config key {key}: {detail}"))
+            ConfigError::with_detail(key, detail)
         });
         let checked = loaded.and_then(|mut config: Config| {
             config.apply_upstream_credentials(&env);
             config.validate()?;
             Ok(config)
         });
-        checked.map_err(|error| naming_variables(error, &from_env))
+        checked.map_err(|error| error.naming_variable(&from_env))
     }
 
     /// `PORTICO_UPSTREAMS_<NAME>_ACCESS_KEY_ID` and `..._SECRET_ACCESS_KEY` (the entry's
@@ -104,43 +104,22 @@ fn env_name(section: &str, key: &str) -> String {
 }
 
 fn read_file(path: &Path) -> Result<Table, ConfigError> {
-    let text = std::fs::read_to_string(path).map_err(|error| {
-        ConfigError::new(format_args!("config file {}: {error}", path.display()))
+    let text = std::fs::read_to_string(path).map_err(|error| ConfigError::File {
+        path: path.to_owned(),
+        line: None,
+        detail: error.to_string(),
     })?;
     toml::from_str::<Table>(&text).map_err(|error| {
         let detail = error.message().trim().to_owned();
-        let location = error
+        let line = error
             .span()
-            .map(|span| {
-                let line = text[..span.start].matches('\n').count() + 1;
-                format!(" (line {line})")
-            })
-            .unwrap_or_default();
-        ConfigError::new(format_args!(
-            "config file {}{location}: {detail}",
-            path.display()
-        ))
-    })
-}
-
-/// `error`, saying which environment variable set the key it names, if one did.
-fn naming_variables(error: ConfigError, from_env: &BTreeMap<String, String>) -> ConfigError {
-    let mut message = error.0;
-    for (key, variable) in from_env {
-        let named = format!("config key {key}");
-        // The key itself, not one it begins (`server.max_connections_per_client`).
-        if let Some(at) = message.find(&named)
-            && matches!(
-                message[at + named.len()..].chars().next(),
-                None | Some(':' | ' ')
-            )
-        {
-            let end = at + named.len();
-            message.insert_str(end, &format!(" (environment variable {variable})"));
-            break;
+            .map(|span| text[..span.start].matches('\n').count() + 1);
+        ConfigError::File {
+            path: path.to_owned(),
+            line,
+            detail,
         }
-    }
-    ConfigError(message)
+    })
 }
 
 /// Applies `PORTICO_<SECTION>_<KEY>` variables, typed like the key's default value; the
@@ -151,9 +130,7 @@ fn apply_env(
 ) -> Result<BTreeMap<String, String>, ConfigError> {
     let mut from_env = BTreeMap::new();
     let Ok(toml::Value::Table(defaults)) = toml::Value::try_from(Config::default()) else {
-        return Err(ConfigError::new(
-            "config defaults are not representable as TOML",
-        ));
+        return Err(ConfigError::DefaultsNotToml);
     };
     let sections: BTreeMap<String, &Table> = defaults
         .iter()
@@ -176,17 +153,20 @@ fn apply_env(
         let key = rest[section_upper.len() + 1..].to_ascii_lowercase();
         let section = section_upper.to_ascii_lowercase();
         let Some(default) = section_keys.get(&key) else {
-            let known: Vec<&str> = section_keys.keys().map(String::as_str).collect();
-            return Err(ConfigError::new(format_args!(
-                "environment variable {name}: [{section}] has no key {key:?} (keys: {})",
-                known.join(", ")
-            )));
+            return Err(ConfigError::UnknownVariable {
+                variable: name,
+                section,
+                key,
+                known: section_keys.keys().cloned().collect(),
+            });
         };
-        let value = typed_like(default, &raw).map_err(|expected| {
-            ConfigError::new(format_args!(
-                "environment variable {name}={raw:?} (config key {section}.{key}): expected {expected}"
-            ))
-        })?;
+        let value =
+            typed_like(default, &raw).map_err(|expected| ConfigError::MistypedVariable {
+                variable: name.clone(),
+                value: raw.clone(),
+                key: format!("{section}.{key}"),
+                expected,
+            })?;
         from_env.insert(format!("{section}.{key}"), name.clone());
         let entry = tree
             .entry(section)
@@ -196,10 +176,10 @@ fn apply_env(
                 table.insert(key, value);
             }
             _ => {
-                return Err(ConfigError::new(format_args!(
-                    "config key {}: expected a [section] table",
-                    section_upper.to_ascii_lowercase()
-                )));
+                return Err(ConfigError::with_detail(
+                    section_upper.to_ascii_lowercase(),
+                    "expected a [section] table",
+                ));
             }
         }
     }

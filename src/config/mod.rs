@@ -12,6 +12,7 @@ mod auth;
 mod cache;
 mod cluster;
 mod cost;
+mod error;
 mod events;
 mod listing;
 mod load;
@@ -22,7 +23,6 @@ mod units;
 mod upstream;
 mod upstreams;
 
-use std::fmt;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
@@ -32,6 +32,7 @@ pub use auth::{AuthConfig, AuthMode};
 pub use cache::{CacheConfig, PrefetchConfig};
 pub use cluster::{ClusterConfig, MIN_SECRET_BYTES, parse_members};
 pub use cost::CostConfig;
+pub use error::{ConfigError, KeyProblem};
 pub use events::EventsConfig;
 pub use listing::ListingConfig;
 pub use log::{LogConfig, LogFormat};
@@ -130,17 +131,6 @@ fn is_plain_name(text: &str) -> bool {
         && text
             .bytes()
             .all(|byte| byte.is_ascii_alphanumeric() || b".-_".contains(&byte))
-}
-
-/// A configuration error: one line naming the key and what it accepts.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct ConfigError(String);
-
-impl ConfigError {
-    fn new(message: impl fmt::Display) -> Self {
-        Self(message.to_string())
-    }
 }
 
 #[cfg(test)]

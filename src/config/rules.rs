@@ -138,49 +138,60 @@ impl RuleConfig {
 pub(super) fn validate(rules: &[RuleConfig], prefetch_enabled: bool) -> Result<(), ConfigError> {
     let mut names = BTreeSet::new();
     for (index, rule) in rules.iter().enumerate() {
-        let key = |field: &str| format!("config key rules[{index}].{field}");
+        let key = |field: &str| format!("rules[{index}].{field}");
         let name = &rule.name;
         if !is_plain_name(name) {
-            return Err(ConfigError::new(format_args!(
-                "{}: {name:?} is not accepted (expected a name of letters, digits, '.', '-' or '_', e.g. \"datasets\")",
-                key("name")
-            )));
+            return Err(ConfigError::not_accepted(
+                key("name"),
+                format_args!("{name:?}"),
+                "a name of letters, digits, '.', '-' or '_', e.g. \"datasets\"",
+            ));
         }
         if !names.insert(name.as_str()) {
-            return Err(ConfigError::new(format_args!(
-                "{}: {name:?} names two rules (expected unique names)",
-                key("name")
-            )));
+            return Err(ConfigError::with_detail(
+                key("name"),
+                format_args!("{name:?} names two rules (expected unique names)"),
+            ));
         }
         let tunes = rule.metadata_ttl.is_some() || rule.negative_ttl.is_some();
         if rule.cache.is_none() && rule.prefetch.is_none() && !tunes {
-            return Err(ConfigError::new(format_args!(
-                "config key rules[{index}]: rule {name:?} sets nothing (expected one of metadata_ttl, negative_ttl, cache, prefetch)"
-            )));
+            return Err(ConfigError::with_detail(
+                format!("rules[{index}]"),
+                format_args!(
+                    "rule {name:?} sets nothing (expected one of metadata_ttl, negative_ttl, cache, prefetch)"
+                ),
+            ));
         }
         if rule.cache == Some(false) && (tunes || rule.prefetch.is_some()) {
-            return Err(ConfigError::new(format_args!(
-                "{}: rule {name:?} turns caching off, so its metadata_ttl, negative_ttl and prefetch would never apply (remove them)",
-                key("cache")
-            )));
+            return Err(ConfigError::with_detail(
+                key("cache"),
+                format_args!(
+                    "rule {name:?} turns caching off, so its metadata_ttl, negative_ttl and prefetch would never apply (remove them)"
+                ),
+            ));
         }
         if rule.prefetch == Some(true) && !prefetch_enabled {
-            return Err(ConfigError::new(format_args!(
-                "{}: rule {name:?} cannot turn prefetch on while prefetch.enabled = false",
-                key("prefetch")
-            )));
+            return Err(ConfigError::with_detail(
+                key("prefetch"),
+                format_args!(
+                    "rule {name:?} cannot turn prefetch on while prefetch.enabled = false"
+                ),
+            ));
         }
         if let Some((earlier_index, earlier)) = rules[..index]
             .iter()
             .enumerate()
             .find(|(_, earlier)| earlier.shadows(rule))
         {
-            return Err(ConfigError::new(format_args!(
-                "config key rules[{index}]: rule {name:?} never applies: rules[{earlier_index}] ({:?}, bucket {:?}, prefix {:?}) matches every request it would and comes first (put the narrower rule first)",
-                earlier.name,
-                earlier.bucket.as_str(),
-                earlier.prefix
-            )));
+            return Err(ConfigError::with_detail(
+                format!("rules[{index}]"),
+                format_args!(
+                    "rule {name:?} never applies: rules[{earlier_index}] ({:?}, bucket {:?}, prefix {:?}) matches every request it would and comes first (put the narrower rule first)",
+                    earlier.name,
+                    earlier.bucket.as_str(),
+                    earlier.prefix
+                ),
+            ));
         }
     }
     Ok(())

@@ -82,20 +82,23 @@ impl ServerConfig {
         let server = self;
         let block = block_size.bytes();
         if server.tls_cert.as_os_str().is_empty() != server.tls_key.as_os_str().is_empty() {
-            return Err(ConfigError::new(
-                "config keys server.tls_cert and server.tls_key: set both for TLS, or neither for plain HTTP",
+            return Err(ConfigError::keys(
+                ["server.tls_cert", "server.tls_key"],
+                "set both for TLS, or neither for plain HTTP",
             ));
         }
         if server.max_inflight_bytes.bytes() < 2 * block {
-            return Err(ConfigError::new(format_args!(
-                "config key server.max_inflight_bytes: {} is too small (expected at least 2 × cache.block_size = {})",
+            return Err(ConfigError::too_small(
+                "server.max_inflight_bytes",
                 server.max_inflight_bytes,
-                ByteSize(2 * block)
-            )));
+                format_args!("at least 2 × cache.block_size = {}", ByteSize(2 * block)),
+            ));
         }
         if server.max_connections == 0 {
-            return Err(ConfigError::new(
-                "config key server.max_connections: must be at least 1",
+            return Err(ConfigError::must_be_at_least(
+                "server.max_connections",
+                1,
+                None,
             ));
         }
         for (key, value) in [
@@ -104,9 +107,10 @@ impl ServerConfig {
             ("keepalive_timeout", server.keepalive_timeout),
         ] {
             if value.get().is_zero() {
-                return Err(ConfigError::new(format_args!(
-                    "config key server.{key}: must be longer than 0s"
-                )));
+                return Err(ConfigError::must_be_longer_than_zero(
+                    format!("server.{key}"),
+                    None,
+                ));
             }
         }
         // hyper refuses header sections beyond its read buffer and URIs beyond 64 KiB itself.
@@ -119,16 +123,21 @@ impl ServerConfig {
             ("max_url_bytes", server.max_url_bytes, ByteSize::kib(63)),
         ] {
             if value < ByteSize::kib(1) || value > most {
-                return Err(ConfigError::new(format_args!(
-                    "config key server.{key}: {value} is not accepted (expected 1 KiB to {most})"
-                )));
+                return Err(ConfigError::not_accepted(
+                    format!("server.{key}"),
+                    value,
+                    format_args!("1 KiB to {most}"),
+                ));
             }
         }
         let header = &self.cache_status_header;
         if !header.is_empty() && http::HeaderName::from_bytes(header.as_bytes()).is_err() {
-            return Err(ConfigError::new(format_args!(
-                "config key server.cache_status_header: {header:?} is not a header name (expected a name like \"Cache-Status\", or \"\" for none)"
-            )));
+            return Err(ConfigError::with_detail(
+                "server.cache_status_header",
+                format_args!(
+                    "{header:?} is not a header name (expected a name like \"Cache-Status\", or \"\" for none)"
+                ),
+            ));
         }
         for domain in &self.domains {
             let valid = !domain.is_empty()
@@ -139,9 +148,11 @@ impl ServerConfig {
                             .all(|byte| byte.is_ascii_alphanumeric() || byte == b'-')
                 });
             if !valid {
-                return Err(ConfigError::new(format_args!(
-                    "config key server.domains: {domain:?} is not accepted (expected DNS names like \"s3.local\", without scheme or port)"
-                )));
+                return Err(ConfigError::not_accepted(
+                    "server.domains",
+                    format_args!("{domain:?}"),
+                    "DNS names like \"s3.local\", without scheme or port",
+                ));
             }
         }
         Ok(())
@@ -179,10 +190,11 @@ impl AdminConfig {
     /// The admin keys' ranges.
     pub(super) fn validate(&self) -> Result<(), ConfigError> {
         if !(1..=64).contains(&self.warm_concurrency) {
-            return Err(ConfigError::new(format_args!(
-                "config key admin.warm_concurrency: {} is not accepted (expected 1 to 64)",
-                self.warm_concurrency
-            )));
+            return Err(ConfigError::not_accepted(
+                "admin.warm_concurrency",
+                self.warm_concurrency,
+                "1 to 64",
+            ));
         }
         Ok(())
     }

@@ -3,6 +3,7 @@ use std::path::Path;
 use std::time::Duration;
 
 mod documented;
+mod messages;
 
 /// The client credential every runnable configuration needs (SigV4 is the default).
 const CLIENT_CREDENTIAL: [(&str, &str); 2] = [

@@ -91,28 +91,32 @@ impl UpstreamConfig {
         self.validate_server("upstream")?;
         let upstream = self;
         if !(1..=10).contains(&upstream.max_attempts) {
-            return Err(ConfigError::new(format_args!(
-                "config key upstream.max_attempts: {} is not accepted (expected 1 to 10; 1 disables retries)",
-                upstream.max_attempts
-            )));
+            return Err(ConfigError::not_accepted(
+                "upstream.max_attempts",
+                upstream.max_attempts,
+                "1 to 10; 1 disables retries",
+            ));
         }
         if !(0.0..1.0).contains(&upstream.hedge_quantile) {
-            return Err(ConfigError::new(format_args!(
-                "config key upstream.hedge_quantile: {} is not accepted (expected at least 0 and below 1, e.g. 0.95; 0 disables hedging)",
-                upstream.hedge_quantile
-            )));
+            return Err(ConfigError::not_accepted(
+                "upstream.hedge_quantile",
+                upstream.hedge_quantile,
+                "at least 0 and below 1, e.g. 0.95; 0 disables hedging",
+            ));
         }
         if !(1..=MAX_CONCURRENT_FILLS).contains(&upstream.max_concurrent_fills) {
-            return Err(ConfigError::new(format_args!(
-                "config key upstream.max_concurrent_fills: {} is not accepted (expected 1 to {MAX_CONCURRENT_FILLS})",
-                upstream.max_concurrent_fills
-            )));
+            return Err(ConfigError::not_accepted(
+                "upstream.max_concurrent_fills",
+                upstream.max_concurrent_fills,
+                format_args!("1 to {MAX_CONCURRENT_FILLS}"),
+            ));
         }
         if upstream.fill_nice > MAX_NICE {
-            return Err(ConfigError::new(format_args!(
-                "config key upstream.fill_nice: {} is not accepted (expected 0 to {MAX_NICE})",
-                upstream.fill_nice
-            )));
+            return Err(ConfigError::not_accepted(
+                "upstream.fill_nice",
+                upstream.fill_nice,
+                format_args!("0 to {MAX_NICE}"),
+            ));
         }
         for (key, value) in [
             ("connect_timeout", upstream.connect_timeout),
@@ -120,9 +124,10 @@ impl UpstreamConfig {
             ("idle_timeout", upstream.idle_timeout),
         ] {
             if value.get().is_zero() {
-                return Err(ConfigError::new(format_args!(
-                    "config key upstream.{key}: must be longer than 0s"
-                )));
+                return Err(ConfigError::must_be_longer_than_zero(
+                    format!("upstream.{key}"),
+                    None,
+                ));
             }
         }
         Ok(())
@@ -136,19 +141,26 @@ impl UpstreamConfig {
             || endpoint.starts_with("http://")
             || endpoint.starts_with("https://"))
         {
-            return Err(ConfigError::new(format_args!(
-                "config key {section}.endpoint: {endpoint:?} is not accepted (expected an http:// or https:// URL, or empty for AWS S3)"
-            )));
+            return Err(ConfigError::not_accepted(
+                format!("{section}.endpoint"),
+                format_args!("{endpoint:?}"),
+                "an http:// or https:// URL, or empty for AWS S3",
+            ));
         }
         if self.region.is_empty() {
-            return Err(ConfigError::new(format_args!(
-                "config key {section}.region: must not be empty (e.g. us-east-1)"
-            )));
+            return Err(ConfigError::with_detail(
+                format!("{section}.region"),
+                "must not be empty (e.g. us-east-1)",
+            ));
         }
         if self.access_key_id.is_empty() != self.secret_access_key.is_empty() {
-            return Err(ConfigError::new(format_args!(
-                "config keys {section}.access_key_id and {section}.secret_access_key: set both, or neither to use the AWS credential chain"
-            )));
+            return Err(ConfigError::keys(
+                [
+                    format!("{section}.access_key_id"),
+                    format!("{section}.secret_access_key"),
+                ],
+                "set both, or neither to use the AWS credential chain",
+            ));
         }
         Ok(())
     }

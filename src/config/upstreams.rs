@@ -70,14 +70,19 @@ pub(super) fn validate(
     for (index, entry) in entries.iter().enumerate() {
         let name = &entry.name;
         if !is_plain_name(name) {
-            return Err(ConfigError::new(format_args!(
-                "config key upstreams[{index}].name: {name:?} is not accepted (expected letters, digits, '.', '-' or '_', e.g. \"eu-west\")"
-            )));
+            return Err(ConfigError::not_accepted(
+                format!("upstreams[{index}].name"),
+                format_args!("{name:?}"),
+                "letters, digits, '.', '-' or '_', e.g. \"eu-west\"",
+            ));
         }
         if !names.insert(name.as_str()) {
-            return Err(ConfigError::new(format_args!(
-                "config key upstreams[{index}].name: {name:?} is taken (names are unique, and \"default\" is [upstream]'s)"
-            )));
+            return Err(ConfigError::with_detail(
+                format!("upstreams[{index}].name"),
+                format_args!(
+                    "{name:?} is taken (names are unique, and \"default\" is [upstream]'s)"
+                ),
+            ));
         }
         entry
             .resolve(base)
@@ -101,35 +106,45 @@ pub(super) fn validate(
     for (section, own_name, fallback, bucket) in sources {
         if fallback.is_empty() {
             if !bucket.is_empty() {
-                return Err(ConfigError::new(format_args!(
-                    "config key {section}.fallback_bucket: set only with {section}.fallback"
-                )));
+                return Err(ConfigError::set_only_with(
+                    format!("{section}.fallback_bucket"),
+                    format!("{section}.fallback"),
+                ));
             }
             continue;
         }
         if fallback == own_name {
-            return Err(ConfigError::new(format_args!(
-                "config key {section}.fallback: {fallback:?} is this upstream itself"
-            )));
+            return Err(ConfigError::with_detail(
+                format!("{section}.fallback"),
+                format_args!("{fallback:?} is this upstream itself"),
+            ));
         }
         if !names.contains(fallback) {
-            return Err(ConfigError::new(format_args!(
-                "config key {section}.fallback: {fallback:?} names no upstream (expected \"default\" or an [[upstreams]] name)"
-            )));
+            return Err(ConfigError::with_detail(
+                format!("{section}.fallback"),
+                format_args!(
+                    "{fallback:?} names no upstream (expected \"default\" or an [[upstreams]] name)"
+                ),
+            ));
         }
         if !bucket.is_empty() && !is_plain_name(&bucket.replace("{bucket}", "b")) {
-            return Err(ConfigError::new(format_args!(
-                "config key {section}.fallback_bucket: {bucket:?} is not accepted (expected a bucket name, where {{bucket}} stands for the bucket read, e.g. \"{{bucket}}-replica\")"
-            )));
+            return Err(ConfigError::not_accepted(
+                format!("{section}.fallback_bucket"),
+                format_args!("{bucket:?}"),
+                "a bucket name, where {bucket} stands for the bucket read, e.g. \"{bucket}-replica\"",
+            ));
         }
         used_as_fallback.insert(fallback);
     }
     for (index, entry) in entries.iter().enumerate() {
         if entry.buckets.is_empty() && !used_as_fallback.contains(entry.name.as_str()) {
-            return Err(ConfigError::new(format_args!(
-                "config key upstreams[{index}].buckets: upstream {:?} serves no bucket and is no upstream's fallback (expected bucket names or patterns, e.g. [\"logs-*\"])",
-                entry.name
-            )));
+            return Err(ConfigError::with_detail(
+                format!("upstreams[{index}].buckets"),
+                format_args!(
+                    "upstream {:?} serves no bucket and is no upstream's fallback (expected bucket names or patterns, e.g. [\"logs-*\"])",
+                    entry.name
+                ),
+            ));
         }
     }
     Ok(())
