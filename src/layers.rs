@@ -1,7 +1,8 @@
 //! The modules' layers, lowest first, and a test that holds the code to them: a module
 //! uses only modules of lower layers, never one of its own layer or above. So the read
 //! path and the upstream never import each other (both stand on `source`), and no
-//! change can slip a cycle in.
+//! change can slip a cycle in. Inside the largest modules the files are layered the same
+//! way ([`FILE_LAYERS`]).
 
 /// Each module's layer. A module missing here fails the test: place it when adding it.
 const LAYERS: &[(&str, u8)] = &[
@@ -32,6 +33,177 @@ const LAYERS: &[(&str, u8)] = &[
     ("app", 8),
     ("fuzzing", 8),
 ];
+
+/// Inside these modules, each file's layer: a file uses only files of lower layers of its
+/// module, through `super::`, `crate::<module>::` or a name `mod.rs` imports from a
+/// file. `mod.rs` itself declares the files, imports the module's face from them and
+/// holds the types they share; tests may use any file. A file missing here fails the
+/// test: place it when adding it.
+const FILE_LAYERS: &[(&str, &[(&str, u8)])] = &[
+    (
+        "read",
+        &[
+            ("fills", 0),
+            ("hedge", 0),
+            ("claims", 0),
+            ("coalesce", 0),
+            ("generations", 0),
+            ("integrity", 0),
+            ("stream", 1),
+            ("body", 1),
+            ("verify", 1),
+            ("discovered", 2),
+            ("fetch", 2),
+            ("uncached", 2),
+            ("block", 3),
+            ("metadata", 3),
+            ("status", 3),
+            ("lookup", 4),
+            ("prefetch", 4),
+            ("manage", 4),
+            ("writes", 4),
+            ("path", 5),
+            ("get", 6),
+            ("actions", 6),
+            ("peers", 6),
+        ],
+    ),
+    (
+        "cache",
+        &[
+            ("codec", 0),
+            ("kept", 0),
+            ("memory", 0),
+            ("purges", 0),
+            ("tier", 0),
+            ("meta", 1),
+            ("disk", 1),
+            ("key", 2),
+            ("device", 2),
+            ("writer", 3),
+            ("doorkeeper", 3),
+            ("pieces", 4),
+        ],
+    ),
+];
+
+/// The code of a source file without its comment lines and its inline test module.
+fn code_of(text: &str) -> String {
+    let text = match text.find("#[cfg(test)]\nmod tests {") {
+        Some(at) => &text[..at],
+        None => text,
+    };
+    text.lines()
+        .filter(|line| !line.trim_start().starts_with("//"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The first names of the paths `code` names after each `prefix`: `prefix::a::B` gives
+/// `a`, and `prefix::{a::B, C}` gives `a` and `C`.
+fn names_after(code: &str, prefix: &str) -> Vec<String> {
+    let is_name = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    let mut names = Vec::new();
+    let mut rest = code;
+    while let Some(at) = rest.find(prefix) {
+        let before = rest[..at].chars().next_back();
+        rest = &rest[at + prefix.len()..];
+        // `super::super::x` is not `super::x`; `my_crate::` is not `crate::`.
+        if before.is_some_and(|c| is_name(c) || c == ':') {
+            continue;
+        }
+        if let Some(group) = rest.strip_prefix('{') {
+            let mut depth = 0;
+            let mut entry = String::new();
+            for c in group.chars() {
+                match c {
+                    '{' => depth += 1,
+                    '}' if depth == 0 => break,
+                    '}' => depth -= 1,
+                    ',' if depth == 0 => {
+                        names.push(std::mem::take(&mut entry));
+                        continue;
+                    }
+                    _ => {}
+                }
+                entry.push(c);
+            }
+            names.push(entry);
+        } else {
+            names.push(rest.chars().take_while(|c| is_name(*c)).collect());
+        }
+    }
+    names
+        .into_iter()
+        .map(|name| {
+            let name = name.trim();
+            name.split("::").next().unwrap_or(name).trim().to_owned()
+        })
+        .filter(|name| !name.is_empty() && name != "self" && name != "*")
+        .collect()
+}
+
+/// The files of `module` a file inside it uses: `code` is the file's, `nested` when it
+/// lies in a directory of its own file (`read/integrity/learn.rs`), and `imported` maps
+/// each name `mod.rs` imports from a file to that file.
+fn used_files(
+    code: &str,
+    module: &str,
+    files: &[(&str, u8)],
+    imported: &[(String, String)],
+    nested: bool,
+) -> Vec<String> {
+    let parent = if nested { "super::super::" } else { "super::" };
+    let mut names = names_after(code, parent);
+    names.extend(names_after(code, &format!("crate::{module}::")));
+    let mut used = Vec::new();
+    for name in names {
+        let file = if files.iter().any(|(file, _)| *file == name) {
+            Some(name)
+        } else {
+            imported
+                .iter()
+                .find(|(imported, _)| *imported == name)
+                .map(|(_, file)| file.clone())
+        };
+        if let Some(file) = file
+            && !used.contains(&file)
+        {
+            used.push(file);
+        }
+    }
+    used
+}
+
+/// Each name `mod_rs` imports from one of `files`, with that file.
+fn imported_names(mod_rs: &str, files: &[(&str, u8)]) -> Vec<(String, String)> {
+    let mut imported = Vec::new();
+    for line in code_of(mod_rs).split(';') {
+        let line = line.trim();
+        let Some(path) = ["pub use ", "pub(crate) use ", "pub(super) use ", "use "]
+            .iter()
+            .find_map(|prefix| line.strip_prefix(prefix))
+        else {
+            continue;
+        };
+        let Some((file, names)) = path.split_once("::") else {
+            continue;
+        };
+        if !files.iter().any(|(known, _)| *known == file) {
+            continue;
+        }
+        let names = names.trim_start_matches('{').trim_end_matches('}');
+        for name in names.split(',') {
+            let name = name.trim();
+            let name = name.rsplit(" as ").next().unwrap_or(name);
+            let name = name.rsplit("::").next().unwrap_or(name).trim();
+            if !name.is_empty() {
+                imported.push((name.to_owned(), file.to_owned()));
+            }
+        }
+    }
+    imported
+}
 
 fn layer(module: &str) -> Option<u8> {
     LAYERS
@@ -110,6 +282,111 @@ fn every_module_uses_only_modules_below_it() {
         }
     }
     assert!(broken.is_empty(), "{}", broken.join("\n"));
+}
+
+#[test]
+fn every_file_uses_only_files_below_it_in_its_module() {
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut broken = Vec::new();
+    for (module, files) in FILE_LAYERS {
+        let directory = src.join(module);
+        let mod_rs =
+            std::fs::read_to_string(directory.join("mod.rs")).expect("the module's mod.rs");
+        let imported = imported_names(&mod_rs, files);
+        for (file, own) in *files {
+            let mut sources_of_file = Vec::new();
+            sources(&directory.join(format!("{file}.rs")), &mut sources_of_file);
+            assert!(
+                !sources_of_file.is_empty(),
+                "no source for {module}/{file}.rs"
+            );
+            let mut nested = Vec::new();
+            sources(&directory.join(file), &mut nested);
+            let nested = nested.into_iter().map(|path| (path, true));
+            let all = sources_of_file
+                .into_iter()
+                .map(|path| (path, false))
+                .chain(nested);
+            for (path, nested) in all {
+                let is_test = path.file_stem().is_some_and(|stem| stem == "tests")
+                    || path.components().any(|part| part.as_os_str() == "tests");
+                if is_test {
+                    continue;
+                }
+                let text = std::fs::read_to_string(&path)
+                    .unwrap_or_else(|error| panic!("{}: {error}", path.display()));
+                for used in used_files(&code_of(&text), module, files, &imported, nested) {
+                    if used == *file {
+                        continue;
+                    }
+                    let theirs = files
+                        .iter()
+                        .find(|(name, _)| *name == used)
+                        .map(|(_, layer)| *layer);
+                    if theirs.is_some_and(|theirs| theirs >= *own) {
+                        broken.push(format!(
+                            "{} uses {module}/{used}.rs (layer {}, not below {file}'s {own})",
+                            path.display(),
+                            theirs.unwrap_or_default()
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    assert!(broken.is_empty(), "{}", broken.join("\n"));
+}
+
+#[test]
+fn every_file_of_a_layered_module_has_a_layer() {
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    for (module, files) in FILE_LAYERS {
+        let mod_rs = std::fs::read_to_string(src.join(module).join("mod.rs")).expect("mod.rs");
+        for line in mod_rs.lines() {
+            let declared = ["mod ", "pub mod ", "pub(crate) mod "]
+                .iter()
+                .find_map(|prefix| line.strip_prefix(prefix)?.strip_suffix(';'));
+            if let Some(file) = declared
+                && file != "tests"
+            {
+                assert!(
+                    files.iter().any(|(name, _)| *name == file),
+                    "{module}/{file}.rs has no layer"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn a_use_of_a_file_above_is_found_however_it_is_written() {
+    let files: &[(&str, u8)] = &[("low", 0), ("high", 1), ("face", 1)];
+    let imported = vec![("Face".to_owned(), "face".to_owned())];
+    let code = "use super::{Shared, high::{A, B}};\nuse super::super::other::X;\nlet y = crate::read::low::f();\nlet z: super::Face;";
+    assert_eq!(
+        used_files(code, "read", files, &imported, false),
+        ["high", "face", "low"]
+    );
+    // In a file of a file's own directory, `super::` is that file.
+    assert_eq!(
+        used_files(
+            "use super::high;\nuse super::super::low;",
+            "read",
+            files,
+            &imported,
+            true
+        ),
+        ["low"]
+    );
+    let mod_rs = "mod high;\npub use face::{Face, Other as Renamed};\nuse low::Thing;\n// use high::Commented;";
+    assert_eq!(
+        imported_names(mod_rs, files),
+        [
+            ("Face".to_owned(), "face".to_owned()),
+            ("Renamed".to_owned(), "face".to_owned()),
+            ("Thing".to_owned(), "low".to_owned())
+        ]
+    );
 }
 
 #[test]

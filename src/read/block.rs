@@ -14,7 +14,7 @@ use tracing::field::Empty;
 
 use super::claims::{Bringer, Claims};
 use super::discovered::Discovered;
-use super::fetch::BlockFetch;
+use super::fetch::{BlockFetch, Owner};
 use super::fills::FillSlots;
 use super::hedge::Hedger;
 use super::integrity::Integrity;
@@ -28,9 +28,6 @@ use crate::source::ResponseHead;
 use crate::source::{BlockSource, BlocksAsk, PeerError, PeerId, Peers, UpstreamError};
 use crate::telemetry::{Metrics, TRACE_TARGET};
 use crate::types::{BlockIndex, ByteRange, ObjectRef};
-
-/// The member a block is fetched from, when another one owns it.
-pub(super) type Owner = Option<(Arc<dyn Peers>, PeerId)>;
 
 /// The block step. Cheap to clone.
 #[derive(Clone)]

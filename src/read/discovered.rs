@@ -6,10 +6,23 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use super::stream::Interest;
-use super::{MetaSource, ReadError, Target};
+use super::{ReadError, Target};
 use crate::cache::Tier;
 use crate::object::ObjectMeta;
 use crate::types::{BlockIndex, ByteRange, RangeRequest};
+
+/// Where a request's object metadata came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MetaSource {
+    /// The cache, within its TTL.
+    Fresh,
+    /// The cache, past its TTL, confirmed unchanged by the upstream.
+    Revalidated,
+    /// The upstream (unknown, changed, or another request's discovery this one waited for).
+    Fetched,
+    /// The cache, past its TTL, because the upstream failed (`serve_stale_on_error`).
+    Stale,
+}
 
 /// What the first upstream request for an object with unknown metadata asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -7,19 +7,20 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use super::Target;
-use super::block::Owner;
 use super::fills::FillSlots;
 use super::integrity::Integrity;
 use super::stream::{Joined, Streams};
 use crate::checksum::{Algorithm, Crc};
-use crate::object::ObjectMeta;
-use crate::source::{BlockSource, PeerError, ResponseHead, UpstreamError};
+use crate::source::{BlockSource, PeerError, PeerId, Peers, ResponseHead, UpstreamError};
 use crate::telemetry::{Metrics, PeerResult};
 use crate::tenant::{Charge, charged};
-use crate::types::{BlockIndex, ByteRange, ObjectRef};
+use crate::types::{BlockIndex, ByteRange};
 
 /// Members asked for one block at most before it is fetched from the source.
 const MEMBERS_ASKED: usize = 3;
+
+/// The member that owns a block, when another member does (cluster mode).
+pub(super) type Owner = Option<(Arc<dyn Peers>, PeerId)>;
 
 /// Block `index` of the version `target` names, to be fetched.
 #[derive(Clone)]
@@ -154,7 +155,7 @@ impl BlockFetch {
             }
         }
         let if_match = (!meta.etag.is_empty()).then_some(meta.etag.as_str());
-        let object = pinned(object.clone(), meta);
+        let object = target.pinned();
         let fill = target.fill_or_default(&fills);
         let _slot = fills.acquire(&fill).await;
         let fetch = source.get(&object, range.into(), if_match, range.len_bytes(), &head);
@@ -173,14 +174,5 @@ impl BlockFetch {
         }
         integrity.admit(&target, index, &read.body, None)?;
         Ok(read.body)
-    }
-}
-
-/// `object` as a block fetch asks for it: pinned to the version id `meta` names, when
-/// the read did not name one itself.
-pub(super) fn pinned(object: ObjectRef, meta: &ObjectMeta) -> ObjectRef {
-    match (object.version(), meta.pinned_version()) {
-        (None, Some(version)) => object.clone().with_version(Some(version)).unwrap_or(object),
-        _ => object,
     }
 }

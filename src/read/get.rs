@@ -1,249 +1,33 @@
-//! [`ReadPath`], the read path's front: the request walk of a GET or HEAD over its steps
-//! — metadata first ([`Metadata`]), then the byte range, then the blocks in order
-//! ([`Blocks`]), each one sent as soon as it is read, with prefetch ([`Prefetcher`])
-//! told of every read — and the doors writes and operator actions come in by.
+//! A GET's and a HEAD's walk over the read path's steps: metadata first
+//! ([`Metadata`](super::metadata::Metadata)), then the byte range, then the blocks in
+//! order ([`Blocks`](super::block::Blocks)), each one sent as soon as it is read, with
+//! prefetch ([`Prefetcher`](super::prefetch::Prefetcher)) told of every read.
 
 use std::sync::Arc;
 
-use bytes::Bytes;
 use futures::StreamExt;
 use futures::stream::FuturesOrdered;
 use tokio::sync::mpsc;
 use tracing::Instrument;
 
-use super::block::{BlockParts, Blocks};
 use super::body::{Ready, ResponseCheck, empty_body, send_part, take_part};
 use super::discovered::{Discovered, FirstRead};
-use super::fills::{FillClass, FillFor, FillSlots};
-use super::hedge::Hedger;
-use super::integrity::{self, Integrity};
+use super::fills::{FillClass, FillFor};
 use super::lookup::{self, Lookup, failed};
-use super::manage::{self, KnownVersion};
-use super::metadata::{Metadata, MetadataParts};
-use super::prefetch::Prefetcher;
+use super::path::ReadPath;
 use super::stream::Interest;
-use super::verify::Verifier;
-use super::writes::{self, AdmitError};
 use super::{
-    BodyStream, CacheStatus, GetAnswer, GetRequest, Judgement, ObjectRead, ReadError, ReadSettings,
-    Tally, Target, abort, uncached,
+    BodyStream, CacheStatus, GetAnswer, GetRequest, Judgement, ObjectRead, ReadError, Tally,
+    Target, abort, uncached,
 };
-use crate::budget::{Charge, MemoryBudget};
-use crate::cache::{BlockCache, Part};
-use crate::fill_threads::FillThreads;
+use crate::budget::Charge;
+use crate::cache::Part;
 use crate::object::ObjectMeta;
-use crate::rules::{Policy, Rules};
-use crate::shutdown::Shutdown;
-use crate::source::{BlockSource, Lease, Peers, ResponseHead};
-use crate::telemetry::Metrics;
-use crate::types::{BlockIndex, ByteRange, ObjectRef, RangeRequest, Selection};
-
-/// What a read path is built from, beside its settings.
-pub struct ReadParts {
-    pub cache: BlockCache,
-    /// Where metadata and blocks come from: the upstream origins.
-    pub source: Arc<dyn BlockSource>,
-    pub metrics: Arc<Metrics>,
-    /// The memory budget every block a request holds is charged to.
-    pub budget: MemoryBudget,
-    /// Prefetches in flight stop when it fires.
-    pub shutdown: Shutdown,
-    /// The other cluster members, in cluster mode.
-    pub peers: Option<Arc<dyn Peers>>,
-    /// Where block fills run (`FillThreads::serving()`: on the caller's runtime).
-    pub fill_threads: FillThreads,
-}
-
-/// The read path. Cheap to clone.
-#[derive(Clone)]
-pub struct ReadPath {
-    metadata: Metadata,
-    pub(super) blocks: Blocks,
-    /// `None` when prefetch is off.
-    prefetcher: Option<Prefetcher>,
-    source: Arc<dyn BlockSource>,
-    pub(super) budget: MemoryBudget,
-    metrics: Arc<Metrics>,
-    integrity: Integrity,
-    pub(super) block_size: u64,
-    readahead_blocks: usize,
-}
+use crate::rules::Policy;
+use crate::source::ResponseHead;
+use crate::types::{BlockIndex, ByteRange, ObjectRef, Selection};
 
 impl ReadPath {
-    pub fn new(settings: ReadSettings, parts: ReadParts) -> Self {
-        let ReadParts {
-            cache,
-            source,
-            metrics,
-            budget,
-            shutdown,
-            peers,
-            fill_threads,
-        } = parts;
-        let (mut integrity, wrong) = Integrity::new(metrics.clone());
-        let learns = settings.learn_checksums.then(|| integrity.learning());
-        let lease = peers
-            .as_ref()
-            .map_or_else(|| Arc::new(Lease::alone()), |peers| peers.lease());
-        let fills = FillSlots::new(settings.max_concurrent_fills, metrics.clone());
-        let hedger = Hedger::new(
-            settings.hedge_quantile,
-            settings.hedge_min_delay,
-            metrics.clone(),
-        );
-        let verifier = Verifier::new(settings.verify, source.clone(), integrity.clone());
-        let blocks = Blocks::new(BlockParts {
-            cache: cache.clone(),
-            source: source.clone(),
-            metrics: metrics.clone(),
-            hedger,
-            fills: fills.clone(),
-            fill_threads,
-            peers: peers.clone(),
-            integrity: integrity.clone(),
-            verifier,
-        });
-        let metadata = Metadata::new(MetadataParts {
-            cache,
-            source: source.clone(),
-            metrics: metrics.clone(),
-            rules: settings.rules,
-            block_size: settings.block_size,
-            serve_stale_on_error: settings.serve_stale_on_error,
-            clustered: peers.is_some(),
-            lease,
-            integrity: integrity.clone(),
-            fills: fills.clone(),
-            streams: blocks.streams().clone(),
-        });
-        let prefetcher = Prefetcher::new(
-            settings.prefetch_window_blocks,
-            settings.prefetch_slots,
-            blocks.clone(),
-            budget.clone(),
-            metrics.clone(),
-            shutdown.clone(),
-        );
-        if let Some(learns) = learns {
-            let learner = integrity.clone();
-            integrity::learn_checksums(learns, source.clone(), learner, shutdown.clone());
-        }
-        manage::purge_wrong(wrong, &metadata, &blocks, peers, shutdown);
-        Self {
-            metadata,
-            blocks,
-            prefetcher,
-            source,
-            budget,
-            metrics,
-            integrity,
-            block_size: settings.block_size,
-            readahead_blocks: settings.readahead_blocks.max(1),
-        }
-    }
-
-    /// The upstream fill slots, shared between tenants.
-    pub fn fill_slots(&self) -> &FillSlots {
-        self.blocks.fill_slots()
-    }
-
-    /// What the cache does for `object`: its `[[rules]]` entry's policy, or the defaults.
-    pub fn policy(&self, object: &ObjectRef) -> &Arc<Policy> {
-        self.metadata.policy(object)
-    }
-
-    /// The rules every object's policy comes from.
-    pub fn rules(&self) -> &Arc<Rules> {
-        self.metadata.rules()
-    }
-
-    /// The memory budget this read path charges its blocks to.
-    pub fn budget(&self) -> &MemoryBudget {
-        &self.budget
-    }
-
-    #[cfg(test)]
-    pub(super) fn metadata(&self) -> &Metadata {
-        &self.metadata
-    }
-
-    #[cfg(test)]
-    pub(super) fn metrics(&self) -> &Metrics {
-        &self.metrics
-    }
-
-    /// Forgets what is known about `object`: the next read asks the upstream.
-    pub fn invalidate(&self, object: &ObjectRef) {
-        self.metadata.invalidate(object);
-    }
-
-    /// After a write of `object` whose outcome is unknown (sent, but no answer, or the
-    /// upstream's 5xx): its cached metadata stays but is revalidated before it is served
-    /// again, so the write is seen if it happened, and while the upstream is unreachable
-    /// degraded mode may still serve the cached version (the writer was told its write
-    /// failed). A discovery already under way caches nothing.
-    pub async fn expire(&self, object: &ObjectRef) {
-        self.metadata.expire(object).await;
-    }
-
-    /// Caches `data`, the complete body just written to `object`, if the upstream now
-    /// holds exactly that: same ETag as the write returned, same size.
-    pub async fn admit_written(
-        &self,
-        object: &ObjectRef,
-        etag: &str,
-        data: Vec<Bytes>,
-    ) -> Result<(), AdmitError> {
-        let source = self.source.as_ref();
-        writes::admit_written(&self.metadata, &self.blocks, source, object, etag, data).await
-    }
-
-    /// Forgets `object` for good, across restarts (see [`manage::purge`]). Returns the
-    /// blocks the cache held.
-    pub async fn purge(
-        &self,
-        object: &ObjectRef,
-        also: Option<KnownVersion>,
-    ) -> Result<u64, ReadError> {
-        manage::purge(&self.metadata, &self.blocks, object, also).await
-    }
-
-    /// The metadata the cache holds for `object`, fresh or not.
-    pub async fn cached_meta(&self, object: &ObjectRef) -> Option<Arc<ObjectMeta>> {
-        self.metadata.cached(object).await
-    }
-
-    /// The bytes a warm of `range` of `object` will load, from its (cached) metadata.
-    pub async fn warm_size(
-        &self,
-        object: &ObjectRef,
-        range: Option<RangeRequest>,
-    ) -> Result<u64, ReadError> {
-        manage::warm_size(&self.metadata, object, range).await
-    }
-
-    /// Loads the blocks of `range` of `object` into the cache, `concurrency` at a time,
-    /// calling `progress` with the requested bytes of each block once it is cached.
-    pub async fn warm(
-        &self,
-        object: &ObjectRef,
-        range: Option<RangeRequest>,
-        concurrency: usize,
-        progress: impl Fn(u64),
-    ) -> Result<(), ReadError> {
-        let (metadata, blocks, budget) = (&self.metadata, &self.blocks, &self.budget);
-        manage::warm(
-            metadata,
-            blocks,
-            budget,
-            object,
-            range,
-            concurrency,
-            progress,
-        )
-        .await
-    }
-
     /// The object's metadata for a HEAD, with what the cache did for the `Cache-Status`
     /// header; with `checksums`, including its stored checksums. `policy` is the object's.
     pub async fn head(

@@ -1,6 +1,6 @@
 //! The read path: object metadata → byte range → blocks → a stream of exactly the
 //! requested bytes. One type per step, each owning its state, and [`ReadPath`]
-//! (`get.rs`) orchestrating them; no step reaches into another's.
+//! (`path.rs`, walked by `get.rs`) orchestrating them; no step reaches into another's.
 //!
 //! A GET, in order (`api/s3.rs` calls [`ReadPath::get`] once, with a [`GetRequest`]):
 //!
@@ -31,11 +31,27 @@
 //! 6. `status.rs` says what happened in the `Cache-Status` header; [`Tally`] counts the
 //!    blocks by tier for the access log.
 //!
-//! Writes through Portico (`writes.rs`: the write generations, and admitting written
-//! bytes) and operator actions (`manage.rs`: purge, warm) change what steps 2 and 4 find;
-//! [`ReadPath`] is their door too. `integrity.rs` judges each object whose blocks were
-//! all filled against the full-object CRC S3 keeps, and purges one that disagrees;
-//! `verify.rs` re-checks a sample of hits against the origin (`cache.verify_fraction`).
+//! Writes through Portico (`generations.rs`: the write generations; `writes.rs`:
+//! admitting written bytes) and operator actions (`manage.rs`: purge, warm) change what
+//! steps 2 and 4 find; [`ReadPath`] is their door too (`actions.rs`), and other members'
+//! (`peers.rs`). `integrity.rs` judges each object whose blocks were all filled against
+//! the full-object CRC S3 keeps and reports one that disagrees on a channel, which
+//! `manage.rs` drains to purge it; `verify.rs` re-checks a sample of hits against the
+//! origin (`cache.verify_fraction`).
+//!
+//! The steps form a line (checked by `src/layers.rs`): a file uses only the files of
+//! lower layers, and reports to those above through a return value or a channel, never
+//! by holding them. Lowest first:
+//!
+//! 0. `fills`, `hedge`, `claims`, `coalesce`, `generations`, `uncached`, `integrity`:
+//!    parts that know no other step; this file's shared types (`Target`, `ReadError`)
+//!    stand on them.
+//! 1. `stream`, `body`, `verify`: origin streams, response bodies, verify mode.
+//! 2. `discovered`, `fetch`: what a discovery brought; one block's fetch.
+//! 3. `block`, `metadata`, `status`: the block step, the metadata step.
+//! 4. `lookup`, `prefetch`, `manage`, `writes`: what runs over blocks and metadata.
+//! 5. `path`: [`ReadPath`] and its wiring.
+//! 6. `get`, `actions`, `peers`: what [`ReadPath`] does.
 //!
 //! Invariants:
 //! - Every block is fetched for the object version (ETag) the response headers announce,
@@ -52,6 +68,7 @@
 //! - Metadata discovery for one object runs once however many requests miss at once, and
 //!   for a GET it fetches the first needed blocks in the same upstream request.
 
+mod actions;
 mod block;
 mod body;
 mod claims;
@@ -59,12 +76,14 @@ mod coalesce;
 mod discovered;
 mod fetch;
 mod fills;
+mod generations;
 mod get;
 mod hedge;
 mod integrity;
 mod lookup;
 mod manage;
 mod metadata;
+mod path;
 mod peers;
 mod prefetch;
 mod status;
@@ -88,10 +107,11 @@ use crate::telemetry::Metrics;
 use crate::tenant::Tenant;
 use crate::types::{BlockIndex, BlockLayout, ObjectRef, RangeRequest, Selection, Unsatisfiable};
 pub use body::BodyStream;
+pub use discovered::MetaSource;
 pub use fills::{FillClass, FillFor, FillSlots};
-pub use get::{ReadParts, ReadPath};
 pub use manage::KnownVersion;
-pub use status::{CacheStatus, MetaSource};
+pub use path::{ReadParts, ReadPath};
+pub use status::CacheStatus;
 pub use writes::AdmitError;
 
 /// Read-path settings taken from the cache configuration.
@@ -353,6 +373,16 @@ impl Target {
             layout: BlockLayout::new(block_size, meta.size),
             meta,
             fill: None,
+        }
+    }
+
+    /// The object as a fetch asks for it: pinned to the version id its metadata names,
+    /// when the read did not name one itself.
+    fn pinned(&self) -> ObjectRef {
+        let object = self.object.clone();
+        match (object.version(), self.meta.pinned_version()) {
+            (None, Some(version)) => object.clone().with_version(Some(version)).unwrap_or(object),
+            _ => object,
         }
     }
 

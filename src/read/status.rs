@@ -1,21 +1,8 @@
 //! What the cache did for one request: where its metadata came from and the
 //! `Cache-Status` header that says so.
 
-use super::discovered::Discovered;
+use super::discovered::{Discovered, MetaSource};
 use crate::cache::Tier;
-
-/// Where a request's object metadata came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum MetaSource {
-    /// The cache, within its TTL.
-    Fresh,
-    /// The cache, past its TTL, confirmed unchanged by the upstream.
-    Revalidated,
-    /// The upstream (unknown, changed, or another request's discovery this one waited for).
-    Fetched,
-    /// The cache, past its TTL, because the upstream failed (`serve_stale_on_error`).
-    Stale,
-}
 
 /// What the cache did for one GET or HEAD, rendered as RFC 9211's `Cache-Status`:
 /// `Portico; hit; detail=memory`, `Portico; fwd=miss; stored; collapsed`,

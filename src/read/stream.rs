@@ -41,7 +41,6 @@ use tracing::Instrument;
 
 use super::Target;
 use super::claims::{Bringer, Claims};
-use super::fetch::pinned;
 use super::fills::{FillSlot, FillSlots};
 use super::integrity::Integrity;
 use crate::buffers::BlockBuffers;
@@ -572,7 +571,7 @@ impl Streams {
         };
         let meta = &target.meta;
         let if_match = (!meta.etag.is_empty()).then_some(meta.etag.as_str());
-        let object = pinned(target.object.clone(), meta);
+        let object = target.pinned();
         let charge = Charge::new(fill.tenant.clone());
         let open = inner.source.stream(&object, range, if_match, &flow.opened);
         let read = tokio::select! {

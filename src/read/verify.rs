@@ -13,7 +13,6 @@ use std::time::Instant;
 
 use bytes::Bytes;
 
-use super::fetch::pinned;
 use super::integrity::Integrity;
 use super::{Target, Verify};
 use crate::cache::Part;
@@ -135,7 +134,7 @@ impl Check {
         let metrics = &inner.integrity.metrics().integrity;
         let Self { target, range, .. } = self;
         let meta = &target.meta;
-        let object = pinned(target.object.clone(), meta);
+        let object = target.pinned();
         let head = inner
             .source
             .head(&object, HeadIf::Changed(&meta.etag))

@@ -69,7 +69,7 @@ pub(in crate::read) fn learn_checksums(
             }
             let (source, integrity, refused) = (source.clone(), integrity.clone(), refused.clone());
             tokio::spawn(async move {
-                let object = crate::read::fetch::pinned(target.object.clone(), &target.meta);
+                let object = target.pinned();
                 let question = source.checksums(&object, &target.meta.etag);
                 let answer = match charge {
                     Some(charge) => crate::tenant::charged(charge, question).await,
