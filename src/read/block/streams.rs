@@ -1,0 +1,140 @@
+//! The origin streams a read opens through the block step: for the blocks of its range
+//! that neither this node nor what its discovery brought has, nor, in a fleet, another
+//! member holds or brings (asked of the owners at once, with claims on this node's own).
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use super::Blocks;
+use crate::read::Target;
+use crate::read::claims::Bringer;
+use crate::read::discovered::Discovered;
+use crate::read::stream::{Has, Interest};
+use crate::source::{BlocksAsk, PeerId, Peers};
+use crate::types::BlockIndex;
+
+impl Blocks {
+    /// Opens the origin streams that bring the blocks `wanted` of `target` the cache does
+    /// not hold (nor `discovered`, nor, in cluster mode, their owners), and joins those
+    /// under way that bring some (see `stream.rs`); the read holds the interests while it
+    /// needs the blocks.
+    pub(in crate::read) async fn open_streams(
+        &self,
+        target: &Target,
+        wanted: std::ops::RangeInclusive<BlockIndex>,
+        discovered: &Discovered,
+    ) -> Vec<Interest> {
+        let here = |index| {
+            discovered.block(index).is_some()
+                || self.holds(&target.key(index), target.layout.block_len(index))
+        };
+        let Some(peers) = &self.inner.peers else {
+            return self.streams_here(target, wanted, &here);
+        };
+        let (elsewhere, claimed) = self
+            .held_elsewhere(peers, target, wanted.clone(), &here)
+            .await;
+        let has = |index| match (here(index), elsewhere.contains(&index)) {
+            (true, _) => Has::Here,
+            (false, true) => Has::Elsewhere,
+            (false, false) => Has::Missing,
+        };
+        let interests = self.inner.streams.open(target, wanted, has);
+        if !claimed.is_empty() {
+            // The blocks this read claimed that none of its streams brings after all.
+            for index in claimed {
+                let key = target.key(index);
+                if !self.inner.streams.brings(&key) {
+                    self.inner.claims.release_here(&key);
+                }
+            }
+            self.inner.streams.claims_settled();
+        }
+        interests
+    }
+
+    /// The streams of a prefetch of the blocks `wanted` of `target`, as
+    /// [`Self::open_streams`] opens them on one node; none in cluster mode, where a
+    /// prefetch asks each block of its owner (docs/cluster.md, "Cold reads in a fleet").
+    pub(in crate::read) fn prefetch_streams(
+        &self,
+        target: &Target,
+        wanted: std::ops::RangeInclusive<BlockIndex>,
+    ) -> Vec<Interest> {
+        if self.inner.peers.is_some() {
+            return Vec::new();
+        }
+        let here = |index| self.holds(&target.key(index), target.layout.block_len(index));
+        self.streams_here(target, wanted, &here)
+    }
+
+    /// The streams of the blocks `wanted` of `target` but those this node has (`here`),
+    /// with no other member to ask.
+    pub(super) fn streams_here(
+        &self,
+        target: &Target,
+        wanted: std::ops::RangeInclusive<BlockIndex>,
+        here: &impl Fn(BlockIndex) -> bool,
+    ) -> Vec<Interest> {
+        let has = |index| match here(index) {
+            true => Has::Here,
+            false => Has::Missing,
+        };
+        self.inner.streams.open(target, wanted, has)
+    }
+
+    /// The blocks `wanted` of `target` this node does not hold (`here`) that another
+    /// member holds or brings, so no stream of this node is to bring them: this node's
+    /// own blocks another member claimed (see `claims.rs`; those no one did are claimed
+    /// for this node), and the others' blocks their owners said they hold or have coming,
+    /// asked of each owner at once (each claims the rest for this node). A member that
+    /// does not answer holds all of its blocks: they are asked of it by block. A read that
+    /// misses fewer than two blocks here opens no stream, and asks no one. Also the blocks
+    /// this read claimed (none, when it asked no one).
+    async fn held_elsewhere(
+        &self,
+        peers: &Arc<dyn Peers>,
+        target: &Target,
+        wanted: std::ops::RangeInclusive<BlockIndex>,
+        here: &impl Fn(BlockIndex) -> bool,
+    ) -> (HashSet<BlockIndex>, Vec<BlockIndex>) {
+        let block_size = target.layout.block_size();
+        let missed: Vec<BlockIndex> = wanted.filter(|index| !here(*index)).collect();
+        if missed.len() < 2 {
+            let elsewhere = missed
+                .into_iter()
+                .filter(|index| self.owner(target, *index).is_some())
+                .collect();
+            return (elsewhere, Vec::new());
+        }
+        let mut owned: HashMap<PeerId, Vec<BlockIndex>> = HashMap::new();
+        let mut elsewhere = HashSet::new();
+        for index in missed.iter().copied() {
+            // Claimed for this node at once: a lookup here waits for this read's streams
+            // rather than fetch a block one of them is about to bring.
+            let claimed = self.inner.claims.claim(&target.key(index), Bringer::Here);
+            match peers.owner(&target.object, block_size, index) {
+                Some(owner) => owned.entry(owner).or_default().push(index),
+                None if !claimed => {
+                    elsewhere.insert(index);
+                }
+                None => {}
+            }
+        }
+        let asked = owned.iter().map(|(owner, indexes)| {
+            let ask = BlocksAsk {
+                object: &target.object,
+                meta: &target.meta,
+                block_size,
+                indexes,
+            };
+            peers.held(owner, ask)
+        });
+        let answers = futures::future::join_all(asked).await;
+        // The rest their owners claimed for this node: its lookups of them fetch them from
+        // the origin (when no stream brings them) rather than from owners that would ask
+        // this node back.
+        elsewhere.extend(answers.into_iter().flatten());
+        (elsewhere, missed)
+    }
+}
