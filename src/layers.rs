@@ -72,6 +72,7 @@ const FILE_LAYERS: &[(&str, &[(&str, u8)])] = &[
         "cache",
         &[
             ("codec", 0),
+            ("layout", 0),
             ("kept", 0),
             ("memory", 0),
             ("purges", 0),

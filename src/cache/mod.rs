@@ -21,9 +21,10 @@
 //! Files: this one opens the cache and serves blocks and metadata; `pieces.rs` stores and
 //! reads a block's pieces on disk; `writer.rs` queues pieces for the disk;
 //! `doorkeeper.rs` decides which disk reads stay in memory; `device.rs` probes the disk
-//! (direct I/O at open, health while open); `disk.rs` lays out the disk tier's files;
-//! `key.rs`, `codec.rs` and `meta.rs` are the entries and their encoding; `purges.rs`
-//! keeps purges across restarts; `tier.rs` says where a block came from.
+//! (direct I/O at open, health while open); `disk.rs` lays out the disk tier's files and
+//! `layout.rs` sizes its pieces, engine blocks and write buffers; `key.rs`, `codec.rs`
+//! and `meta.rs` are the entries and their encoding; `purges.rs` keeps purges across
+//! restarts; `tier.rs` says where a block came from.
 
 mod codec;
 mod device;
@@ -31,6 +32,7 @@ mod disk;
 mod doorkeeper;
 mod kept;
 mod key;
+mod layout;
 mod memory;
 mod meta;
 mod pieces;
@@ -47,9 +49,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use bytes::Bytes;
 pub use device::{DISK_FAILURES_BEFORE_DEGRADED, DISK_PROBE_INTERVAL};
 use device::{DiskHealth, PROBE_FILE, supports_direct_io};
-pub use disk::{
-    DISK_FLUSHERS, DiskFilesError, DiskFormat, DiskLayout, PIECE_BYTES, raise_open_file_limit,
-};
+pub use disk::{DiskFilesError, DiskFormat, raise_open_file_limit};
 use doorkeeper::{Doorkeeper, doorkeeper_slots};
 use foyer::{
     BlockEngineConfig, DeviceBuilder, FileDeviceBuilder, HybridCache, HybridCacheBuilder,
@@ -57,6 +57,7 @@ use foyer::{
     S3FifoConfig, Source,
 };
 pub use key::{BlockKey, CacheKey, CacheValue};
+pub use layout::{DISK_FLUSHERS, DiskLayout, PIECE_BYTES};
 use memory::{SMALL_TO_MAIN_HITS, memory_shards, small_queue_ratio};
 pub use meta::{MetaClock, MetaRecord, MetaState};
 pub use tier::{Part, Tier};
@@ -116,7 +117,7 @@ pub struct BlockCache {
     health: Arc<DiskHealth>,
     disk_capacity_bytes: u64,
     purges: Arc<purges::Purges>,
-    /// The disk tier's unit (see `disk::PIECE_BYTES`).
+    /// The disk tier's unit (see `layout::PIECE_BYTES`).
     piece_bytes: usize,
     doorkeeper: Arc<Doorkeeper>,
     /// Pieces on their way to the disk tier.
@@ -190,8 +191,10 @@ impl BlockCache {
             .map_err(open_error)?;
             let engine = BlockEngineConfig::new(device)
                 .with_block_size(to_usize(layout.engine_block_bytes))
-                .with_flushers(disk::DISK_FLUSHERS)
-                .with_buffer_pool_size(to_usize(layout.flusher_buffer_bytes) * disk::DISK_FLUSHERS)
+                .with_flushers(layout::DISK_FLUSHERS)
+                .with_buffer_pool_size(
+                    to_usize(layout.flusher_buffer_bytes) * layout::DISK_FLUSHERS,
+                )
                 .with_submit_queue_size_threshold(to_usize(layout.submit_queue_bytes));
             storage = storage
                 .with_io_engine_config(PsyncIoEngineConfig::new())
@@ -244,7 +247,7 @@ impl BlockCache {
             health,
             disk_capacity_bytes: 0,
             purges: Arc::new(purges::Purges::in_memory()),
-            piece_bytes: to_usize(disk::piece_bytes(config.block_size.bytes())),
+            piece_bytes: to_usize(layout::piece_bytes(config.block_size.bytes())),
             doorkeeper: Arc::new(Doorkeeper::new(1)),
             writes: Arc::new(WriteQueue::new(0, 0, metrics.clone())),
             buffers,
