@@ -289,33 +289,6 @@ pub fn raise_open_file_limit() -> Option<u64> {
     }
 }
 
-/// Runs `build` with the process's standard output pointed at `/dev/null`.
-///
-/// foyer 0.22's `FileDeviceBuilder::build` prints the device's capacity to stdout with a
-/// leftover `println!`. Portico's stdout carries exactly one machine-readable line (the
-/// listening addresses, printed after the cache is open), and logs go to stderr, so
-/// nothing of Portico's is lost while the device is built. If stdout cannot be
-/// redirected, `build` runs anyway.
-pub fn quiet_stdout<T>(build: impl FnOnce() -> T) -> T {
-    use std::io::Write;
-    let _ = std::io::stdout().flush();
-    let saved = rustix::io::fcntl_dupfd_cloexec(rustix::stdio::stdout(), 0).ok();
-    let null = std::fs::OpenOptions::new()
-        .write(true)
-        .open("/dev/null")
-        .ok();
-    let redirected = match (&saved, &null) {
-        (Some(_), Some(null)) => rustix::stdio::dup2_stdout(null).is_ok(),
-        _ => false,
-    };
-    let result = build();
-    if redirected && let Some(saved) = &saved {
-        let _ = std::io::stdout().flush();
-        let _ = rustix::stdio::dup2_stdout(saved);
-    }
-    result
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
