@@ -1,22 +1,22 @@
 //! Wiring: builds the cache, upstream client and read path from the config, serves them
 //! on the listeners it is given, and runs until one shutdown signal stops them all in
 //! order — listeners stop accepting, open requests get the grace period, background
-//! tasks end, then the cache closes cleanly.
+//! tasks end, then the cache closes cleanly. The serving tasks are in `app/serving.rs`.
+
+mod serving;
 
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
 use tokio::net::TcpListener;
-use tokio::task::JoinHandle;
 
-use crate::admin::{self, AdminParts, AdminState};
 use crate::api;
 use crate::budget::MemoryBudget;
 use crate::cache::{BlockCache, CacheError};
-use crate::cluster::{self, Cluster, PeerState};
+use crate::cluster::Cluster;
 use crate::config::{Config, DEFAULT_UPSTREAM, UpstreamConfig};
-use crate::events::{Invalidator, SqsConsumer};
+use crate::events::Invalidator;
 use crate::fill_threads::FillThreads;
 use crate::listing::ListingCache;
 use crate::read::{ReadParts, ReadPath, ReadSettings, Verify};
@@ -27,6 +27,7 @@ use crate::telemetry::Metrics;
 use crate::tls::MutualTls;
 use crate::upstream::{self, Origin, Origins, Upstream};
 use crate::warm::Maintenance;
+use serving::Serving;
 
 #[derive(Debug, thiserror::Error)]
 pub enum AppError {
@@ -281,141 +282,6 @@ async fn assemble(config: &Config, stopping: &Shutdown, tasks: &Tasks) -> Result
         invalidator,
         tasks: tasks.clone(),
     })
-}
-
-/// The tasks that serve: the S3 listener, the admin listeners, the peer listener and the
-/// SQS consumer. Each ends once shutdown fires.
-struct Serving {
-    s3: JoinHandle<()>,
-    admin: JoinHandle<()>,
-    api: Option<JoinHandle<()>>,
-    sqs: Option<JoinHandle<()>>,
-    peers: Option<JoinHandle<()>>,
-}
-
-impl Serving {
-    /// Starts serving `parts` on `listeners` until `stopping` fires.
-    fn start(
-        config: &Config,
-        mut listeners: Listeners,
-        parts: Parts,
-        server_tls: Option<api::ServerTls>,
-        stopping: Shutdown,
-    ) -> Result<Self, AppError> {
-        let Parts {
-            metrics,
-            cache,
-            origins,
-            shared,
-            cluster,
-            peer_tls,
-            read,
-            listings,
-            maintenance,
-            invalidator,
-            tasks,
-        } = parts;
-        let auth = api::authenticator(config, stopping.clone())?;
-        let peers = listeners
-            .cluster
-            .take()
-            .zip(cluster.clone())
-            .map(|(listener, cluster)| {
-                let state = Arc::new(PeerState {
-                    read: read.clone(),
-                    cluster,
-                    maintenance: maintenance.clone(),
-                    metrics: metrics.clone(),
-                    secret: config.cluster.secret.clone(),
-                    block_size: config.cache.block_size.bytes(),
-                    tls: peer_tls.clone(),
-                    tenants: auth.clone(),
-                });
-                tokio::spawn(cluster::serve(listener, state, stopping.clone()))
-            });
-        let sqs = (!config.events.sqs_queue_url.is_empty()).then(|| {
-            let consumer = SqsConsumer::new(
-                &config.events,
-                &shared,
-                &config.upstream.region,
-                invalidator.clone(),
-            );
-            tokio::spawn(consumer.run(stopping.clone()))
-        });
-        let front = api::service(
-            config,
-            api::ServiceParts {
-                read,
-                upstreams: origins.clone(),
-                listings,
-                cluster: cluster.clone(),
-                tasks,
-                metrics: metrics.clone(),
-                auth,
-            },
-        );
-        let s3 = tokio::spawn(api::serve(
-            listeners.s3,
-            front,
-            server_tls,
-            api::ConnectionLimits::of(&config.server),
-            stopping.clone(),
-            config.server.shutdown_grace.get(),
-        ));
-        let admin_state = Arc::new(AdminState::new(AdminParts {
-            metrics,
-            cache,
-            upstreams: origins,
-            token: config.admin.token.clone(),
-            maintenance,
-            cluster,
-            stopping: stopping.clone(),
-            events: (invalidator, config.events.token.clone()),
-        }));
-        let (admin_serves, api) = match listeners.admin_api {
-            Some(listener) => (
-                admin::Serves::Health,
-                Some(tokio::spawn(admin::serve(
-                    listener,
-                    admin_state.clone(),
-                    admin::Serves::Api,
-                    stopping.clone(),
-                ))),
-            ),
-            None => (admin::Serves::Everything, None),
-        };
-        let admin = tokio::spawn(admin::serve(
-            listeners.admin,
-            admin_state,
-            admin_serves,
-            stopping,
-        ));
-        Ok(Self {
-            s3,
-            admin,
-            api,
-            sqs,
-            peers,
-        })
-    }
-
-    /// Waits for every task to end (shutdown has fired), logging any that failed.
-    async fn finish(self) {
-        let tasks = [
-            ("S3 listener", Some(self.s3)),
-            ("admin API listener", self.api),
-            ("admin listener", Some(self.admin)),
-            ("SQS event consumer", self.sqs),
-            ("peer listener", self.peers),
-        ];
-        for (task, handle) in tasks {
-            if let Some(handle) = handle
-                && let Err(error) = handle.await
-            {
-                tracing::error!(%error, task, "task failed");
-            }
-        }
-    }
 }
 
 /// The upstreams by bucket (`[upstream]` as `default`, then `[[upstreams]]`) with their

@@ -72,6 +72,7 @@ const FILE_LAYERS: &[(&str, &[(&str, u8)])] = &[
         "cache",
         &[
             ("codec", 0),
+            ("layout", 0),
             ("kept", 0),
             ("memory", 0),
             ("purges", 0),
@@ -80,9 +81,11 @@ const FILE_LAYERS: &[(&str, &[(&str, u8)])] = &[
             ("disk", 1),
             ("key", 2),
             ("device", 2),
+            ("error", 2),
             ("writer", 3),
             ("doorkeeper", 3),
             ("pieces", 4),
+            ("open", 4),
         ],
     ),
 ];

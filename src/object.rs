@@ -1,7 +1,7 @@
 //! The object model: what an object's GET or HEAD response says about it
 //! ([`ObjectMeta`], its stored [`Checksums`], the [`OBJECT_HEADERS`] it keeps), and why an object is [`Missing`]. The
 //! upstream produces these, the cache keeps them (its disk encoding is in
-//! `cache/meta.rs`) and the API answers with them.
+//! `cache/meta/encoding.rs`) and the API answers with them.
 
 /// What an object's GET/HEAD response says about it.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]

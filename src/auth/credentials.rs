@@ -4,16 +4,23 @@
 //! Invariant: the file's credentials are in force only while the file loads: a file that
 //! is deleted or fails to parse revokes them (fails closed, logged as an error) until it
 //! loads again. A revoked key must not live on because its file was removed.
+//!
+//! The file's format, and how it is read and checked, are in `credentials/file.rs`.
+
+mod file;
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use parking_lot::RwLock;
 use serde::Deserialize;
 
+pub use file::CredentialsError;
+use file::{Loaded, load};
+
 use crate::shutdown::Shutdown;
-use crate::tenant::{Tenant, TenantSpec, Tenants};
+use crate::tenant::{Tenant, Tenants};
 
 /// What a credential may do: the older, coarse form of [`Scope`]s.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
@@ -110,100 +117,6 @@ impl Credential {
             .as_ref()
             .is_none_or(|buckets| buckets.iter().any(|allowed| allowed == bucket))
     }
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct CredentialsFile {
-    #[serde(default)]
-    credentials: Vec<Credential>,
-    #[serde(default)]
-    tenants: Vec<TenantSpec>,
-}
-
-/// What a credentials file defines.
-#[derive(Debug, Default)]
-struct Loaded {
-    credentials: HashMap<String, Arc<Credential>>,
-    tenants: Vec<TenantSpec>,
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum CredentialsError {
-    /// The I/O error is part of the message, not a source a chain printer would repeat.
-    #[error("cannot read the credentials file {path} (config key auth.credentials_file): {cause}")]
-    Read {
-        path: PathBuf,
-        cause: std::io::Error,
-    },
-    #[error("invalid credentials file {path}: {message}")]
-    Invalid { path: PathBuf, message: String },
-}
-
-/// Parses a credentials file's text.
-fn parse(path: &Path, text: &str) -> Result<Loaded, CredentialsError> {
-    let invalid = |message: String| CredentialsError::Invalid {
-        path: path.to_owned(),
-        message,
-    };
-    let file: CredentialsFile = toml::from_str(text).map_err(|error| invalid(error.to_string()))?;
-    let mut credentials = HashMap::new();
-    for credential in file.credentials {
-        if credential.access_key_id.is_empty() || credential.secret_access_key.is_empty() {
-            return Err(invalid(
-                "every credential needs access_key_id and secret_access_key".to_owned(),
-            ));
-        }
-        if credential.access == Access::ReadOnly
-            && credential
-                .scopes
-                .as_ref()
-                .is_some_and(|scopes| scopes.iter().any(|scope| *scope != Scope::Read))
-        {
-            return Err(invalid(format!(
-                "credential {}: access = \"read-only\" allows only the read scope",
-                credential.access_key_id
-            )));
-        }
-        let id = credential.access_key_id.clone();
-        if credentials
-            .insert(id.clone(), Arc::new(credential))
-            .is_some()
-        {
-            return Err(invalid(format!("access key id {id} appears twice")));
-        }
-    }
-    let mut names = std::collections::HashSet::new();
-    for tenant in &file.tenants {
-        if let Some(problem) = tenant.problem() {
-            return Err(invalid(problem));
-        }
-        if !names.insert(tenant.name.as_str()) {
-            return Err(invalid(format!("tenant {} appears twice", tenant.name)));
-        }
-    }
-    for credential in credentials.values() {
-        if let Some(tenant) = &credential.tenant
-            && !names.contains(tenant.as_str())
-        {
-            return Err(invalid(format!(
-                "credential {}: tenant {tenant:?} has no [[tenants]] entry",
-                credential.access_key_id
-            )));
-        }
-    }
-    Ok(Loaded {
-        credentials,
-        tenants: file.tenants,
-    })
-}
-
-fn load(path: &Path) -> Result<Loaded, CredentialsError> {
-    let text = std::fs::read_to_string(path).map_err(|cause| CredentialsError::Read {
-        path: path.to_owned(),
-        cause,
-    })?;
-    parse(path, &text)
 }
 
 /// When and how large the file was when last loaded: a change of either reloads it.
@@ -318,7 +231,11 @@ fn tenants_of(
 
 #[cfg(test)]
 mod tests {
+    use std::path::Path;
+
+    use super::file::parse;
     use super::*;
+    use crate::tenant::TenantSpec;
 
     #[test]
     fn a_credentials_file_is_parsed_with_limits() {

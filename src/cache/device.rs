@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 
-use super::{BlockCache, disk};
+use super::{BlockCache, layout};
 use crate::telemetry::Metrics;
 
 /// How often the disk tier's directory is checked with a probe write and read-back.
@@ -189,7 +189,7 @@ fn probe_disk(path: &Path, round: u64) -> std::io::Result<()> {
         .iter()
         .copied()
         .cycle()
-        .take(disk::PAGE_BYTES as usize)
+        .take(layout::PAGE_BYTES as usize)
         .collect();
     let mut file = std::fs::File::create(path)?;
     file.write_all(&page)?;

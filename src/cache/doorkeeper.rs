@@ -4,13 +4,13 @@
 use std::hash::{BuildHasher, RandomState};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::{CacheKey, disk, to_usize};
+use super::{CacheKey, layout, to_usize};
 use crate::config::CacheConfig;
 
 /// Doorkeeper slots: twice the pieces the memory tier holds, so a piece read again while
 /// memory could still hold it is usually remembered.
 pub(super) fn doorkeeper_slots(config: &CacheConfig) -> usize {
-    let pieces = config.memory_capacity.bytes() / disk::piece_bytes(config.block_size.bytes());
+    let pieces = config.memory_capacity.bytes() / layout::piece_bytes(config.block_size.bytes());
     to_usize(pieces.saturating_mul(2)).clamp(1024, 1 << 20)
 }
 

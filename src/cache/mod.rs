@@ -18,21 +18,25 @@
 //!   `portico_cache_degraded` and on `/readyz`. One transient error only costs the read
 //!   it failed (answered by a fetch).
 //!
-//! Files: this one opens the cache and serves blocks and metadata; `pieces.rs` stores and
-//! reads a block's pieces on disk; `writer.rs` queues pieces for the disk;
-//! `doorkeeper.rs` decides which disk reads stay in memory; `device.rs` probes the disk
-//! (direct I/O at open, health while open); `disk.rs` lays out the disk tier's files;
-//! `key.rs`, `codec.rs` and `meta.rs` are the entries and their encoding; `purges.rs`
-//! keeps purges across restarts; `tier.rs` says where a block came from.
+//! Files: this one serves blocks and metadata, `open.rs` opens the cache and `error.rs`
+//! holds its errors; `pieces.rs` stores and reads a block's pieces on disk; `writer.rs`
+//! queues pieces for the disk; `doorkeeper.rs` decides which disk reads stay in memory;
+//! `device.rs` probes the disk (direct I/O at open, health while open); `disk.rs` lays out
+//! the disk tier's files and `layout.rs` sizes its pieces, engine blocks and write
+//! buffers; `key.rs`, `codec.rs` and `meta.rs` are the entries and their encoding;
+//! `purges.rs` keeps purges across restarts; `tier.rs` says where a block came from.
 
 mod codec;
 mod device;
 mod disk;
 mod doorkeeper;
+mod error;
 mod kept;
 mod key;
+mod layout;
 mod memory;
 mod meta;
+mod open;
 mod pieces;
 mod purges;
 mod tier;
@@ -45,56 +49,21 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use bytes::Bytes;
+use device::DiskHealth;
 pub use device::{DISK_FAILURES_BEFORE_DEGRADED, DISK_PROBE_INTERVAL};
-use device::{DiskHealth, PROBE_FILE, supports_direct_io};
-pub use disk::{
-    DISK_FLUSHERS, DiskFilesError, DiskFormat, DiskLayout, PIECE_BYTES, raise_open_file_limit,
-};
-use doorkeeper::{Doorkeeper, doorkeeper_slots};
-use foyer::{
-    BlockEngineConfig, DeviceBuilder, FileDeviceBuilder, HybridCache, HybridCacheBuilder,
-    HybridCachePolicy, HybridCacheProperties, Location, PsyncIoEngineConfig, RecoverMode,
-    S3FifoConfig, Source,
-};
+pub use disk::{DiskFilesError, DiskFormat, raise_open_file_limit};
+use doorkeeper::Doorkeeper;
+pub use error::{CacheError, LookupError};
+use foyer::{HybridCache, HybridCacheProperties, Location, Source};
 pub use key::{BlockKey, CacheKey, CacheValue};
-use memory::{SMALL_TO_MAIN_HITS, memory_shards, small_queue_ratio};
+pub use layout::{DISK_FLUSHERS, DiskLayout, PIECE_BYTES};
 pub use meta::{MetaClock, MetaRecord, MetaState};
 pub use tier::{Part, Tier};
 use writer::WriteQueue;
 
-use crate::buffers::{BlockBuffers, spare_bytes};
-use crate::config::CacheConfig;
+use crate::buffers::BlockBuffers;
 use crate::telemetry::Metrics;
 use crate::types::ObjectRef;
-
-#[derive(Debug, thiserror::Error)]
-pub enum CacheError {
-    /// foyer's error prints its own causes, so it is not exposed as this error's source
-    /// (a chain printer would repeat them).
-    #[error("cannot open the disk cache in {dir} (config key cache.dir): {cause}")]
-    Open { dir: String, cause: foyer::Error },
-    #[error(transparent)]
-    Files(#[from] DiskFilesError),
-    #[error("cache lookup failed: {0}")]
-    Lookup(foyer::Error),
-    #[error("cache held a value of the wrong kind for a {0} key")]
-    WrongKind(&'static str),
-    #[error("a block of {got} bytes where {expected} were expected")]
-    BlockLength { expected: usize, got: usize },
-    #[error("bytes {start}..{end} are not within a block of {block_len} bytes")]
-    OutsideBlock {
-        start: usize,
-        end: usize,
-        block_len: usize,
-    },
-}
-
-/// A failed block lookup: the fetch's own error, or the cache's.
-#[derive(Debug)]
-pub enum LookupError<E> {
-    Fetch(E),
-    Cache(CacheError),
-}
 
 fn to_usize(bytes: u64) -> usize {
     usize::try_from(bytes).unwrap_or(usize::MAX)
@@ -116,7 +85,7 @@ pub struct BlockCache {
     health: Arc<DiskHealth>,
     disk_capacity_bytes: u64,
     purges: Arc<purges::Purges>,
-    /// The disk tier's unit (see `disk::PIECE_BYTES`).
+    /// The disk tier's unit (see `layout::PIECE_BYTES`).
     piece_bytes: usize,
     doorkeeper: Arc<Doorkeeper>,
     /// Pieces on their way to the disk tier.
@@ -143,118 +112,6 @@ pub struct CacheUsage {
 }
 
 impl BlockCache {
-    /// Opens the cache; with a disk tier, previously written entries are recovered and
-    /// the disk is probed every [`DISK_PROBE_INTERVAL`] while the cache is open.
-    pub async fn open(config: &CacheConfig, metrics: Arc<Metrics>) -> Result<Self, CacheError> {
-        let health = Arc::new(DiskHealth::new(metrics.clone()));
-        let buffers = BlockBuffers::new(
-            to_usize(config.block_size.bytes()),
-            spare_bytes(config.memory_capacity.bytes()),
-        );
-        let memory = HybridCacheBuilder::new()
-            .with_name("portico")
-            .with_metrics_registry(metrics.foyer_registry())
-            .with_policy(HybridCachePolicy::WriteOnInsertion)
-            // Entries reach the disk at insertion; flushing the memory tier again on
-            // close would only rewrite them.
-            .with_flush_on_close(false)
-            .memory(to_usize(config.memory_capacity.bytes()))
-            .with_shards(memory_shards(config))
-            .with_eviction_config(S3FifoConfig {
-                small_to_main_freq_threshold: SMALL_TO_MAIN_HITS,
-                small_queue_capacity_ratio: small_queue_ratio(config),
-                ..S3FifoConfig::default()
-            })
-            .with_weighter(key::memory_weight);
-        let mut storage = memory.storage();
-        if config.disk_capacity.bytes() > 0 {
-            let open_error = |cause| CacheError::Open {
-                dir: config.dir.display().to_string(),
-                cause,
-            };
-            let layout = DiskLayout::new(config.block_size.bytes(), config.disk_capacity.bytes());
-            let format = DiskFormat::new(config.block_size.bytes(), config.disk_capacity.bytes());
-            let prepared = disk::prepare(&config.dir, &format, config.disk_preallocate)?;
-            if let Some(reason) = &prepared.reset {
-                tracing::info!(dir = %config.dir.display(), %reason, "the disk tier starts empty");
-            }
-            let direct = config.direct_io
-                && supports_direct_io(&config.dir)
-                    .map_err(|error| open_error(foyer::Error::io_error(error)))?;
-            let device = disk::quiet_stdout(|| {
-                FileDeviceBuilder::new(&prepared.data_file)
-                    .with_direct(direct)
-                    .with_capacity(to_usize(config.disk_capacity.bytes()))
-                    .build()
-            })
-            .map_err(open_error)?;
-            let engine = BlockEngineConfig::new(device)
-                .with_block_size(to_usize(layout.engine_block_bytes))
-                .with_flushers(disk::DISK_FLUSHERS)
-                .with_buffer_pool_size(to_usize(layout.flusher_buffer_bytes) * disk::DISK_FLUSHERS)
-                .with_submit_queue_size_threshold(to_usize(layout.submit_queue_bytes));
-            storage = storage
-                .with_io_engine_config(PsyncIoEngineConfig::new())
-                .with_engine_config(engine)
-                .with_recover_mode(RecoverMode::Quiet);
-            let hybrid = storage.build().await.map_err(open_error)?;
-            let purges = purges::Purges::open(&config.dir)
-                .map_err(|source| DiskFilesError::dir(&config.dir, source))?;
-            let writes = Arc::new(WriteQueue::new(
-                to_usize(layout.submit_queue_bytes),
-                to_usize(layout.flusher_buffer_bytes),
-                metrics.clone(),
-            ));
-            let writing = {
-                let health = health.clone();
-                move || !health.is_degraded()
-            };
-            let cache = Self {
-                hybrid,
-                health,
-                disk_capacity_bytes: config.disk_capacity.bytes(),
-                purges: Arc::new(purges),
-                piece_bytes: to_usize(format.piece_bytes),
-                doorkeeper: Arc::new(Doorkeeper::new(doorkeeper_slots(config))),
-                writes,
-                buffers,
-                closed: kept::Closed::default(),
-                metrics,
-            };
-            cache.keep_buffers(config.memory_pretouch);
-            let retry = {
-                let cache = cache.clone();
-                move |block: &BlockKey, kept| cache.skipped_pieces(block, kept)
-            };
-            tokio::spawn(
-                cache
-                    .writes
-                    .clone()
-                    .run(cache.hybrid.clone(), writing, retry),
-            );
-            cache.spawn_disk_probe(config.dir.join(PROBE_FILE));
-            return Ok(cache);
-        }
-        let hybrid = storage.build().await.map_err(|cause| CacheError::Open {
-            dir: "(memory only)".to_owned(),
-            cause,
-        })?;
-        let cache = Self {
-            hybrid,
-            health,
-            disk_capacity_bytes: 0,
-            purges: Arc::new(purges::Purges::in_memory()),
-            piece_bytes: to_usize(disk::piece_bytes(config.block_size.bytes())),
-            doorkeeper: Arc::new(Doorkeeper::new(1)),
-            writes: Arc::new(WriteQueue::new(0, 0, metrics.clone())),
-            buffers,
-            closed: kept::Closed::default(),
-            metrics,
-        };
-        cache.keep_buffers(config.memory_pretouch);
-        Ok(cache)
-    }
-
     /// Whether the cache was opened with a disk tier (even if it has since failed).
     pub fn has_disk_tier(&self) -> bool {
         self.hybrid.is_hybrid()

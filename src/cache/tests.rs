@@ -5,7 +5,7 @@
 //! files of their own.
 
 use super::*;
-use crate::config::ByteSize;
+use crate::config::{ByteSize, CacheConfig};
 use crate::object::{Missing, ObjectMeta};
 use device::DIRECT_PROBE_FILE;
 use std::sync::atomic::AtomicUsize;

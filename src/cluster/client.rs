@@ -1,5 +1,8 @@
 //! Requests to other members over HTTP/1.1: block fetches, purges, invalidations and
-//! health checks, each with the shared secret and a deadline.
+//! health checks, each with the shared secret and a deadline. The fleet protocol's
+//! requests (invalidations, leases, cuts) are in `client/fleet.rs`.
+
+mod fleet;
 
 use std::time::{Duration, Instant};
 
@@ -10,19 +13,16 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use portico_http_client::Connector;
 
-use portico_fleet::Token;
-
 use super::protocol::{
-    BLOCK_PATH, BlockRequest, CRC_HEADER, CUT_HEADER, CUT_PATH, CutRequest, FILL_HEADER,
-    FillHeaders, HAND_HEADER, HAND_PATH, HEALTH_PATH, HELD_PATH, HeldAnswer, HeldRequest,
-    INVALIDATE_PATH, InvalidateRequest, LEASE_PATH, LEASE_TOKEN_HEADER, LeaseGrant, LeaseRequest,
-    MISSING_HEADER, PURGE_PATH, PurgeRequest, RESULT_HEADER, TENANT_HEADER, ZONE_HEADER,
-    parse_token,
+    BLOCK_PATH, BlockRequest, CRC_HEADER, FILL_HEADER, FillHeaders, HAND_HEADER, HAND_PATH,
+    HEALTH_PATH, HELD_PATH, HeldAnswer, HeldRequest, MISSING_HEADER, PURGE_PATH, PurgeRequest,
+    RESULT_HEADER, TENANT_HEADER,
 };
 use crate::object::Missing;
 use crate::source::{PeerError, PeerId};
 use crate::source::{ResponseHead, UpstreamError};
 use crate::tls::MutualTls;
+pub use fleet::{LeaseAnswer, Untold};
 
 /// Longest wait for a connection to a member: a member that does not answer a SYN this
 /// fast is down, and its block comes from the upstream instead.
@@ -31,32 +31,6 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 const HELD_TIMEOUT: Duration = Duration::from_secs(1);
 /// Longest a health check or a passed-on purge answer may take beyond `peer_timeout`.
 const HEALTH_TIMEOUT: Duration = Duration::from_secs(2);
-
-/// Why a member did not confirm an invalidation.
-#[derive(Debug)]
-pub enum Untold {
-    /// Its peer port refused the connection: no process listens there.
-    Refused,
-    /// No answer in time, or not the one asked for.
-    Failed(String),
-}
-
-/// A member's answer to a lease request, and its token (none from a member of an older
-/// release).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum LeaseAnswer {
-    /// Granted; the member's `cluster.zone`, when it has one.
-    Granted {
-        zone: Option<String>,
-        token: Option<Token>,
-        cut: Vec<PeerId>,
-    },
-    /// Refused: this node missed a write the member could not tell it of.
-    Refused {
-        token: Option<Token>,
-        cut: Vec<PeerId>,
-    },
-}
 
 /// The TLS configuration of a plain-HTTP client, which never uses it: it trusts no one.
 fn plain() -> rustls::ClientConfig {
@@ -290,116 +264,6 @@ impl PeerClient {
         tokio::time::timeout(self.timeout + HEALTH_TIMEOUT, exchange)
             .await
             .unwrap_or_else(|_| Err("no answer in time".to_owned()))
-    }
-
-    /// Has `peer` forget the objects of `request`; fails unless it confirms `within`.
-    pub async fn invalidate(
-        &self,
-        peer: &PeerId,
-        request: &InvalidateRequest,
-        within: Duration,
-    ) -> Result<(), Untold> {
-        let body =
-            serde_json::to_vec(request).map_err(|error| Untold::Failed(error.to_string()))?;
-        let exchange = async {
-            let response = self
-                .exchange(peer, Method::POST, INVALIDATE_PATH, &[], body)
-                .await
-                .map_err(|error| match error {
-                    SendError::Refused => Untold::Refused,
-                    SendError::Other(error) => Untold::Failed(error),
-                })?;
-            match response.status() {
-                StatusCode::NO_CONTENT => Ok(()),
-                other => Err(Untold::Failed(format!("answered {other}"))),
-            }
-        };
-        tokio::time::timeout(within, exchange)
-            .await
-            .unwrap_or_else(|_| Err(Untold::Failed(format!("no answer within {within:?}"))))
-    }
-
-    /// Asks `peer` for a lease for this node, known to the members as `identity`, granting
-    /// it one back with `grant`, and naming the members writes through this node `cut` off
-    /// lately; fails unless it answers `within`.
-    pub async fn lease(
-        &self,
-        peer: &PeerId,
-        identity: &str,
-        grant: Option<LeaseGrant>,
-        cut: &[PeerId],
-        within: Duration,
-    ) -> Result<LeaseAnswer, String> {
-        let request = LeaseRequest {
-            member: identity.to_owned(),
-            grant,
-            // Only to a member that sends tokens: an older release refuses the field.
-            cut: match grant {
-                Some(_) => cut.iter().map(|member| member.to_string()).collect(),
-                None => Vec::new(),
-            },
-        };
-        let body = serde_json::to_vec(&request).map_err(|error| error.to_string())?;
-        let exchange = async {
-            let response = self
-                .send(peer, Method::POST, LEASE_PATH, &[], body)
-                .await
-                .map_err(|error| error.to_string())?;
-            let header = |name| {
-                response
-                    .headers()
-                    .get(name)
-                    .and_then(|value: &HeaderValue| value.to_str().ok())
-            };
-            let token = header(LEASE_TOKEN_HEADER).and_then(parse_token);
-            let cut: Vec<PeerId> = header(CUT_HEADER)
-                .map(|members| {
-                    members
-                        .split(',')
-                        .filter(|member| !member.is_empty())
-                        .map(crate::cluster::peer_id)
-                        .collect()
-                })
-                .unwrap_or_default();
-            match response.status() {
-                StatusCode::NO_CONTENT => {
-                    let zone = header(ZONE_HEADER).map(str::to_owned);
-                    Ok(LeaseAnswer::Granted { zone, token, cut })
-                }
-                StatusCode::CONFLICT => Ok(LeaseAnswer::Refused { token, cut }),
-                other => Err(format!("answered {other}")),
-            }
-        };
-        tokio::time::timeout(within, exchange)
-            .await
-            .unwrap_or_else(|_| Err(format!("no answer within {within:?}")))
-    }
-
-    /// Tells `peer` that writes through this node cut `members` off; fails unless it
-    /// confirms `within`.
-    pub async fn cut(
-        &self,
-        peer: &PeerId,
-        members: &[PeerId],
-        within: Duration,
-    ) -> Result<(), String> {
-        let request = CutRequest {
-            members: members.iter().map(|member| member.to_string()).collect(),
-        };
-        let body = serde_json::to_vec(&request).map_err(|error| error.to_string())?;
-        let exchange = async {
-            let response = self
-                .send(peer, Method::POST, CUT_PATH, &[], body)
-                .await
-                .map_err(|error| error.to_string())?;
-            match response.status() {
-                StatusCode::NO_CONTENT => Ok(()),
-                other => Err(format!("answered {other}")),
-            }
-        };
-        tokio::time::timeout(within, exchange)
-            .await
-            .unwrap_or_else(|_| Err(format!("no answer within {within:?}")))
     }
 
     /// Whether `peer` answers its health check, and how long it took.

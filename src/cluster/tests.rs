@@ -1,5 +1,7 @@
 use super::*;
 use crate::config::HumanDuration;
+use crate::source::Peers;
+use crate::types::ObjectRef;
 
 fn config(members: &[&str], dns: &str) -> ClusterConfig {
     ClusterConfig {

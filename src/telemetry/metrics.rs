@@ -5,12 +5,12 @@
 //! exposition format.
 //!
 //! Each metric's field and the methods that count it are here; its registration, with
-//! the help text operators read, is in `metrics/register.rs`, one function per family.
+//! the help text operators read, is in `metrics/register.rs`, one function per family,
+//! and the label sets families are keyed by are in `metrics/label_sets.rs`.
 
 use std::sync::Arc;
 
 use parking_lot::Mutex;
-use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::{Family, MetricConstructor};
 
@@ -18,72 +18,13 @@ use super::labels::{
     BlockLookup, BudgetWait, EventRecord, EventRejection, HedgeOutcome, InvalidationResult,
     ListingLookup, MetadataLookup, PeerResult, PrefetchOutcome, ServedFrom,
 };
+use label_sets::{
+    CauseLabel, DirectionLabel, LatencyBuckets, OperationLabel, ReasonLabel, RequestLabels,
+    ResultLabel, SourceLabel, UpstreamLabel, UpstreamLabels, ZoneLabel,
+};
 use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
-
-#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
-pub struct RequestLabels {
-    pub operation: &'static str,
-    pub status: u16,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
-pub struct OperationLabel {
-    pub operation: &'static str,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
-pub struct SourceLabel {
-    pub source: &'static str,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
-pub struct ResultLabel {
-    pub result: &'static str,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
-pub struct UpstreamLabel {
-    pub upstream: String,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
-pub struct DirectionLabel {
-    pub direction: &'static str,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
-pub struct ZoneLabel {
-    pub zone: &'static str,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
-pub struct CauseLabel {
-    pub cause: &'static str,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
-pub struct ReasonLabel {
-    pub reason: &'static str,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
-pub struct UpstreamLabels {
-    pub operation: &'static str,
-    /// HTTP status, or 0 when no response arrived (connect failure, timeout).
-    pub status: u16,
-}
-
-/// Latency buckets from 0.5 ms to ~65 s.
-#[derive(Clone)]
-pub struct LatencyBuckets;
-
-impl MetricConstructor<Histogram> for LatencyBuckets {
-    fn new_metric(&self) -> Histogram {
-        Histogram::new(exponential_buckets(0.0005, 2.0, 18))
-    }
-}
 
 pub struct Metrics {
     registry: Arc<Mutex<Registry>>,
@@ -493,6 +434,7 @@ impl Metrics {
 }
 
 mod integrity;
+mod label_sets;
 mod ledger;
 mod register;
 mod streams;
