@@ -2,7 +2,11 @@
 //! handlers fill in, request metrics, the request's trace span and access log line,
 //! authentication (SigV4, unless `auth.mode = none`) and the credential's limits, the
 //! removal of client signatures (Portico signs upstream requests itself), and the routing
-//! decision — cached reads go to s3s and the read path, everything else to the passthrough.
+//! decision — cached reads go to s3s and the read path (`front/cached.rs`), browser form
+//! uploads (`front/form.rs`) and everything else to the passthrough.
+
+mod cached;
+mod form;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -12,18 +16,18 @@ use std::time::{Duration, Instant, SystemTime};
 use http::{HeaderName, HeaderValue, Request, Response};
 use hyper::body::Incoming;
 use s3s::S3Error;
-use s3s::dto::Range;
 use s3s::service::S3Service;
 use tracing::Instrument;
 use tracing::field::Empty;
 
-use super::conditions::Preconditions;
-use super::context::{CachedRequest, MeteredBody, Record, RequestContext, RequestIds};
-use super::error::{RequestError, auth_error, error_response, invalid_object};
+use cached::{cached_request, finish_cached_response, response_overrides};
+
+use super::context::{MeteredBody, Record, RequestContext, RequestIds};
+use super::error::{RequestError, auth_error, error_response};
 use super::host::VirtualHosts;
 use super::limits::{RequestLimits, RequestRate, check_key};
 use super::listener::Requests;
-use super::passthrough::{Forwarded, Passthrough, PostForm, form_boundary};
+use super::passthrough::{Forwarded, Passthrough};
 use super::route::{Address, Effect, Route, parse_query};
 use super::unsigned::strip_signature;
 use crate::auth::{AuthError, Authenticator, RequestHead, Verified, authorize};
@@ -31,7 +35,6 @@ use crate::read::{CacheStatus, FillSlots};
 use crate::rules::Policy;
 use crate::telemetry::{ACCESS_TARGET, LogLimit, Metrics, TRACE_TARGET};
 use crate::tenant::{Charge, DEFAULT_TENANT, Limit, Tenant, charged};
-use crate::types::{ObjectRef, RangeRequest};
 
 #[derive(Clone)]
 pub struct Front {
@@ -185,52 +188,6 @@ impl Front {
                 refuse(auth_error(&error), context)
             }
         }
-    }
-
-    /// A browser's form upload (`POST /bucket`, `multipart/form-data`, signed by its
-    /// policy rather than its headers), or `None` for any other request.
-    fn form_upload<B>(
-        &self,
-        request: &Request<B>,
-        host: Option<&str>,
-        context: &RequestContext,
-    ) -> Option<PostForm> {
-        if request.method() != http::Method::POST
-            || request.headers().contains_key(http::header::AUTHORIZATION)
-        {
-            return None;
-        }
-        let boundary = form_boundary(request.headers())?;
-        let address = Address::parse(request.uri(), host, self.hosts.as_ref()).ok()?;
-        let (Some(bucket), None, true) = (&address.bucket, &address.key, address.query.is_empty())
-        else {
-            return None;
-        };
-        Some(PostForm {
-            bucket: bucket.clone(),
-            boundary,
-            auth: self.auth.clone(),
-            request_id: context.id().to_owned(),
-        })
-    }
-
-    /// Sends a form upload to the passthrough, which verifies its policy itself: the
-    /// credential is in its fields. Charged to the default tenant, since the credential
-    /// is known only once the fields are read.
-    fn post_form(
-        &self,
-        request: Request<Incoming>,
-        form: PostForm,
-        context: &RequestContext,
-    ) -> Dispatched {
-        context.set_operation("PostObject");
-        context.set_target(Some(form.bucket.clone()), None, None);
-        let charge = Charge::new(self.default_tenant.clone());
-        let bucket = self.metrics.ledger.bucket_label(Some(&form.bucket));
-        context.set_charge(charge.clone(), bucket);
-        let passthrough = self.passthrough.clone();
-        let posted = async move { Ok(passthrough.handle_post(request, form).await) };
-        Box::pin(charged(charge, posted))
     }
 
     /// Verifies the request's signature; `Ok(None)` when authentication is off.
@@ -403,44 +360,6 @@ struct Admitted {
 
 type Dispatched = Pin<Box<dyn Future<Output = Result<Response<s3s::Body>, s3s::HttpError>> + Send>>;
 
-/// The context of a cached read: its object (with the version it names), its conditions
-/// taken off `request`, its `Range` as S3 acts on it, and `policy`.
-fn cached_request(
-    request: &mut Request<Incoming>,
-    address: &Address,
-    policy: Option<Arc<Policy>>,
-    tenant: Arc<Tenant>,
-    context: &RequestContext,
-) -> Result<CachedRequest, S3Error> {
-    let (Some(bucket), Some(key), Some(policy)) = (&address.bucket, &address.key, policy) else {
-        return Err(RequestError::NotAnObject.into());
-    };
-    let object = ObjectRef::new(bucket, key)
-        .and_then(|object| object.with_version(address.query_value("versionId")))
-        .map_err(|error| invalid_object(&error))?;
-    let conditions = Preconditions::take_from(request.headers_mut());
-    super::range::normalize(request.headers_mut());
-    let range = match request.headers().get(http::header::RANGE) {
-        None => None,
-        Some(value) => {
-            let parsed = value.to_str().ok().and_then(|text| Range::parse(text).ok());
-            Some(
-                parsed
-                    .map(RangeRequest::from)
-                    .ok_or(RequestError::InvalidRange)?,
-            )
-        }
-    };
-    Ok(CachedRequest {
-        context: context.clone(),
-        object,
-        conditions,
-        range,
-        policy,
-        tenant,
-    })
-}
-
 /// Answers with `error` without looking further at the request.
 fn refuse(error: S3Error, context: &RequestContext) -> Dispatched {
     let response = error_response(error, context.id());
@@ -558,41 +477,5 @@ impl hyper::service::Service<Request<Incoming>> for Front {
             }
             .instrument(span),
         )
-    }
-}
-
-/// The `response-*` query parameters as the headers they override.
-fn response_overrides(address: &Address) -> Vec<(HeaderName, HeaderValue)> {
-    address
-        .query
-        .iter()
-        .filter_map(|(name, value)| {
-            let header = name.strip_prefix("response-")?;
-            let header = HeaderName::from_bytes(header.as_bytes()).ok()?;
-            Some((header, HeaderValue::from_str(value).ok()?))
-        })
-        .collect()
-}
-
-/// Applies `response-*` overrides to a successful response; a 304 carries no body.
-fn finish_cached_response(
-    response: &mut Response<s3s::Body>,
-    overrides: &[(HeaderName, HeaderValue)],
-) {
-    let status = response.status();
-    if status == http::StatusCode::OK
-        && response.headers().contains_key(http::header::CONTENT_RANGE)
-    {
-        // s3s answers every HeadObject with 200; a HEAD with a Range is a partial response.
-        *response.status_mut() = http::StatusCode::PARTIAL_CONTENT;
-    }
-    if status.is_success() {
-        for (name, value) in overrides {
-            response.headers_mut().insert(name.clone(), value.clone());
-        }
-    } else if status == http::StatusCode::NOT_MODIFIED {
-        *response.body_mut() = s3s::Body::empty();
-        response.headers_mut().remove(http::header::CONTENT_LENGTH);
-        response.headers_mut().remove(http::header::CONTENT_TYPE);
     }
 }

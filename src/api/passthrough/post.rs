@@ -11,7 +11,8 @@
 //! ([`FileLength`]), so an origin that does not check it cannot store a file out of range;
 //! fields after the file (which S3 ignores, and no policy checks) never reach the origin.
 
-use std::ops::RangeInclusive;
+mod file;
+
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -23,7 +24,8 @@ use s3s::{S3Error, S3ErrorCode};
 
 use super::framing::client_body;
 use super::{Passthrough, WriteOutcome, client_response};
-use crate::BoxError;
+use file::FileLength;
+
 use crate::api::chunked::{BodyError, ErrorSlot};
 use crate::api::error::{auth_error, error_response, forward_error, invalid_object};
 use crate::api::limits::check_key;
@@ -417,115 +419,6 @@ impl Passthrough {
             Ok(response) => Ok(client_response(response)),
             Err(error) => Err(body_error(&errors).unwrap_or_else(|| forward_error(&error))),
         }
-    }
-}
-
-type Chunks = std::pin::Pin<Box<dyn futures::Stream<Item = Result<Bytes, BoxError>> + Send + Sync>>;
-
-/// Holds a form's file to its policy's `content-length-range` as it streams, and ends the
-/// form with it. The file's bytes are counted up to the delimiter that ends its part, and
-/// the bytes that may hold that delimiter are held back until it is found, so the upstream
-/// never receives a whole form whose file is out of range: the stream ends with an error
-/// instead (recorded in `errors`), and the upstream stores nothing. What the client sends
-/// after the file (S3 ignores fields there, unchecked by any policy) goes on as the form's
-/// epilogue: the delimiter is closed (`--`) and the rest is blanked, byte for byte, so the
-/// length announced to the upstream holds.
-struct FileLength {
-    delimiter: Vec<u8>,
-    least: u64,
-    most: u64,
-    held: BytesMut,
-    /// File bytes passed on so far.
-    passed: u64,
-    /// The file's end was found and its length was in range.
-    ended: bool,
-    /// Bytes after the file's end delimiter passed on so far.
-    after: u64,
-    errors: ErrorSlot,
-}
-
-impl FileLength {
-    /// Holds a file delimited by `boundary` to `length` bytes, reporting why it stopped
-    /// in `errors`.
-    fn new(boundary: &str, length: RangeInclusive<u64>, errors: ErrorSlot) -> Self {
-        Self {
-            delimiter: format!("\r\n--{boundary}").into_bytes(),
-            least: *length.start(),
-            most: *length.end(),
-            held: BytesMut::new(),
-            passed: 0,
-            ended: false,
-            after: 0,
-            errors,
-        }
-    }
-
-    /// The bytes that may go on once `chunk` arrived, or why the form must stop.
-    fn pass(&mut self, chunk: Bytes) -> Result<Bytes, BodyError> {
-        if self.ended {
-            return Ok(self.epilogue(chunk.len()));
-        }
-        self.held.extend_from_slice(&chunk);
-        if let Some(at) = find(&self.held, &self.delimiter) {
-            let length = self.passed + at as u64;
-            if length > self.most {
-                return Err(BodyError::EntityTooLarge);
-            }
-            if length < self.least {
-                return Err(BodyError::EntityTooSmall);
-            }
-            self.ended = true;
-            let mut out = self.held.split_to(at + self.delimiter.len());
-            let rest = self.held.split().len();
-            out.extend_from_slice(&self.epilogue(rest));
-            return Ok(out.freeze());
-        }
-        let sendable = self.held.len().saturating_sub(self.delimiter.len() - 1);
-        self.passed += sendable as u64;
-        if self.passed > self.most {
-            return Err(BodyError::EntityTooLarge);
-        }
-        Ok(self.held.split_to(sendable).freeze())
-    }
-
-    /// What goes on in place of the next `length` bytes after the file's end delimiter:
-    /// `--` closes it, then a line end, then blanks.
-    fn epilogue(&mut self, length: usize) -> Bytes {
-        let bytes = (self.after..self.after + length as u64)
-            .map(|at| match at {
-                0 | 1 => b'-',
-                2 => b'\r',
-                3 => b'\n',
-                _ => b' ',
-            })
-            .collect::<Vec<u8>>();
-        self.after += length as u64;
-        Bytes::from(bytes)
-    }
-
-    /// `file`, held to the length range.
-    fn limit(
-        self,
-        file: impl futures::Stream<Item = Result<Bytes, BoxError>> + Send + Sync + 'static,
-    ) -> Chunks {
-        let state = (Box::pin(file), Some(self));
-        Box::pin(futures::stream::unfold(
-            state,
-            |(mut file, limit)| async move {
-                let mut limit = limit?;
-                let failed = match futures::StreamExt::next(&mut file).await {
-                    Some(Ok(chunk)) => match limit.pass(chunk) {
-                        Ok(bytes) => return Some((Ok(bytes), (file, Some(limit)))),
-                        Err(error) => error,
-                    },
-                    Some(Err(error)) => return Some((Err(error), (file, None))),
-                    None if limit.ended => return None,
-                    None => BodyError::MalformedForm,
-                };
-                limit.errors.set(failed.clone());
-                Some((Err(BoxError::from(failed)), (file, None)))
-            },
-        ))
     }
 }
 
