@@ -133,14 +133,14 @@ impl MetaClock {
         Duration::from_millis(age) < ttl
     }
 
-    /// How long `record` stays fresh under `ttl`: `None` when it never expires
-    /// (`immutable`), zero once it has.
     /// Which `window`-long stretch of this process's life it is now (the first is 0).
     pub fn epoch(&self, window: Duration) -> u64 {
         let window = u64::try_from(window.as_millis()).unwrap_or(u64::MAX).max(1);
         self.millis_since_boot() / window
     }
 
+    /// How long `record` stays fresh under `ttl`: `None` when it never expires
+    /// (`immutable`), zero once it has.
     pub fn remaining(&self, record: &MetaRecord, ttl: MetadataTtl) -> Option<Duration> {
         let MetadataTtl::After(ttl) = ttl else {
             return None;

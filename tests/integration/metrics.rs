@@ -67,7 +67,10 @@ fn expected(lookups: [usize; 4], served: [usize; 4]) -> Counters {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn every_block_lookup_is_counted_where_it_happened() {
-    let mut rig = Rig::start("truth", |settings| settings.metadata_ttl = "1s").await;
+    // A short TTL, for the stale serve at the end; not 1 s: a read joins only a discovery
+    // of its own join window (one TTL long, counted from Portico's start), so the herd
+    // below would run two discoveries whenever a window ended among its readers.
+    let mut rig = Rig::start("truth", |settings| settings.metadata_ttl = "3s").await;
     let small = random_bytes(10 * KIB, 1);
     for index in 0..5 {
         rig.put(&format!("small-{index}"), &small).await;
@@ -104,11 +107,15 @@ async fn every_block_lookup_is_counted_where_it_happened() {
     rig.forwarder.set_latency(Duration::from_millis(300));
     let before = Counters::read(&rig).await;
     let mut readers = Vec::new();
+    let together = std::sync::Arc::new(tokio::sync::Barrier::new(8));
     for _ in 0..8 {
         let client = rig.client.clone();
         let bucket = rig.bucket.clone();
+        let together = together.clone();
         readers.push(tokio::spawn(async move {
-            let output = client.get_object().bucket(bucket).key("herd").send().await;
+            let request = client.get_object().bucket(bucket).key("herd");
+            together.wait().await;
+            let output = request.send().await;
             output.unwrap().body.collect().await.unwrap().into_bytes()
         }));
     }
