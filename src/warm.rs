@@ -65,14 +65,16 @@ pub enum SelectorError {
     Object(#[from] ObjectRefError),
 }
 
+/// Why a warm or purge job could not run; its cause is its `source()`, so it is shown
+/// whole with `telemetry::ErrorChain`.
 #[derive(Debug, thiserror::Error)]
 pub enum MaintenanceError {
-    #[error("listing the upstream failed: {0}")]
+    #[error("listing the upstream failed")]
     List(#[from] UpstreamError),
     #[error("{MAX_RUNNING_JOBS} warm jobs are already running; try again when one finishes")]
     Busy,
-    #[error("the purge could not be recorded: {0}")]
-    Purge(ReadError),
+    #[error("the purge could not be recorded")]
+    Purge(#[source] ReadError),
 }
 
 /// What a purge removed.

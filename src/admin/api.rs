@@ -68,7 +68,7 @@ impl From<MaintenanceError> for AdminError {
         };
         Self {
             status,
-            message: error.to_string(),
+            message: crate::telemetry::error_chain(&error),
         }
     }
 }

@@ -33,7 +33,7 @@ use crate::object::{Missing, ObjectMeta};
 use crate::read::{FillClass, FillFor, ReadError, ReadPath};
 use crate::shutdown::Shutdown;
 use crate::source::PeerId;
-use crate::telemetry::{Metrics, PeerResult};
+use crate::telemetry::{Metrics, PeerResult, error_chain};
 use crate::types::ObjectRef;
 use crate::warm::{Maintenance, Selector};
 
@@ -336,7 +336,7 @@ fn read_refusal(error: &ReadError) -> Response {
         ReadError::Busy(_) => refusal(StatusCode::SERVICE_UNAVAILABLE, error.to_string()),
         ReadError::InvalidRange(_) => refusal(StatusCode::BAD_REQUEST, error.to_string()),
         ReadError::Upstream(_) | ReadError::Internal(_) => {
-            refusal(StatusCode::BAD_GATEWAY, error.to_string())
+            refusal(StatusCode::BAD_GATEWAY, error_chain(&error))
         }
     }
 }
@@ -365,7 +365,7 @@ async fn purge(
             "blocks": purged.blocks,
         }))
         .into_response(),
-        Err(error) => refusal(StatusCode::BAD_GATEWAY, error.to_string()),
+        Err(error) => refusal(StatusCode::BAD_GATEWAY, error_chain(&error)),
     }
 }
 

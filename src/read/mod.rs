@@ -165,8 +165,9 @@ pub enum ReadError {
     Changed,
     #[error(transparent)]
     Upstream(UpstreamError),
+    /// Its words are the read error's own, not a cause of it.
     #[error("too many bytes in flight: {0}")]
-    Busy(#[from] crate::budget::Exhausted),
+    Busy(crate::budget::Exhausted),
     #[error(transparent)]
     Internal(Internal),
 }
@@ -223,6 +224,12 @@ pub enum ErrorSource {
     Client,
     Upstream,
     Internal,
+}
+
+impl From<crate::budget::Exhausted> for ReadError {
+    fn from(exhausted: crate::budget::Exhausted) -> Self {
+        Self::Busy(exhausted)
+    }
 }
 
 impl ReadError {

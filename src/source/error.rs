@@ -22,6 +22,15 @@ pub struct Cause(Arc<dyn std::error::Error + Send + Sync>);
 #[error("{0}")]
 struct Described(String);
 
+/// A cause described in Portico's words, with the error that made it its source.
+#[derive(Debug, thiserror::Error)]
+#[error("{description}")]
+struct InContext {
+    description: String,
+    #[source]
+    error: Box<dyn std::error::Error + Send + Sync>,
+}
+
 impl Cause {
     pub fn of(error: impl std::error::Error + Send + Sync + 'static) -> Self {
         Self(Arc::new(error))
@@ -29,6 +38,17 @@ impl Cause {
 
     pub fn described(description: impl Into<String>) -> Self {
         Self::of(Described(description.into()))
+    }
+
+    /// `description`, caused by `error`: what Portico was doing when `error` came.
+    pub fn context(
+        description: impl Into<String>,
+        error: impl std::error::Error + Send + Sync + 'static,
+    ) -> Self {
+        Self::of(InContext {
+            description: description.into(),
+            error: Box::new(error),
+        })
     }
 }
 
@@ -254,6 +274,14 @@ mod tests {
         assert_eq!(
             crate::telemetry::error_chain(&UpstreamError::invalid_response("no Content-Length")),
             "invalid upstream response: no Content-Length"
+        );
+        let reset = std::io::Error::new(std::io::ErrorKind::ConnectionReset, "reset");
+        let interrupted = UpstreamError::Unreachable {
+            cause: Cause::context("response body interrupted", reset),
+        };
+        assert_eq!(
+            crate::telemetry::error_chain(&interrupted),
+            "the upstream is unreachable: response body interrupted: reset"
         );
     }
 }

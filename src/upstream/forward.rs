@@ -179,7 +179,7 @@ impl Forwarder {
         let headers = outgoing.headers_mut();
         *headers = request.headers;
         let host = HeaderValue::from_str(&host).map_err(|error| UpstreamError::Request {
-            cause: Cause::of(error),
+            cause: Cause::context("invalid upstream host", error),
         })?;
         headers.insert(http::header::HOST, host);
         if let Some(length) = length {
@@ -246,7 +246,7 @@ impl Forwarder {
             .path_and_query(path_and_query)
             .build()
             .map_err(|error| UpstreamError::Request {
-                cause: Cause::of(error),
+                cause: Cause::context("cannot build the upstream URI", error),
             })
     }
 }

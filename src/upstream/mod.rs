@@ -235,7 +235,7 @@ impl Upstream {
                 Ok(chunk)
             }
             Err(error) => Err(UpstreamError::Unreachable {
-                cause: Cause::of(error),
+                cause: Cause::context("response body interrupted", error),
             }),
         });
         StreamedRead::new(opened.meta, opened.first, opened.length, body)

@@ -168,7 +168,7 @@ impl Origins {
         {
             Ok(read) => Ok(read),
             Err(answer) => {
-                tracing::warn!(%object, primary = %primary.name, fallback = %fallback.name, error = %ErrorChain(&error), %answer, "upstream failed and its fallback could not stream the version; reporting the upstream's error");
+                tracing::warn!(%object, primary = %primary.name, fallback = %fallback.name, error = %ErrorChain(&error), answer = %ErrorChain(&answer), "upstream failed and its fallback could not stream the version; reporting the upstream's error");
                 Err(error)
             }
         }
@@ -246,7 +246,7 @@ impl BlockSource for Origins {
         {
             Ok(read) => Ok(read),
             Err(answer) => {
-                tracing::warn!(%object, primary = %primary.name, fallback = %fallback.name, error = %ErrorChain(&error), %answer, "upstream failed and its fallback could not serve the version; reporting the upstream's error");
+                tracing::warn!(%object, primary = %primary.name, fallback = %fallback.name, error = %ErrorChain(&error), answer = %ErrorChain(&answer), "upstream failed and its fallback could not serve the version; reporting the upstream's error");
                 Err(error)
             }
         }

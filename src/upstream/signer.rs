@@ -65,7 +65,7 @@ impl Signer {
                 .provide_credentials()
                 .await
                 .map_err(|error| UpstreamError::Request {
-                    cause: Cause::of(error),
+                    cause: Cause::context("no upstream credentials", error),
                 })?;
         *current = Some(credentials.clone());
         Ok(Some(credentials))
