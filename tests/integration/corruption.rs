@@ -17,29 +17,42 @@ async fn bytes_flipped_on_disk_while_stopped_are_misses_never_wrong_bytes() {
         settings.disk_capacity = "128MiB";
     })
     .await;
-    let data = random_bytes(6 * BLOCK + 1234, 41);
-    rig.put("object.bin", &data).await;
-    assert!(rig.get("object.bin", None).await == data);
     let file = data_file(&rig);
-    wait_until_on_disk(&file, data.len()).await;
-    rig.stop_portico().await;
+    // The object's metadata record lies in the same file. When a flip lands on it, the
+    // record is a miss, the read a discovery that fetches every block again, and no piece
+    // is read from disk: right, but not what this test is after, so it starts over with a
+    // new object (a few pages among the 26 pieces: about one run in a hundred).
+    let (key, data) = 'flipped: {
+        for attempt in 0..3 {
+            let key = format!("object-{attempt}.bin");
+            let data = random_bytes(6 * BLOCK + 1234, 41 + attempt);
+            let written = written_bytes(&file);
+            rig.put(&key, &data).await;
+            assert!(rig.get(&key, None).await == data);
+            wait_until_on_disk(&file, written + data.len()).await;
+            rig.stop_portico().await;
 
-    // One byte in every 384 KiB of written data: most of the 26 pieces are hit, some not.
-    let flipped = flip_bytes(&file, 384 * 1024);
-    assert!(flipped >= 10, "{flipped} bytes flipped");
-    rig.start_portico().await;
-    rig.forwarder.take();
+            // One byte in every 384 KiB of written data: most of the 26 pieces are hit.
+            let flipped = flip_bytes(&file, 384 * 1024);
+            assert!(flipped >= 10, "{flipped} bytes flipped");
+            rig.start_portico().await;
+            rig.forwarder.take();
 
-    assert!(rig.get("object.bin", None).await == data, "whole object");
+            assert!(rig.get(&key, None).await == data, "whole object");
+            // A record from before the restart is revalidated with a HEAD; a lost one
+            // is discovered with a GET.
+            if rig.upstream_heads() > 0 {
+                break 'flipped (key, data);
+            }
+        }
+        panic!("a flip landed on the object's metadata record three times in a row");
+    };
     for (range, expected) in [
         ("bytes=0-99", &data[..100]),
         ("bytes=1048000-2097999", &data[1_048_000..2_098_000]),
         ("bytes=-5000", &data[data.len() - 5000..]),
     ] {
-        assert!(
-            rig.get("object.bin", Some(range)).await == expected,
-            "{range}"
-        );
+        assert!(rig.get(&key, Some(range)).await == expected, "{range}");
     }
     let portico = rig.portico();
     let corrupt = portico.metric(CORRUPT).await;
@@ -52,7 +65,7 @@ async fn bytes_flipped_on_disk_while_stopped_are_misses_never_wrong_bytes() {
     assert!(gets <= 7, "each block at most once: {gets}");
     // Fetched again, the blocks were stored anew: a re-read after a restart is clean.
     rig.forwarder.take();
-    assert!(rig.get("object.bin", None).await == data);
+    assert!(rig.get(&key, None).await == data);
     assert_eq!(rig.upstream_gets(), 0, "served from the cache again");
     assert_eq!(rig.portico().metric(CORRUPT).await, corrupt);
     let logs = rig.portico().logs();
