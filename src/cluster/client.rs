@@ -27,6 +27,19 @@ pub use fleet::{LeaseAnswer, Untold};
 /// Longest wait for a connection to a member: a member that does not answer a SYN this
 /// fast is down, and its block comes from the upstream instead.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+/// A member's answer to which blocks of a read it holds or has coming.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Held {
+    /// These, of the blocks asked about.
+    Blocks(Vec<u64>),
+    /// It answered otherwise (a member of an older release does not know the request):
+    /// it holds them all, as far as the asking member knows.
+    Unknown,
+    /// It did not answer within [`HELD_TIMEOUT`]: it holds none, and the asking member
+    /// streams them rather than wait for it.
+    Late,
+}
+
 /// Longest a member's answer to which blocks it holds may take (at most `peer_timeout`).
 const HELD_TIMEOUT: Duration = Duration::from_secs(1);
 /// Longest a health check or a passed-on purge answer may take beyond `peer_timeout`.
@@ -161,14 +174,9 @@ impl PeerClient {
         }
     }
 
-    /// Which of the blocks `request` names `peer` holds or has coming; `Ok(None)` when it
-    /// answered otherwise (a member of an older release does not know the request); none
-    /// when it did not answer within [`HELD_TIMEOUT`]. An error when the request failed.
-    pub async fn held(
-        &self,
-        peer: &PeerId,
-        request: &HeldRequest,
-    ) -> Result<Option<Vec<u64>>, String> {
+    /// Which of the blocks `request` names `peer` holds or has coming (see [`Held`]). An
+    /// error when the request failed.
+    pub async fn held(&self, peer: &PeerId, request: &HeldRequest) -> Result<Held, String> {
         let body = serde_json::to_vec(request).map_err(|error| error.to_string())?;
         let exchange = async {
             let response = self
@@ -176,7 +184,7 @@ impl PeerClient {
                 .await
                 .map_err(|error| error.to_string())?;
             if response.status() != StatusCode::OK {
-                return Ok(None);
+                return Ok(Held::Unknown);
             }
             let body = Limited::new(response.into_body(), 64 * 1024)
                 .collect()
@@ -185,7 +193,7 @@ impl PeerClient {
                 .to_bytes();
             let answer: HeldAnswer = serde_json::from_slice(&body)
                 .map_err(|error| format!("answered no list of blocks: {error}"))?;
-            Ok(Some(answer.held))
+            Ok(Held::Blocks(answer.held))
         };
         // A read's first byte waits for this answer: a member slow to give it (paused, or
         // overloaded) holds none of the blocks, and the asking member streams them from the
@@ -193,7 +201,7 @@ impl PeerClient {
         let deadline = self.timeout.min(HELD_TIMEOUT);
         tokio::time::timeout(deadline, exchange)
             .await
-            .unwrap_or(Ok(Some(Vec::new())))
+            .unwrap_or(Ok(Held::Late))
     }
 
     /// Hands `peer` the whole block `request` names, `bytes`, whose CRC64NVME is `crc`:

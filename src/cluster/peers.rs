@@ -14,6 +14,7 @@ use async_trait::async_trait;
 use bytes::Bytes;
 
 use super::Cluster;
+use super::client::Held;
 use super::protocol::{
     BlockRequest, FillHeaders, HELD_MOST, HeldRequest, ObjectVersion, PurgeRequest,
 };
@@ -139,12 +140,17 @@ impl Peers for Cluster {
                 indexes: indexes.to_vec(),
             };
             match self.client.held(peer, &request).await {
-                Ok(Some(answer)) => {
+                Ok(Held::Blocks(answer)) => {
                     // Only blocks it was asked about.
                     let asked: HashSet<&u64> = indexes.iter().collect();
                     held.extend(answer.into_iter().filter(|index| asked.contains(index)));
                 }
-                Ok(None) => held.extend_from_slice(indexes),
+                Ok(Held::Unknown) => held.extend_from_slice(indexes),
+                Ok(Held::Late) => {
+                    // Its blocks are streamed here; one it brings meanwhile comes twice.
+                    self.metrics.count_peer_request(PeerResult::Late);
+                    tracing::debug!(%object, %peer, blocks = indexes.len(), "a member did not say in time which blocks it holds; streaming them here");
+                }
                 Err(reason) => {
                     // Its blocks are asked of it one by one (or, now that it is passed
                     // over, of the next member), as before streams.

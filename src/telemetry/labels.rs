@@ -92,6 +92,7 @@ label_values!(
         Miss => "miss",
         Error => "error",
         Fallback => "fallback",
+        Late => "late",
     }
 );
 

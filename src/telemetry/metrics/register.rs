@@ -305,7 +305,7 @@ pub(super) fn start_known_series_at_zero(metrics: &Metrics) {
         (&metrics.budget_waits, &["waited", "refused"]),
         (
             &metrics.peer_requests,
-            &["hit", "miss", "error", "fallback"],
+            &["hit", "miss", "error", "fallback", "late"],
         ),
         (&metrics.peer_served, &["hit", "miss", "error"]),
         (&metrics.listing_lookups, &["hit", "miss"]),

@@ -252,6 +252,16 @@ async fn a_paused_member_holds_back_no_cold_read() {
             "the {read} read took {took:?} while a member was paused"
         );
     }
+    // The second read asked the paused member which blocks it holds, and went on without
+    // its answer: counted, so an operator sees why blocks came twice.
+    let late = fleet
+        .node(0)
+        .metric("portico_cluster_peer_requests_total{result=\"late\"}")
+        .await;
+    assert!(
+        late >= 1.0,
+        "the paused member's late answer is counted: {late}"
+    );
     fleet.forwarder.limit_rate(None);
     let after = fleet.get(1, "first.bin", None).await;
     assert!(after.expect("a read through the member let go") == first);
