@@ -4,7 +4,7 @@
 //! Invariants: a record validated by an earlier process (another boot) is never trusted
 //! without revalidation unless metadata is configured `immutable`; a record of this
 //! process is trusted only under the write generation it was stored under (see
-//! `read/writes.rs`), so a copy that comes back from anywhere after a write's invalidation
+//! `read/generations.rs`), so a copy that comes back from anywhere after a write's invalidation
 //! (foyer's disk write queue, a disk read that was under way) is never served.
 //!
 //! The records' disk encoding is in `meta/encoding.rs`.

@@ -10,8 +10,8 @@
 //! noted when a read hits them whole while the version is filled around them.
 //!
 //! Invariants: a block that completes a version or a part whose CRC disagrees with S3's is
-//! never cached or served (its fetch fails), and the object is purged on this node and on
-//! every cluster member; a version completed before the origin said what it keeps is
+//! never cached or served (its fetch fails), and the object is reported on the channel
+//! `manage.rs` drains, which purges it on this node and on every cluster member; a version completed before the origin said what it keeps is
 //! judged when it says, and purged then if it is wrong; a purge forgets what was hashed
 //! of the object. What is tracked is bounded ([`TRACKED_BLOCKS`], [`LEARNT_CRCS`]):
 //! the oldest incomplete objects are dropped first, unchecked.
