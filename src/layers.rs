@@ -155,19 +155,23 @@ fn names_after(code: &str, prefix: &str) -> Vec<String> {
         .collect()
 }
 
-/// The files of `module` a file inside it uses: `code` is the file's, `nested` when it
-/// lies in a directory of its own file (`read/integrity/learn.rs`), and `imported` maps
-/// each name `mod.rs` imports from a file to that file.
-fn used_files(
-    code: &str,
-    module: &str,
-    files: &[(&str, u8)],
-    imported: &[(String, String)],
-    nested: bool,
-) -> Vec<String> {
+/// The first names of the paths into `module` that `code`, a file inside it, names: after
+/// `super::` (`super::super::` when `nested`: it lies in a directory of its own file, as
+/// `read/integrity/learn.rs` does) and after `crate::<module>::`.
+fn module_names(code: &str, module: &str, nested: bool) -> Vec<String> {
     let parent = if nested { "super::super::" } else { "super::" };
     let mut names = names_after(code, parent);
     names.extend(names_after(code, &format!("crate::{module}::")));
+    names
+}
+
+/// The files of a module that `names` (see [`module_names`]) stand for: a file's own
+/// name, or one `imported` maps (each name `mod.rs` imports from a file, to that file).
+fn used_files(
+    names: Vec<String>,
+    files: &[(&str, u8)],
+    imported: &[(String, String)],
+) -> Vec<String> {
     let mut used = Vec::new();
     for name in names {
         let file = if files.iter().any(|(file, _)| *file == name) {
@@ -376,16 +380,14 @@ fn every_file_uses_only_files_below_it_in_its_module() {
                 let text = std::fs::read_to_string(&path)
                     .unwrap_or_else(|error| panic!("{}: {error}", path.display()));
                 let code = code_of(&text);
-                let parent = if nested { "super::super::" } else { "super::" };
-                let mut named = names_after(&code, parent);
-                named.extend(names_after(&code, &format!("crate::{module}::")));
+                let named = module_names(&code, module, nested);
                 if named.iter().any(|name| name == "*") {
                     broken.push(format!(
                         "{} imports all of {module}: name what it uses, so its layer can be checked",
                         path.display()
                     ));
                 }
-                for used in used_files(&code, module, files, &imported, nested) {
+                for used in used_files(named, files, &imported) {
                     if used == *file {
                         continue;
                     }
@@ -434,17 +436,15 @@ fn a_use_of_a_file_above_is_found_however_it_is_written() {
     let imported = vec![("Face".to_owned(), "face".to_owned())];
     let code = "use super::{Shared, high::{A, B}};\nuse super::super::other::X;\nlet y = crate::read::low::f();\nlet z: super::Face;";
     assert_eq!(
-        used_files(code, "read", files, &imported, false),
+        used_files(module_names(code, "read", false), files, &imported),
         ["high", "face", "low"]
     );
     // In a file of a file's own directory, `super::` is that file.
     assert_eq!(
         used_files(
-            "use super::high;\nuse super::super::low;",
-            "read",
+            module_names("use super::high;\nuse super::super::low;", "read", true),
             files,
-            &imported,
-            true
+            &imported
         ),
         ["low"]
     );
