@@ -147,32 +147,28 @@ impl ReadPath {
     /// brought), reading the first one (charged to `charge`) before it returns.
     async fn stream_cached(
         &self,
-        read: BlockRead,
+        mut read: BlockRead,
         charge: Charge,
         policy: &Policy,
     ) -> Result<(BodyStream, Arc<Tally>, CacheStatus), ReadError> {
-        let BlockRead {
-            target,
-            bytes,
-            mut discovered,
-            check,
-        } = read;
-        let first_index = target.layout.block_of(bytes.first());
+        let first_index = read.target.layout.block_of(read.bytes.first());
         // Before any lookup or prefetch: those of the blocks the streams bring wait for
         // them.
+        let wanted = read.target.layout.blocks_for(read.bytes);
         let streams = self
             .blocks
-            .open_streams(&target, target.layout.blocks_for(bytes), &discovered)
+            .open_streams(&read.target, wanted, &read.discovered)
             .await;
         // The read holds the discovery's stream itself from here on, if it needs it.
-        drop(discovered.stream.take());
+        drop(read.discovered.stream.take());
+        let (target, bytes, discovered) = (&read.target, read.bytes, &read.discovered);
         // Before waiting for the first block: a sequential reader catching up with the
         // prefetches waits here, and the fetch slots freed meanwhile refill at once
         // instead of idling until its block arrives.
         if let Some(prefetcher) = &self.prefetcher
             && policy.prefetch
         {
-            prefetcher.after(&target, bytes);
+            prefetcher.after(target, bytes);
         }
         let (blocks, budget) = (&self.blocks, &self.budget);
         let readahead = self.readahead_blocks;
@@ -180,19 +176,19 @@ impl ReadPath {
             blocks,
             budget,
             readahead,
-            &target,
+            target,
             bytes,
             first_index,
-            &discovered,
+            discovered,
         );
         let first_block = self
             .blocks
             .block_or_discovered(
-                &target,
+                target,
                 first_index,
                 bytes,
                 charge,
-                &discovered,
+                discovered,
                 &ResponseHead::default(),
             )
             .await;
@@ -220,18 +216,12 @@ impl ReadPath {
                 return Err(error);
             }
         };
-        let status = CacheStatus::new(&discovered, Some(first_block.tier));
+        let status = CacheStatus::new(discovered, Some(first_block.tier));
         let tally = Arc::new(Tally::default());
         let started = Started {
             first_block,
             lookups: ahead,
             streams,
-        };
-        let read = BlockRead {
-            target,
-            bytes,
-            discovered,
-            check,
         };
         let body = self.stream(read, started, tally.clone());
         Ok((body, tally, status))
