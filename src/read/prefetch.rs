@@ -4,7 +4,10 @@
 //! each one doubles the prefetch window, from 1 block up to `max_window_blocks`. Any
 //! other read resets the stream, so random access — which lands near the previous read
 //! now and then, but not twice in a row — prefetches nothing. The blocks to prefetch are the ones after the read's last block,
-//! each issued once per stream.
+//! each issued once per stream. Once the window is grown, a read issues blocks only when
+//! at least a batch of them fits in the window (one origin stream's worth, see
+//! [`Detector::new`]), so a steady reader's prefetches come in streams of several blocks
+//! rather than one GET per block it passes.
 //!
 //! Accounting: blocks issued and not read by the time their stream has been idle for
 //! [`STREAM_IDLE`] count as wasted; issued blocks a later read covers count as used.
@@ -88,13 +91,19 @@ impl Streams {
 #[derive(Debug)]
 pub struct Detector {
     max_window_blocks: u64,
+    /// Blocks a grown window issues at least at once (but at the object's end).
+    batch: u64,
     streams: Mutex<Streams>,
 }
 
 impl Detector {
-    pub fn new(max_window_blocks: u64) -> Self {
+    /// A detector of windows up to `max_window_blocks` that, once a window is grown,
+    /// issues it in batches of at least `batch` blocks (clamped to half the window, and
+    /// to at least 1).
+    pub fn new(max_window_blocks: u64, batch: u64) -> Self {
         Self {
             max_window_blocks,
+            batch: batch.min(max_window_blocks / 2).max(1),
             streams: Mutex::new(Streams {
                 by_key: HashMap::new(),
                 swept: Instant::now(),
@@ -163,6 +172,13 @@ impl Detector {
             .saturating_add(stream.window)
             .min(layout.block_count())
             .min(start.saturating_add(budget));
+        // A grown window issues a batch at a time (a block per read would be an origin GET
+        // per block): less waits for a later read, while a batch is still issued ahead.
+        let grown = stream.window >= self.max_window_blocks;
+        let short = end.saturating_sub(start) < self.batch && end < layout.block_count();
+        if grown && short && start.saturating_sub(next) >= self.batch {
+            return observation;
+        }
         if start < end {
             stream.issued_until = end;
             stream.pending.extend(start..end);
@@ -207,9 +223,10 @@ impl Prefetcher {
         metrics: Arc<Metrics>,
         shutdown: Shutdown,
     ) -> Option<Self> {
+        let batch = blocks.prefetch_batch();
         (window_blocks > 0).then(|| Self {
             inner: Arc::new(Inner {
-                detector: Detector::new(window_blocks),
+                detector: Detector::new(window_blocks, batch),
                 slots: Arc::new(Semaphore::new(slots.max(1))),
                 blocks,
                 budget,
@@ -298,7 +315,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn consecutive_ranges_grow_the_window_up_to_the_maximum() {
-        let detector = Detector::new(8);
+        let detector = Detector::new(8, 1);
         let first = read(&detector, 0, MIB).prefetch;
         assert_eq!(first, 0..0, "a first read is no pattern");
         let second = read(&detector, MIB, MIB).prefetch;
@@ -322,8 +339,69 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn a_grown_window_is_issued_in_batches_that_stay_ahead_of_the_reader() {
+        let detector = Detector::new(16, 4);
+        let mut issued: Vec<Range<BlockIndex>> = Vec::new();
+        let mut ahead = BTreeSet::new();
+        for offset in 0..400 {
+            let observation = read(&detector, offset * MIB, MIB);
+            let block = offset / 4;
+            if block >= 4 {
+                assert!(
+                    ahead.contains(&block),
+                    "block {block} was issued before its first read"
+                );
+            }
+            if !observation.prefetch.is_empty() {
+                ahead.extend(observation.prefetch.clone());
+                issued.push(observation.prefetch);
+            }
+        }
+        let grown = issued.iter().position(|range| range.end - range.start >= 8);
+        let after = &issued[grown.expect("the window grows") + 1..];
+        assert!(after.len() > 10, "{issued:?}");
+        for range in after {
+            let reaches_the_end = range.end == 100;
+            assert!(
+                range.end - range.start >= 4 || reaches_the_end,
+                "a batch of at least 4 blocks: {issued:?}"
+            );
+        }
+        let total: u64 = issued.iter().map(|range| range.end - range.start).sum();
+        assert_eq!(total, ahead.len() as u64, "each block issued once");
+        assert_eq!(ahead.last(), Some(&99), "up to the last block");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn few_free_slots_wait_for_a_batch_while_a_batch_is_still_ahead() {
+        let detector = Detector::new(4, 2);
+        let observe = |block: u64, budget: u64| {
+            let bytes = ByteRange::new(block * 4 * MIB, (block + 1) * 4 * MIB - 1).unwrap();
+            detector.observe(key(), layout(), bytes, budget).prefetch
+        };
+        observe(0, 8);
+        observe(1, 8);
+        assert_eq!(observe(2, 8), 3..4, "window 1");
+        assert_eq!(observe(3, 8), 4..6, "window 2");
+        assert_eq!(observe(4, 8), 6..9, "window 4: grown");
+        assert!(observe(5, 1).is_empty(), "one slot, 3 blocks ahead: waits");
+        assert_eq!(observe(6, 8), 9..11, "a batch fits");
+        assert!(observe(7, 1).is_empty(), "one slot, 3 blocks ahead: waits");
+        assert!(observe(8, 1).is_empty(), "one slot, 2 blocks ahead: waits");
+        assert_eq!(observe(9, 1), 11..12, "one slot, 1 block ahead: issued");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_batch_is_at_most_half_the_window_and_at_least_one_block() {
+        assert_eq!(Detector::new(16, 4).batch, 4);
+        assert_eq!(Detector::new(4, 4).batch, 2);
+        assert_eq!(Detector::new(1, 4).batch, 1);
+        assert_eq!(Detector::new(16, 0).batch, 1);
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn a_window_wider_than_the_budget_is_issued_by_later_reads() {
-        let detector = Detector::new(8);
+        let detector = Detector::new(8, 1);
         let observe = |first: u64, budget: u64| {
             detector
                 .observe(
@@ -349,7 +427,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn small_skips_and_back_steps_keep_the_pattern_and_jumps_reset_it() {
-        let detector = Detector::new(16);
+        let detector = Detector::new(16, 1);
         read(&detector, 0, MIB);
         read(&detector, MIB, MIB);
         let skip = 128 * 1024;
@@ -369,7 +447,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn random_reads_prefetch_nothing() {
-        let detector = Detector::new(16);
+        let detector = Detector::new(16, 1);
         let mut offset = 7 * MIB;
         for _ in 0..200 {
             offset = (offset * 48_271 + 13 * MIB) % (390 * MIB);
@@ -382,7 +460,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn unread_prefetches_of_an_idle_stream_count_as_wasted() {
-        let detector = Detector::new(4);
+        let detector = Detector::new(4, 1);
         for offset in 0..4 {
             read(&detector, offset * MIB, MIB);
         }
@@ -394,7 +472,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn the_window_never_passes_the_last_block() {
-        let detector = Detector::new(64);
+        let detector = Detector::new(64, 1);
         let mut offset = 380 * MIB;
         let mut issued = Vec::new();
         while offset < 400 * MIB {

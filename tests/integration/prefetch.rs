@@ -65,6 +65,34 @@ async fn sequential_ranges_are_prefetched_and_each_block_is_fetched_once() {
     );
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn a_steady_reader_s_prefetches_come_in_streams_of_several_blocks() {
+    let rig = Rig::start("prefetch-batches", |_| {}).await;
+    let blocks = 48;
+    let data = random_bytes(blocks * MIB, 43);
+    rig.put("steady.bin", &data).await;
+    rig.forwarder.take();
+
+    let step = MIB / 4;
+    for offset in (0..data.len()).step_by(step) {
+        let range = format!("bytes={offset}-{}", offset + step - 1);
+        let read = rig.get("steady.bin", Some(&range)).await;
+        assert!(read == data[offset..offset + step], "bytes at {offset}");
+        // A client doing work between reads, as in the test above.
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(rig.upstream_blocks(), blocks, "each block once");
+    // The window grows 1, 2, 4, 8, 16 blocks in its first reads; past that it is issued
+    // 4 blocks at a time, each batch one origin GET: about 48 / 4 + 6 GETs, where a
+    // block per GET would be about 48.
+    let gets = rig.upstream_gets();
+    assert!(
+        gets <= blocks / 4 + 8,
+        "prefetches came in streams: {gets} GETs for {blocks} blocks: {:?}",
+        rig.forwarder.object_requests("GET")
+    );
+}
+
 #[tokio::test]
 async fn random_reads_prefetch_nothing() {
     let rig = Rig::start("noprefetch", |_| {}).await;

@@ -9,7 +9,7 @@ use super::Blocks;
 use crate::read::Target;
 use crate::read::claims::Bringer;
 use crate::read::discovered::Discovered;
-use crate::read::stream::{Has, Interest};
+use crate::read::stream::{BLOCKS_PER_STREAM, Has, Interest};
 use crate::source::{BlocksAsk, PeerId, Peers};
 use crate::types::BlockIndex;
 
@@ -51,6 +51,15 @@ impl Blocks {
             self.inner.streams.claims_settled();
         }
         interests
+    }
+
+    /// Blocks a grown prefetch window issues at least at once: one stream's worth on one
+    /// node; 1 in cluster mode, where a prefetch asks each block of its owner.
+    pub(in crate::read) fn prefetch_batch(&self) -> u64 {
+        match self.inner.peers {
+            Some(_) => 1,
+            None => BLOCKS_PER_STREAM,
+        }
     }
 
     /// The streams of a prefetch of the blocks `wanted` of `target`, as
