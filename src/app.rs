@@ -19,7 +19,7 @@ use crate::config::{Config, DEFAULT_UPSTREAM, UpstreamConfig};
 use crate::events::Invalidator;
 use crate::fill_threads::FillThreads;
 use crate::listing::ListingCache;
-use crate::read::{ReadParts, ReadPath, ReadSettings, Verify};
+use crate::read::{PrefetchLimits, ReadParts, ReadPath, ReadSettings, Verify};
 use crate::rules::Rules;
 use crate::shutdown::{self, Shutdown, Tasks};
 use crate::source::{Lease, Peers};
@@ -342,11 +342,11 @@ fn read_settings(config: &Config) -> ReadSettings {
         } else {
             0
         },
-        // Both limits bound the same thing: blocks being prefetched at once.
-        prefetch_slots: (config.prefetch.max_inflight_bytes.bytes()
-            / config.cache.block_size.bytes())
-        .clamp(1, u64::from(config.prefetch.max_concurrent_fetches))
-            as usize,
+        prefetch_limits: PrefetchLimits {
+            fetches: config.prefetch.max_concurrent_fetches as usize,
+            blocks: (config.prefetch.max_inflight_bytes.bytes() / config.cache.block_size.bytes())
+                .max(1) as usize,
+        },
         hedge_quantile: config.upstream.hedge_quantile,
         hedge_min_delay: config.upstream.hedge_min_delay.get(),
         serve_stale_on_error: config.cache.serve_stale_on_error,

@@ -123,8 +123,8 @@ pub struct ReadSettings {
     pub readahead_blocks: usize,
     /// Largest prefetch window in blocks; 0 turns prefetch off.
     pub prefetch_window_blocks: u64,
-    /// Prefetch fetches in flight at most.
-    pub prefetch_slots: usize,
+    /// Prefetch origin requests and blocks in flight at most.
+    pub prefetch_limits: PrefetchLimits,
     /// Quantile of recent times to first byte after which a block fetch is hedged; 0: never.
     pub hedge_quantile: f64,
     /// Shortest wait before a hedge.
@@ -137,6 +137,16 @@ pub struct ReadSettings {
     pub max_concurrent_fills: usize,
     /// Ask the origin for the checksums of versions whose fills did not report them.
     pub learn_checksums: bool,
+}
+
+/// What prefetches may have in flight at once (`[prefetch]`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PrefetchLimits {
+    /// Origin requests: a stream of several blocks, or a lone block's fetch
+    /// (`max_concurrent_fetches`).
+    pub fetches: usize,
+    /// Blocks not cached yet (`max_inflight_bytes` / the block size).
+    pub blocks: usize,
 }
 
 /// Verify mode (`cache.verify_fraction`): which hits are re-checked against the origin.

@@ -103,7 +103,7 @@ impl ReadPath {
         });
         let prefetcher = Prefetcher::new(
             settings.prefetch_window_blocks,
-            settings.prefetch_slots,
+            settings.prefetch_limits,
             blocks.clone(),
             budget.clone(),
             metrics.clone(),

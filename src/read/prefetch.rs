@@ -21,9 +21,9 @@ use parking_lot::Mutex;
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
-use super::Target;
 use super::block::Blocks;
 use super::fills::FillClass;
+use super::{PrefetchLimits, Target};
 use crate::budget::MemoryBudget;
 use crate::shutdown::Shutdown;
 use crate::telemetry::ErrorChain;
@@ -195,7 +195,7 @@ impl Detector {
 }
 
 /// Prefetch across requests: sequential detection over the blocks, within a fixed number
-/// of fetches in flight. Cheap to clone.
+/// of origin requests and of blocks in flight. Cheap to clone.
 #[derive(Clone)]
 pub(super) struct Prefetcher {
     inner: Arc<Inner>,
@@ -203,8 +203,12 @@ pub(super) struct Prefetcher {
 
 struct Inner {
     detector: Detector,
-    /// Prefetch fetches in flight at most.
+    /// Prefetch origin requests in flight at most: a stream or a lone block's fetch.
+    fetches: Arc<Semaphore>,
+    /// Prefetched blocks in flight at most (not cached yet).
     slots: Arc<Semaphore>,
+    /// Blocks one origin request brings at most (see [`Detector::new`]).
+    batch: u64,
     blocks: Blocks,
     budget: MemoryBudget,
     metrics: Arc<Metrics>,
@@ -213,11 +217,11 @@ struct Inner {
 }
 
 impl Prefetcher {
-    /// A prefetcher of windows up to `window_blocks`, `slots` fetches at a time, through
-    /// `blocks`; `None` when `window_blocks` is 0 (prefetch is off).
+    /// A prefetcher of windows up to `window_blocks`, within `limits`, through `blocks`;
+    /// `None` when `window_blocks` is 0 (prefetch is off).
     pub(super) fn new(
         window_blocks: u64,
-        slots: usize,
+        limits: PrefetchLimits,
         blocks: Blocks,
         budget: MemoryBudget,
         metrics: Arc<Metrics>,
@@ -227,7 +231,9 @@ impl Prefetcher {
         (window_blocks > 0).then(|| Self {
             inner: Arc::new(Inner {
                 detector: Detector::new(window_blocks, batch),
-                slots: Arc::new(Semaphore::new(slots.max(1))),
+                fetches: Arc::new(Semaphore::new(limits.fetches.max(1))),
+                slots: Arc::new(Semaphore::new(limits.blocks.max(1))),
+                batch,
                 blocks,
                 budget,
                 metrics,
@@ -243,18 +249,31 @@ impl Prefetcher {
     pub(super) fn after(&self, target: &Target, bytes: ByteRange) {
         let Inner {
             detector,
+            fetches,
             slots,
+            batch,
             budget,
             metrics,
             ..
         } = &*self.inner;
         let key = (target.object.clone(), target.version.clone());
-        let free = slots.available_permits() as u64;
+        let requests = fetches.available_permits() as u64;
+        let free = (slots.available_permits() as u64).min(requests.saturating_mul(*batch));
         let observation = detector.observe(key, target.layout, bytes, free);
         metrics.count_prefetch(PrefetchOutcome::Used, observation.used);
         metrics.count_prefetch(PrefetchOutcome::Wasted, observation.wasted);
+        // The origin requests the blocks take: a stream per batch, or one per block.
+        let wanted = (observation.prefetch.end - observation.prefetch.start).div_ceil(*batch);
+        let fetch = match u32::try_from(wanted) {
+            Ok(0) | Err(_) => None,
+            Ok(wanted) => fetches.clone().try_acquire_many_owned(wanted).ok(),
+        };
         let mut issued = Vec::new();
         for index in observation.prefetch {
+            if fetch.is_none() {
+                metrics.count_prefetch(PrefetchOutcome::Skipped, 1);
+                continue;
+            }
             let room = budget.try_reserve(target.layout.block_len(index));
             let (Ok(slot), Some(charge)) = (slots.clone().try_acquire_owned(), room) else {
                 metrics.count_prefetch(PrefetchOutcome::Skipped, 1);
@@ -273,7 +292,7 @@ impl Prefetcher {
             }
             _ => Vec::new(),
         };
-        let streams = Arc::new(streams);
+        let streams = Arc::new((streams, fetch));
         for (index, slot, charge) in issued {
             let this = self.inner.clone();
             let (target, streams) = (target.clone(), streams.clone());

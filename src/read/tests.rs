@@ -20,6 +20,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 
+use super::PrefetchLimits;
 use super::stream::DISCOVERY_BLOCKS;
 use super::{GetAnswer, GetRequest, Judgement, ObjectRead, ReadError, ReadPath, ReadSettings};
 use crate::budget::MemoryBudget;
@@ -52,7 +53,10 @@ fn settings() -> ReadSettings {
         })),
         readahead_blocks: 2,
         prefetch_window_blocks: 0,
-        prefetch_slots: 4,
+        prefetch_limits: PrefetchLimits {
+            fetches: 4,
+            blocks: 4,
+        },
         hedge_quantile: 0.0,
         hedge_min_delay: Duration::from_millis(50),
         serve_stale_on_error: false,

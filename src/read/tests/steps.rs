@@ -10,13 +10,13 @@ use crate::budget::MemoryBudget;
 use crate::cache::{BlockCache, Tier};
 use crate::config::{ByteSize, CacheConfig};
 use crate::read::FillSlots;
-use crate::read::Target;
 use crate::read::block::{BlockParts, Blocks};
 use crate::read::discovered::{Discovered, FirstRead};
 use crate::read::hedge::Hedger;
 use crate::read::integrity::Integrity;
 use crate::read::metadata::{Metadata, MetadataParts};
 use crate::read::prefetch::Prefetcher;
+use crate::read::{PrefetchLimits, Target};
 use crate::shutdown::Shutdown;
 use crate::source::{Lease, ResponseHead};
 use crate::telemetry::Metrics;
@@ -166,17 +166,28 @@ async fn the_prefetcher_fetches_ahead_of_a_sequential_reader_and_is_off_without_
     let metrics = Arc::new(Metrics::new());
     let blocks = blocks(&source, cache(&metrics).await, &metrics);
     let budget = MemoryBudget::new(64 << 20, Duration::from_secs(1), metrics.clone());
+    let limits = PrefetchLimits {
+        fetches: 4,
+        blocks: 4,
+    };
     let off = Prefetcher::new(
         0,
-        4,
+        limits,
         blocks.clone(),
         budget.clone(),
         metrics.clone(),
         Shutdown::never(),
     );
     assert!(off.is_none(), "a window of 0 blocks turns prefetch off");
-    let prefetcher = Prefetcher::new(4, 4, blocks.clone(), budget, metrics, Shutdown::never())
-        .expect("prefetch is on");
+    let prefetcher = Prefetcher::new(
+        4,
+        limits,
+        blocks.clone(),
+        budget,
+        metrics,
+        Shutdown::never(),
+    )
+    .expect("prefetch is on");
     let target = target_of(&source, "key").await;
     // Three reads of one block each, one after the other: the stream's second
     // continuation opens a window after the read.
