@@ -187,6 +187,23 @@ impl Detector {
         observation
     }
 
+    /// Takes back the blocks `withdrawn` of the stream `key` that the last observation
+    /// issued but that found no room: they are not pending (a read that covers them did
+    /// not use a prefetch), and, unless a later read issued past them meanwhile, the
+    /// stream's next reads issue them again.
+    pub fn withdraw(&self, key: &StreamKey, withdrawn: Range<BlockIndex>) {
+        let mut streams = self.streams.lock();
+        let Some(stream) = streams.by_key.get_mut(key) else {
+            return;
+        };
+        for index in withdrawn.clone() {
+            stream.pending.remove(&index);
+        }
+        if stream.issued_until == withdrawn.end {
+            stream.issued_until = withdrawn.start;
+        }
+    }
+
     /// Forgets expired streams; returns how many prefetched blocks they never read.
     #[cfg(test)]
     pub fn expire(&self) -> u64 {
@@ -259,7 +276,7 @@ impl Prefetcher {
         let key = (target.object.clone(), target.version.clone());
         let requests = fetches.available_permits() as u64;
         let free = (slots.available_permits() as u64).min(requests.saturating_mul(*batch));
-        let observation = detector.observe(key, target.layout, bytes, free);
+        let observation = detector.observe(key.clone(), target.layout, bytes, free);
         metrics.count_prefetch(PrefetchOutcome::Used, observation.used);
         metrics.count_prefetch(PrefetchOutcome::Wasted, observation.wasted);
         // The origin requests the blocks take: a stream per batch, or one per block.
@@ -268,19 +285,25 @@ impl Prefetcher {
             Ok(0) | Err(_) => None,
             Ok(wanted) => fetches.clone().try_acquire_many_owned(wanted).ok(),
         };
+        // The blocks issued are the first ones that find room; from the first that finds
+        // none on, they go back to the detector, to be issued by a later read.
         let mut issued = Vec::new();
-        for index in observation.prefetch {
-            if fetch.is_none() {
-                metrics.count_prefetch(PrefetchOutcome::Skipped, 1);
-                continue;
-            }
-            let room = budget.try_reserve(target.layout.block_len(index));
-            let (Ok(slot), Some(charge)) = (slots.clone().try_acquire_owned(), room) else {
-                metrics.count_prefetch(PrefetchOutcome::Skipped, 1);
-                continue;
+        let blocks = observation.prefetch;
+        let mut taken_back = blocks.end..blocks.end;
+        for index in blocks.clone() {
+            let room = fetch
+                .as_ref()
+                .and_then(|_| budget.try_reserve(target.layout.block_len(index)));
+            let (Some(charge), Ok(slot)) = (room, slots.clone().try_acquire_owned()) else {
+                taken_back = index..blocks.end;
+                break;
             };
             metrics.count_prefetch(PrefetchOutcome::Issued, 1);
             issued.push((index, slot, charge));
+        }
+        if !taken_back.is_empty() {
+            metrics.count_prefetch(PrefetchOutcome::Skipped, taken_back.end - taken_back.start);
+            detector.withdraw(&key, taken_back);
         }
         let target = target.of_class(FillClass::Prefetch);
         // The blocks issued together come in origin streams, held until each is cached
@@ -416,6 +439,31 @@ mod tests {
         assert_eq!(Detector::new(4, 4).batch, 2);
         assert_eq!(Detector::new(1, 4).batch, 1);
         assert_eq!(Detector::new(16, 0).batch, 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn blocks_taken_back_are_not_counted_used_and_are_issued_again() {
+        let detector = Detector::new(4, 1);
+        for offset in 0..3 {
+            read(&detector, offset * 4 * MIB, 4 * MIB);
+        }
+        assert_eq!(
+            read(&detector, 12 * MIB, 4 * MIB).prefetch,
+            4..6,
+            "window 2"
+        );
+        detector.withdraw(&key(), 5..6);
+        let next = read(&detector, 16 * MIB, 4 * MIB);
+        assert_eq!(
+            next.prefetch,
+            5..9,
+            "block 5 issued again, with the window of 4"
+        );
+        assert_eq!(next.used, 1, "block 4 was prefetched");
+        detector.withdraw(&key(), 5..9);
+        let after = read(&detector, 20 * MIB, 4 * MIB);
+        assert_eq!(after.used, 0, "block 5 found no room: not a prefetch used");
+        assert_eq!(after.prefetch, 6..10, "the blocks taken back, issued again");
     }
 
     #[tokio::test(start_paused = true)]

@@ -93,6 +93,31 @@ async fn a_steady_reader_s_prefetches_come_in_streams_of_several_blocks() {
     );
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn prefetches_that_find_no_room_are_not_counted_as_used() {
+    let rig = Rig::start("prefetch-no-room", |settings| {
+        // Room for about two blocks beside the ones on their way to the client.
+        settings.server_extra = "max_inflight_bytes = \"3MiB\"".into();
+    })
+    .await;
+    let data = random_bytes(24 * MIB, 44);
+    rig.put("tight.bin", &data).await;
+    let step = MIB / 4;
+    for offset in (0..data.len()).step_by(step) {
+        let range = format!("bytes={offset}-{}", offset + step - 1);
+        let read = rig.get("tight.bin", Some(&range)).await;
+        assert!(read == data[offset..offset + step], "bytes at {offset}");
+    }
+    let issued = prefetch_metric(&rig, "issued").await;
+    let used = prefetch_metric(&rig, "used").await;
+    let skipped = prefetch_metric(&rig, "skipped").await;
+    assert!(skipped > 0.0, "the room ran out: {skipped} skipped");
+    assert!(
+        used <= issued,
+        "a block used was a block issued: {used} used, {issued} issued"
+    );
+}
+
 #[tokio::test]
 async fn random_reads_prefetch_nothing() {
     let rig = Rig::start("noprefetch", |_| {}).await;
