@@ -224,8 +224,9 @@ struct Inner {
     fetches: Arc<Semaphore>,
     /// Prefetched blocks in flight at most (not cached yet).
     slots: Arc<Semaphore>,
-    /// Blocks one origin request brings at most (see [`Detector::new`]).
-    batch: u64,
+    /// Blocks counted as one origin request: a stream's worth on one node, 1 in a fleet
+    /// (`Blocks::prefetch_batch`; the detector issues at least that many at once).
+    per_fetch: u64,
     blocks: Blocks,
     budget: MemoryBudget,
     metrics: Arc<Metrics>,
@@ -250,7 +251,7 @@ impl Prefetcher {
                 detector: Detector::new(window_blocks, batch),
                 fetches: Arc::new(Semaphore::new(limits.fetches.max(1))),
                 slots: Arc::new(Semaphore::new(limits.blocks.max(1))),
-                batch,
+                per_fetch: batch,
                 blocks,
                 budget,
                 metrics,
@@ -268,19 +269,19 @@ impl Prefetcher {
             detector,
             fetches,
             slots,
-            batch,
+            per_fetch,
             budget,
             metrics,
             ..
         } = &*self.inner;
         let key = (target.object.clone(), target.version.clone());
         let requests = fetches.available_permits() as u64;
-        let free = (slots.available_permits() as u64).min(requests.saturating_mul(*batch));
+        let free = (slots.available_permits() as u64).min(requests.saturating_mul(*per_fetch));
         let observation = detector.observe(key.clone(), target.layout, bytes, free);
         metrics.count_prefetch(PrefetchOutcome::Used, observation.used);
         metrics.count_prefetch(PrefetchOutcome::Wasted, observation.wasted);
         // The origin requests the blocks take: a stream per batch, or one per block.
-        let wanted = (observation.prefetch.end - observation.prefetch.start).div_ceil(*batch);
+        let wanted = (observation.prefetch.end - observation.prefetch.start).div_ceil(*per_fetch);
         let fetch = match u32::try_from(wanted) {
             Ok(0) | Err(_) => None,
             Ok(wanted) => fetches.clone().try_acquire_many_owned(wanted).ok(),
@@ -288,18 +289,16 @@ impl Prefetcher {
         // The blocks issued are the first ones that find room; from the first that finds
         // none on, they go back to the detector, to be issued by a later read.
         let mut issued = Vec::new();
-        let blocks = observation.prefetch;
-        let mut taken_back = blocks.end..blocks.end;
-        for index in blocks.clone() {
-            let room = fetch
-                .as_ref()
-                .and_then(|_| budget.try_reserve(target.layout.block_len(index)));
+        let mut taken_back = observation.prefetch;
+        while fetch.is_some() && !taken_back.is_empty() {
+            let index = taken_back.start;
+            let room = budget.try_reserve(target.layout.block_len(index));
             let (Some(charge), Ok(slot)) = (room, slots.clone().try_acquire_owned()) else {
-                taken_back = index..blocks.end;
                 break;
             };
             metrics.count_prefetch(PrefetchOutcome::Issued, 1);
             issued.push((index, slot, charge));
+            taken_back.start += 1;
         }
         if !taken_back.is_empty() {
             metrics.count_prefetch(PrefetchOutcome::Skipped, taken_back.end - taken_back.start);
@@ -315,10 +314,11 @@ impl Prefetcher {
             }
             _ => Vec::new(),
         };
-        let streams = Arc::new((streams, fetch));
+        // The streams and the origin requests' permits, until the last block is cached.
+        let held = Arc::new((streams, fetch));
         for (index, slot, charge) in issued {
             let this = self.inner.clone();
-            let (target, streams) = (target.clone(), streams.clone());
+            let (target, held) = (target.clone(), held.clone());
             tokio::spawn(async move {
                 let fetched = this.shutdown.run(this.blocks.ensure_block(&target, index));
                 if let Some(Err(error)) = fetched.await {
@@ -326,7 +326,7 @@ impl Prefetcher {
                     tracing::debug!(%object, index, error = %ErrorChain(&error), "prefetch failed");
                 }
                 // Once cached, the block is the cache's to account for.
-                drop((slot, charge, streams));
+                drop((slot, charge, held));
             });
         }
     }
