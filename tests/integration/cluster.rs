@@ -287,6 +287,15 @@ impl Fleet {
         self.nodes[at].as_ref().expect("the node is running")
     }
 
+    /// `sample` summed over the running nodes.
+    async fn metric_total(&self, sample: &str) -> f64 {
+        let mut total = 0.0;
+        for node in self.nodes.iter().flatten() {
+            total += node.metric(sample).await;
+        }
+        total
+    }
+
     async fn put(&self, key: &str, data: &[u8]) {
         self.direct
             .put_object()
@@ -450,28 +459,22 @@ async fn round_robin_reads_through_three_nodes_fetch_each_block_from_the_origin_
                 .await;
         assert!(served > 0.0, "node {at} served no block to the others");
     }
-    let asked: f64 = {
-        let mut total = 0.0;
-        for at in 0..3 {
-            total += fleet
+    let asked = fleet
+        .metric_total("portico_cluster_peer_requests_total{result=\"hit\"}")
+        .await
+        + fleet
+            .metric_total("portico_cluster_peer_requests_total{result=\"miss\"}")
+            .await;
+    for at in 0..3 {
+        assert_eq!(
+            fleet
                 .node(at)
-                .metric("portico_cluster_peer_requests_total{result=\"hit\"}")
-                .await;
-            total += fleet
-                .node(at)
-                .metric("portico_cluster_peer_requests_total{result=\"miss\"}")
-                .await;
-            assert_eq!(
-                fleet
-                    .node(at)
-                    .metric("portico_cluster_peer_requests_total{result=\"error\"}")
-                    .await,
-                0.0
-            );
-            assert_eq!(fleet.node(at).metric("portico_cluster_members").await, 3.0);
-        }
-        total
-    };
+                .metric("portico_cluster_peer_requests_total{result=\"error\"}")
+                .await,
+            0.0
+        );
+        assert_eq!(fleet.node(at).metric("portico_cluster_members").await, 3.0);
+    }
     assert!(asked > 0.0, "no node asked an owner for a block");
 }
 
@@ -499,13 +502,9 @@ async fn sixteen_clients_on_each_of_three_nodes_read_a_cold_object_and_each_bloc
     }
     // A member that does not say within 1 s which blocks it holds (on two loaded cores,
     // with TLS) holds none: the asking member streams them too, by design, and says so.
-    let mut late = 0.0;
-    for at in 0..3 {
-        late += fleet
-            .node(at)
-            .metric("portico_cluster_peer_requests_total{result=\"late\"}")
-            .await;
-    }
+    let late = fleet
+        .metric_total("portico_cluster_peer_requests_total{result=\"late\"}")
+        .await;
     let sent = fleet.origin_blocks();
     if late == 0.0 {
         assert_eq!(
