@@ -86,6 +86,7 @@ const FILE_LAYERS: &[(&str, &[(&str, u8)])] = &[
             ("error", 2),
             ("writer", 3),
             ("doorkeeper", 3),
+            ("fetching", 3),
             ("pieces", 4),
             ("open", 5),
         ],

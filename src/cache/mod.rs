@@ -24,13 +24,15 @@
 //! `device.rs` probes the disk (direct I/O at open, health while open); `disk.rs` lays out
 //! the disk tier's files and `layout.rs` sizes its pieces, engine blocks and write
 //! buffers; `key.rs`, `codec.rs` and `meta.rs` are the entries and their encoding;
-//! `purges.rs` keeps purges across restarts; `tier.rs` says where a block came from.
+//! `purges.rs` keeps purges across restarts; `tier.rs` says where a block came from;
+//! `fetching.rs` notes the blocks whose fetch is under way.
 
 mod codec;
 mod device;
 mod disk;
 mod doorkeeper;
 mod error;
+mod fetching;
 mod kept;
 mod key;
 mod layout;
@@ -94,6 +96,8 @@ pub struct BlockCache {
     buffers: BlockBuffers,
     /// Set by [`Self::close`]: a pretouch under way ends.
     closed: kept::Closed,
+    /// The blocks lookups are fetching now (`fetching.rs`).
+    fetching: Arc<fetching::Fetching>,
     metrics: Arc<Metrics>,
 }
 
@@ -210,6 +214,8 @@ impl BlockCache {
             // Answered by a fetch; errors that persist turn the disk tier off.
             Err(error) => self.health.failed("read", &error),
         }
+        // Until the fetched block is in memory, which `get_or_fetch` returns after.
+        let _fetching = self.fetching.hold(&key);
         let fetched_here = Arc::new(AtomicBool::new(false));
         let flag = fetched_here.clone();
         let fetch = fetch();
@@ -243,6 +249,12 @@ impl BlockCache {
         };
         let bytes = block_of(&entry, block_len).map_err(LookupError::Cache)?;
         Ok(Part::whole(bytes.slice(within), tier))
+    }
+
+    /// Whether a lookup is fetching block `key` now ([`Self::block`], from its miss until
+    /// the block is in memory).
+    pub fn fetching(&self, key: &BlockKey) -> bool {
+        self.fetching.contains(&self.generational(key))
     }
 
     /// Bytes `within` of a block of `block_len` bytes when the memory tier holds it, as

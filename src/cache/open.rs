@@ -100,6 +100,7 @@ impl BlockCache {
                 writes,
                 buffers,
                 closed: kept::Closed::default(),
+                fetching: Arc::default(),
                 metrics,
             };
             cache.keep_buffers(config.memory_pretouch);
@@ -130,6 +131,7 @@ impl BlockCache {
             writes: Arc::new(WriteQueue::new(0, 0, metrics.clone())),
             buffers,
             closed: kept::Closed::default(),
+            fetching: Arc::default(),
             metrics,
         };
         cache.keep_buffers(config.memory_pretouch);

@@ -2,11 +2,11 @@
 //! started at once, each covering many blocks, rather than one GET per block.
 //!
 //! When a GET starts, the blocks of its range that the cache does not hold (nor a stream
-//! already brings) form runs of consecutive blocks (two runs [`GAP_BRIDGED`] cached block
-//! apart are one); each run but the read's first block alone is asked for in ranged GETs of at least
-//! [`BLOCKS_PER_STREAM`] blocks, at most [`STREAMS_PER_READ`] and no more than the fill
-//! slots free, pinned to the version the read announced (`If-Match`, and the version id
-//! when the bucket has one). A stream cuts its bytes into blocks as they arrive; each whole
+//! already brings, nor a lookup is fetching) form runs of consecutive blocks (two runs
+//! [`GAP_BRIDGED`] cached block apart are one); each run but the read's first block alone
+//! is asked for in ranged GETs of at least [`BLOCKS_PER_STREAM`] blocks, at most
+//! [`STREAMS_PER_READ`] and no more than the fill slots free, pinned to the version the
+//! read announced (`If-Match`, and the version id when the bucket has one). A stream cuts its bytes into blocks as they arrive; each whole
 //! block is checked (`integrity.rs`) and goes to the lookups waiting for it, or else into
 //! the cache. The read's headers wait until each of its streams has been answered
 //! ([`Interest::settled`]); from then on the origin sends the version it began with to its

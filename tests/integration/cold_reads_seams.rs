@@ -333,3 +333,41 @@ async fn edge_sizes_and_ranges_read_like_minio() {
         println!("[edges {auth}] {}", stream_metrics(&rig).await);
     }
 }
+
+/// A reader of unaligned chunks, each read a few small blocks and the next starting in
+/// the last block of the one before: a block that a read's stream delivered to a lookup
+/// (which caches it a moment later) is not streamed again by the next read, which opens
+/// its streams in that moment.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_reader_of_unaligned_chunks_brings_each_block_once() {
+    let rig = Rig::start("seams-chunks", |settings| {
+        settings.block_size = "64KiB";
+        // The origin's bytes are then the object GETs' alone: the checksums' question
+        // (GetObjectAttributes) adds an answer of its own.
+        settings.cache_extra = "learn_checksums = false\n".to_owned();
+    })
+    .await;
+    let chunk = 200_000;
+    for object in 0..4 {
+        let key = format!("chunks-{object}.bin");
+        let data = random_bytes(8 * MIB, 30 + object);
+        rig.put(&key, &data).await;
+        rig.forwarder.take_counts();
+        for first in (0..data.len()).step_by(chunk) {
+            let last = (first + chunk).min(data.len()) - 1;
+            let range = format!("bytes={first}-{last}");
+            let read = rig.try_get(&key, Some(&range)).await;
+            assert!(
+                read.expect("read") == data[first..=last],
+                "bytes at {first}"
+            );
+        }
+        let (_, bytes) = rig.forwarder.take_counts();
+        assert_eq!(
+            bytes as usize,
+            data.len(),
+            "{key}: origin bytes against the object's; {}",
+            stream_metrics(&rig).await
+        );
+    }
+}

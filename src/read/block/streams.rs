@@ -14,8 +14,8 @@ use crate::source::{BlocksAsk, PeerId, Peers};
 use crate::types::BlockIndex;
 
 impl Blocks {
-    /// Opens the origin streams that bring the blocks `wanted` of `target` the cache does
-    /// not hold (nor `discovered`, nor, in cluster mode, their owners), and joins those
+    /// Opens the origin streams that bring the blocks `wanted` of `target` this node does
+    /// not have (see [`Self::has`]; nor `discovered`, nor, in cluster mode, their owners), and joins those
     /// under way that bring some (see `stream.rs`); the read holds the interests while it
     /// needs the blocks.
     pub(in crate::read) async fn open_streams(
@@ -24,10 +24,7 @@ impl Blocks {
         wanted: std::ops::RangeInclusive<BlockIndex>,
         discovered: &Discovered,
     ) -> Vec<Interest> {
-        let here = |index| {
-            discovered.block(index).is_some()
-                || self.holds(&target.key(index), target.layout.block_len(index))
-        };
+        let here = |index| discovered.block(index).is_some() || self.has(target, index);
         let Some(peers) = &self.inner.peers else {
             return self.streams_here(target, wanted, &here);
         };
@@ -73,8 +70,17 @@ impl Blocks {
         if self.inner.peers.is_some() {
             return Vec::new();
         }
-        let here = |index| self.holds(&target.key(index), target.layout.block_len(index));
+        let here = |index| self.has(target, index);
         self.streams_here(target, wanted, &here)
+    }
+
+    /// Whether this node has block `index` of `target` without a stream: the cache holds
+    /// it, or a lookup is fetching it (a read's lookup joins that fetch). A block a stream
+    /// just handed to a lookup, which caches it a moment later, is not streamed again by
+    /// a read that opens its streams in that moment.
+    fn has(&self, target: &Target, index: BlockIndex) -> bool {
+        let key = target.key(index);
+        self.holds(&key, target.layout.block_len(index)) || self.inner.cache.fetching(&key)
     }
 
     /// The streams of the blocks `wanted` of `target` but those this node has (`here`),
