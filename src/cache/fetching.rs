@@ -2,6 +2,13 @@
 //! in memory. The origin streams ask this before they bring a block, so a block another
 //! lookup is fetching (or was just handed by a stream, and caches a moment later) is not
 //! asked of the origin a second time; a read that needs it joins that fetch instead.
+//!
+//! The read depends on that fetch however slow it is, as it did before: its lookup of the
+//! block joins the fetch under way whether or not one of its streams also brings the
+//! block (concurrent misses of a block make one fetch), unless the stream's copy lands in
+//! memory first. The counting starts at the miss, not when the bytes arrive: a stream
+//! hands a block to the lookup waiting for it and may end, forgetting the block, before
+//! that lookup's task runs again.
 
 use std::collections::HashMap;
 use std::sync::Arc;
