@@ -1,38 +1,57 @@
-//! The blocks whose fetch is under way: from a lookup's miss until the fetched block is
-//! in memory. The origin streams ask this before they bring a block, so a block another
-//! lookup is fetching (or was just handed by a stream, and caches a moment later) is not
-//! asked of the origin a second time; a read that needs it joins that fetch instead.
+//! The blocks a lookup is fetching from an origin stream: from the lookup's miss, once
+//! its fetch found a stream bringing the block, until the block is in memory. The origin
+//! streams ask this before they bring a block. A stream hands a block to the lookup
+//! waiting for it and may end, forgetting the block, before that lookup's task has put it
+//! in memory; a read that opens its streams in that moment would stream the block again.
+//! With this it joins the lookup's fetch, which has the bytes or will have them from the
+//! stream.
 //!
-//! The read depends on that fetch however slow it is, as it did before: its lookup of the
-//! block joins the fetch under way whether or not one of its streams also brings the
-//! block (concurrent misses of a block make one fetch), unless the stream's copy lands in
-//! memory first. The counting starts at the miss, not when the bytes arrive: a stream
-//! hands a block to the lookup waiting for it and may end, forgetting the block, before
-//! that lookup's task runs again.
+//! A fetch that asks the origin for its block alone does not count: a read that needs
+//! the block streams it as well, and whichever copy reaches memory first answers both
+//! (foyer hands a fetch's waiters a copy inserted meanwhile), so a slow lone fetch does
+//! not hold up a read that could stream around it.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::BlockKey;
 
-/// The blocks fetched now, each with how many lookups hold it.
+/// The blocks fetched now: how many lookups hold each, and whether its fetch found a
+/// stream bringing it.
 #[derive(Default)]
 pub(super) struct Fetching {
-    blocks: parking_lot::Mutex<HashMap<BlockKey, usize>>,
+    blocks: parking_lot::Mutex<HashMap<BlockKey, Fetched>>,
+}
+
+#[derive(Default)]
+struct Fetched {
+    holders: usize,
+    from_stream: bool,
 }
 
 impl Fetching {
     /// Notes that a lookup fetches `key` until the guard is dropped.
     pub(super) fn hold(self: &Arc<Self>, key: &BlockKey) -> Held {
-        *self.blocks.lock().entry(key.clone()).or_default() += 1;
+        self.blocks.lock().entry(key.clone()).or_default().holders += 1;
         Held {
             fetching: self.clone(),
             key: key.clone(),
         }
     }
 
-    pub(super) fn contains(&self, key: &BlockKey) -> bool {
-        self.blocks.lock().contains_key(key)
+    /// Notes that the fetch of `key` under way found a stream bringing it.
+    pub(super) fn found_stream(&self, key: &BlockKey) {
+        if let Some(fetched) = self.blocks.lock().get_mut(key) {
+            fetched.from_stream = true;
+        }
+    }
+
+    /// Whether a lookup is fetching `key` from a stream.
+    pub(super) fn streamed(&self, key: &BlockKey) -> bool {
+        self.blocks
+            .lock()
+            .get(key)
+            .is_some_and(|fetched| fetched.from_stream)
     }
 }
 
@@ -45,9 +64,9 @@ pub(super) struct Held {
 impl Drop for Held {
     fn drop(&mut self) {
         let mut blocks = self.fetching.blocks.lock();
-        if let Some(holders) = blocks.get_mut(&self.key) {
-            *holders -= 1;
-            if *holders == 0 {
+        if let Some(fetched) = blocks.get_mut(&self.key) {
+            fetched.holders -= 1;
+            if fetched.holders == 0 {
                 blocks.remove(&self.key);
             }
         }
@@ -65,18 +84,24 @@ mod tests {
     }
 
     #[test]
-    fn a_block_is_fetched_while_any_lookup_holds_it() {
+    fn a_block_counts_once_its_fetch_found_a_stream_while_any_lookup_holds_it() {
         let fetching = Arc::new(Fetching::default());
+        fetching.found_stream(&key(1));
         let first = fetching.hold(&key(1));
+        assert!(!fetching.streamed(&key(1)), "a lone fetch does not count");
         let second = fetching.hold(&key(1));
-        assert!(fetching.contains(&key(1)));
-        assert!(!fetching.contains(&key(2)));
+        fetching.found_stream(&key(1));
+        assert!(fetching.streamed(&key(1)));
+        assert!(!fetching.streamed(&key(2)));
         drop(first);
         assert!(
-            fetching.contains(&key(1)),
-            "the second lookup still fetches it"
+            fetching.streamed(&key(1)),
+            "the second lookup still holds it"
         );
         drop(second);
-        assert!(!fetching.contains(&key(1)));
+        assert!(!fetching.streamed(&key(1)));
+        let again = fetching.hold(&key(1));
+        assert!(!fetching.streamed(&key(1)), "a new fetch starts alone");
+        drop(again);
     }
 }

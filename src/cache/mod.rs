@@ -25,7 +25,7 @@
 //! the disk tier's files and `layout.rs` sizes its pieces, engine blocks and write
 //! buffers; `key.rs`, `codec.rs` and `meta.rs` are the entries and their encoding;
 //! `purges.rs` keeps purges across restarts; `tier.rs` says where a block came from;
-//! `fetching.rs` notes the blocks whose fetch is under way.
+//! `fetching.rs` notes the blocks lookups are fetching from origin streams.
 
 mod codec;
 mod device;
@@ -96,7 +96,7 @@ pub struct BlockCache {
     buffers: BlockBuffers,
     /// Set by [`Self::close`]: a pretouch under way ends.
     closed: kept::Closed,
-    /// The blocks lookups are fetching now (`fetching.rs`).
+    /// The blocks lookups are fetching now, and which from a stream (`fetching.rs`).
     fetching: Arc<fetching::Fetching>,
     metrics: Arc<Metrics>,
 }
@@ -251,10 +251,16 @@ impl BlockCache {
         Ok(Part::whole(bytes.slice(within), tier))
     }
 
-    /// Whether a lookup is fetching block `key` now ([`Self::block`], from its miss until
-    /// the block is in memory).
-    pub fn fetching(&self, key: &BlockKey) -> bool {
-        self.fetching.contains(&self.generational(key))
+    /// Notes that the fetch of block `key` under way ([`Self::block`]) found an origin
+    /// stream bringing it.
+    pub fn fetching_from_stream(&self, key: &BlockKey) {
+        self.fetching.found_stream(&self.generational(key));
+    }
+
+    /// Whether a lookup is fetching block `key` from an origin stream now: from its miss,
+    /// once [`Self::fetching_from_stream`] noted it, until the block is in memory.
+    pub fn streamed_to_a_lookup(&self, key: &BlockKey) -> bool {
+        self.fetching.streamed(&self.generational(key))
     }
 
     /// Bytes `within` of a block of `block_len` bytes when the memory tier holds it, as

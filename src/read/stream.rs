@@ -2,7 +2,7 @@
 //! started at once, each covering many blocks, rather than one GET per block.
 //!
 //! When a GET starts, the blocks of its range that the cache does not hold (nor a stream
-//! already brings, nor a lookup is fetching) form runs of consecutive blocks (two runs
+//! already brings, nor a lookup is fetching from one) form runs of consecutive blocks (two runs
 //! [`GAP_BRIDGED`] cached block apart are one); each run but the read's first block alone
 //! is asked for in ranged GETs of at least [`BLOCKS_PER_STREAM`] blocks, at most
 //! [`STREAMS_PER_READ`] and no more than the fill slots free, pinned to the version the
@@ -241,6 +241,9 @@ pub(super) enum Has {
     /// Another member holds it or brings it (cluster mode): no stream of this node asks
     /// for it, not even to bridge a gap.
     Elsewhere,
+    /// A lookup here is fetching it from a stream (the read's lookup joins that fetch): no
+    /// stream asks for it, not even to bridge a gap.
+    Fetching,
 }
 
 /// What the origin streams are made of.
@@ -287,8 +290,9 @@ impl Streams {
     }
 
     /// Opens the streams that bring the blocks `wanted` of `target` for a read, but those
-    /// `has` says the read has (cached, or discovered with the metadata) or another member
-    /// holds or brings, and joins the streams under way that bring some of them. The read
+    /// `has` says the read has (cached, or discovered with the metadata), a lookup is
+    /// fetching from a stream, or another member holds or brings, and joins the streams under way that
+    /// bring some of them. The read
     /// keeps the interests while it needs their blocks.
     pub(super) fn open(
         &self,
@@ -310,7 +314,7 @@ impl Streams {
                 if has != Has::Missing || flow.is_some() {
                     runs.extend(run.take());
                 }
-                if flow.is_some() || has == Has::Elsewhere {
+                if flow.is_some() || matches!(has, Has::Elsewhere | Has::Fetching) {
                     unbridgeable.push(index);
                 }
                 if let Some(flow) = flow

@@ -15,26 +15,29 @@ use crate::types::BlockIndex;
 
 impl Blocks {
     /// Opens the origin streams that bring the blocks `wanted` of `target` this node does
-    /// not have (see [`Self::has`]; nor `discovered`, nor, in cluster mode, their owners), and joins those
-    /// under way that bring some (see `stream.rs`); the read holds the interests while it
-    /// needs the blocks.
+    /// not have (see [`Self::has`]; nor `discovered`, nor, in cluster mode, their
+    /// owners), and joins those under way that bring some (see `stream.rs`); the read
+    /// holds the interests while it needs the blocks.
     pub(in crate::read) async fn open_streams(
         &self,
         target: &Target,
         wanted: std::ops::RangeInclusive<BlockIndex>,
         discovered: &Discovered,
     ) -> Vec<Interest> {
-        let here = |index| discovered.block(index).is_some() || self.has(target, index);
-        let Some(peers) = &self.inner.peers else {
-            return self.streams_here(target, wanted, &here);
+        let has = |index| match discovered.block(index) {
+            Some(_) => Has::Here,
+            None => self.has(target, index),
         };
+        let Some(peers) = &self.inner.peers else {
+            return self.inner.streams.open(target, wanted, has);
+        };
+        let here = |index| has(index) != Has::Missing;
         let (elsewhere, claimed) = self
             .held_elsewhere(peers, target, wanted.clone(), &here)
             .await;
-        let has = |index| match (here(index), elsewhere.contains(&index)) {
-            (true, _) => Has::Here,
-            (false, true) => Has::Elsewhere,
-            (false, false) => Has::Missing,
+        let has = |index| match has(index) {
+            Has::Missing if elsewhere.contains(&index) => Has::Elsewhere,
+            has => has,
         };
         let interests = self.inner.streams.open(target, wanted, has);
         if !claimed.is_empty() {
@@ -70,32 +73,24 @@ impl Blocks {
         if self.inner.peers.is_some() {
             return Vec::new();
         }
-        let here = |index| self.has(target, index);
-        self.streams_here(target, wanted, &here)
+        self.inner
+            .streams
+            .open(target, wanted, |index| self.has(target, index))
     }
 
     /// Whether this node has block `index` of `target` without a stream: the cache holds
-    /// it, or a lookup is fetching it (a read's lookup joins that fetch). A block a stream
-    /// just handed to a lookup, which caches it a moment later, is not streamed again by
-    /// a read that opens its streams in that moment.
-    fn has(&self, target: &Target, index: BlockIndex) -> bool {
+    /// it, or a lookup is fetching it from a stream (a read's lookup joins that fetch). A
+    /// block a stream just handed to a lookup, which caches it a moment later, is not
+    /// streamed again by a read that opens its streams in that moment.
+    fn has(&self, target: &Target, index: BlockIndex) -> Has {
         let key = target.key(index);
-        self.holds(&key, target.layout.block_len(index)) || self.inner.cache.fetching(&key)
-    }
-
-    /// The streams of the blocks `wanted` of `target` but those this node has (`here`),
-    /// with no other member to ask.
-    pub(super) fn streams_here(
-        &self,
-        target: &Target,
-        wanted: std::ops::RangeInclusive<BlockIndex>,
-        here: &impl Fn(BlockIndex) -> bool,
-    ) -> Vec<Interest> {
-        let has = |index| match here(index) {
-            true => Has::Here,
-            false => Has::Missing,
-        };
-        self.inner.streams.open(target, wanted, has)
+        if self.holds(&key, target.layout.block_len(index)) {
+            Has::Here
+        } else if self.inner.cache.streamed_to_a_lookup(&key) {
+            Has::Fetching
+        } else {
+            Has::Missing
+        }
     }
 
     /// The blocks `wanted` of `target` this node does not hold (`here`) that another

@@ -115,9 +115,12 @@ impl Streams {
                 None => Joined::Uncovered,
             };
         };
+        // The lookup's fetch is the stream's from here (`BlockCache::fetching_from_stream`).
+        let from_stream = || self.inner.cache.fetching_from_stream(&key);
         match &mut slot.state {
             State::Arrived(bytes) => {
                 slot.flow.asked_for(index);
+                from_stream();
                 Joined::Arrived(bytes.clone())
             }
             State::Coming(waiting) => {
@@ -127,6 +130,7 @@ impl Streams {
                     self.inner.metrics.streams.count_alone();
                     return Joined::Alone;
                 }
+                from_stream();
                 let (sender, delivery) = oneshot::channel();
                 waiting.push(sender);
                 Joined::Waiting(Waiting {
