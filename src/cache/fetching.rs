@@ -9,7 +9,8 @@
 //! A fetch that asks the origin for its block alone does not count: a read that needs
 //! the block streams it as well, and whichever copy reaches memory first answers both
 //! (foyer hands a fetch's waiters a copy inserted meanwhile), so a slow lone fetch does
-//! not hold up a read that could stream around it.
+//! not hold up a read that could stream around it. In a fleet every fetch counts: a
+//! block's fetch there is the fleet's one fetch of it, by its owner or for it.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -44,6 +45,11 @@ impl Fetching {
         if let Some(fetched) = self.blocks.lock().get_mut(key) {
             fetched.from_stream = true;
         }
+    }
+
+    /// Whether a lookup is fetching `key`, from a stream or alone.
+    pub(super) fn any(&self, key: &BlockKey) -> bool {
+        self.blocks.lock().contains_key(key)
     }
 
     /// Whether a lookup is fetching `key` from a stream.

@@ -263,6 +263,12 @@ impl BlockCache {
         self.fetching.streamed(&self.generational(key))
     }
 
+    /// Whether a lookup is fetching block `key` now, from a stream or alone: from its
+    /// miss until the block is in memory.
+    pub fn fetching(&self, key: &BlockKey) -> bool {
+        self.fetching.any(&self.generational(key))
+    }
+
     /// Bytes `within` of a block of `block_len` bytes when the memory tier holds it, as
     /// [`Self::block`] finds them there; `None` otherwise. Nothing is read from disk and
     /// nothing waits.

@@ -81,12 +81,18 @@ impl Blocks {
     /// Whether this node has block `index` of `target` without a stream: the cache holds
     /// it, or a lookup is fetching it from a stream (a read's lookup joins that fetch). A
     /// block a stream just handed to a lookup, which caches it a moment later, is not
-    /// streamed again by a read that opens its streams in that moment.
+    /// streamed again by a read that opens its streams in that moment. In a fleet a
+    /// lookup fetching it alone counts too: that is the fleet's one fetch of the block.
     fn has(&self, target: &Target, index: BlockIndex) -> Has {
         let key = target.key(index);
+        let cache = &self.inner.cache;
+        let fetching = match self.inner.peers {
+            Some(_) => cache.fetching(&key),
+            None => cache.streamed_to_a_lookup(&key),
+        };
         if self.holds(&key, target.layout.block_len(index)) {
             Has::Here
-        } else if self.inner.cache.streamed_to_a_lookup(&key) {
+        } else if fetching {
             Has::Fetching
         } else {
             Has::Missing
