@@ -24,6 +24,15 @@ pub(super) struct Fetching {
     blocks: parking_lot::Mutex<HashMap<BlockKey, Fetched>>,
 }
 
+/// How a block under way is fetched.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fetch {
+    /// Asked of the origin (or its owner) alone, so far.
+    Alone,
+    /// From an origin stream that brings it.
+    FromStream,
+}
+
 #[derive(Default)]
 struct Fetched {
     holders: usize,
@@ -47,17 +56,14 @@ impl Fetching {
         }
     }
 
-    /// Whether a lookup is fetching `key`, from a stream or alone.
-    pub(super) fn any(&self, key: &BlockKey) -> bool {
-        self.blocks.lock().contains_key(key)
-    }
-
-    /// Whether a lookup is fetching `key` from a stream.
-    pub(super) fn streamed(&self, key: &BlockKey) -> bool {
-        self.blocks
-            .lock()
-            .get(key)
-            .is_some_and(|fetched| fetched.from_stream)
+    /// How a lookup is fetching `key`, if one is.
+    pub(super) fn under_way(&self, key: &BlockKey) -> Option<Fetch> {
+        let blocks = self.blocks.lock();
+        let fetched = blocks.get(key)?;
+        Some(match fetched.from_stream {
+            true => Fetch::FromStream,
+            false => Fetch::Alone,
+        })
     }
 }
 
@@ -90,24 +96,33 @@ mod tests {
     }
 
     #[test]
-    fn a_block_counts_once_its_fetch_found_a_stream_while_any_lookup_holds_it() {
+    fn a_block_is_under_way_while_any_lookup_holds_it_and_from_a_stream_once_found() {
         let fetching = Arc::new(Fetching::default());
         fetching.found_stream(&key(1));
         let first = fetching.hold(&key(1));
-        assert!(!fetching.streamed(&key(1)), "a lone fetch does not count");
+        assert_eq!(
+            fetching.under_way(&key(1)),
+            Some(Fetch::Alone),
+            "a lone fetch"
+        );
         let second = fetching.hold(&key(1));
         fetching.found_stream(&key(1));
-        assert!(fetching.streamed(&key(1)));
-        assert!(!fetching.streamed(&key(2)));
+        assert_eq!(fetching.under_way(&key(1)), Some(Fetch::FromStream));
+        assert_eq!(fetching.under_way(&key(2)), None);
         drop(first);
-        assert!(
-            fetching.streamed(&key(1)),
+        assert_eq!(
+            fetching.under_way(&key(1)),
+            Some(Fetch::FromStream),
             "the second lookup still holds it"
         );
         drop(second);
-        assert!(!fetching.streamed(&key(1)));
+        assert_eq!(fetching.under_way(&key(1)), None);
         let again = fetching.hold(&key(1));
-        assert!(!fetching.streamed(&key(1)), "a new fetch starts alone");
+        assert_eq!(
+            fetching.under_way(&key(1)),
+            Some(Fetch::Alone),
+            "a new fetch"
+        );
         drop(again);
     }
 }

@@ -56,6 +56,7 @@ pub use device::{DISK_FAILURES_BEFORE_DEGRADED, DISK_PROBE_INTERVAL};
 pub use disk::{DiskFilesError, DiskFormat, raise_open_file_limit};
 use doorkeeper::Doorkeeper;
 pub use error::{CacheError, LookupError};
+pub use fetching::Fetch;
 use foyer::{HybridCache, HybridCacheProperties, Location, Source};
 pub use key::{BlockKey, CacheKey, CacheValue};
 pub use layout::{DISK_FLUSHERS, DiskLayout, PIECE_BYTES};
@@ -257,16 +258,10 @@ impl BlockCache {
         self.fetching.found_stream(&self.generational(key));
     }
 
-    /// Whether a lookup is fetching block `key` from an origin stream now: from its miss,
-    /// once [`Self::fetching_from_stream`] noted it, until the block is in memory.
-    pub fn streamed_to_a_lookup(&self, key: &BlockKey) -> bool {
-        self.fetching.streamed(&self.generational(key))
-    }
-
-    /// Whether a lookup is fetching block `key` now, from a stream or alone: from its
-    /// miss until the block is in memory.
-    pub fn fetching(&self, key: &BlockKey) -> bool {
-        self.fetching.any(&self.generational(key))
+    /// How a lookup is fetching block `key` now, if one is: from its miss until the block
+    /// is in memory, [`Fetch::FromStream`] once [`Self::fetching_from_stream`] noted it.
+    pub fn fetch_under_way(&self, key: &BlockKey) -> Option<Fetch> {
+        self.fetching.under_way(&self.generational(key))
     }
 
     /// Bytes `within` of a block of `block_len` bytes when the memory tier holds it, as

@@ -6,6 +6,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use super::Blocks;
+use crate::cache::Fetch;
 use crate::read::Target;
 use crate::read::claims::Bringer;
 use crate::read::discovered::Discovered;
@@ -85,10 +86,9 @@ impl Blocks {
     /// lookup fetching it alone counts too: that is the fleet's one fetch of the block.
     fn has(&self, target: &Target, index: BlockIndex) -> Has {
         let key = target.key(index);
-        let cache = &self.inner.cache;
-        let fetching = match self.inner.peers {
-            Some(_) => cache.fetching(&key),
-            None => cache.streamed_to_a_lookup(&key),
+        let fetching = match (self.inner.cache.fetch_under_way(&key), &self.inner.peers) {
+            (Some(Fetch::FromStream), _) | (Some(Fetch::Alone), Some(_)) => true,
+            (Some(Fetch::Alone), None) | (None, _) => false,
         };
         if self.holds(&key, target.layout.block_len(index)) {
             Has::Here
