@@ -30,6 +30,10 @@
 //! cold-sequential also reads its object straight from the origin in 4 MiB ranges, 8 at a
 //! time (`direct-parallel`): the most a prefetcher can pull through the origin here.
 //!
+//! `herd-rounds` runs cold-herd's load on a fresh Portico many times over, on fresh
+//! objects, beside an earlier build when `BENCH_BASELINE_BIN` names one, to tell changes
+//! in its time to first byte apart (see `herds.rs`).
+//!
 //! `cpu` measures what each byte served costs the server in CPU, for a cold fill and for
 //! memory hits, beside nginx and an earlier Portico build (see `cpu.rs`).
 //!
@@ -63,6 +67,8 @@ mod cpu;
 mod device;
 #[path = "suite/field.rs"]
 mod field;
+#[path = "suite/herds.rs"]
+mod herds;
 #[path = "suite/listing.rs"]
 mod listing;
 #[path = "suite/loads.rs"]
@@ -258,6 +264,9 @@ async fn suite() {
     }
     if wanted("cold-herd") {
         peak_rss.push(field::cold_herd_scenario(&portico, &targets, &origin).await);
+    }
+    if wanted("herd-rounds") {
+        herds::herd_rounds_scenario(&settings, work.path(), &origin, (&direct, &bucket)).await;
     }
     if wanted("random-cold") {
         peak_rss.push(field::random_cold_scenario(&portico, &targets, &origin).await);
