@@ -86,11 +86,55 @@ pub(super) type Sender = mpsc::Sender<Sent>;
 ///
 /// A response whose blocks are all in hand needs no task: its connection finds every
 /// frame ready and writes them with the head, without waiting for a wake-up between.
+///
+/// A body [in turns](Self::in_turns) hands its connection at most [`TURN_BYTES`] at a
+/// time, and lets the other tasks of its worker run between turns.
 pub struct BodyStream {
     ready: std::vec::IntoIter<Bytes>,
     /// Ends the ready slices: the response is cut off there.
     failed: Option<ReadError>,
     sent: Option<mpsc::Receiver<Sent>>,
+    /// Boxed: a body in turns is the rarer one, and every body lives in a response.
+    turns: Option<Box<Turns>>,
+}
+
+/// The bytes a body in turns hands its connection per turn. A connection writes what its
+/// body hands it in one go, as far as the socket takes it: a whole 4 MiB block in one
+/// poll of its task, milliseconds of a worker when the cores are shared with the client
+/// (docs/benchmarks.md, "cold-herd: a herd's bodies in turns" has the figures that chose
+/// 512 KiB over 256 KiB and 1 MiB).
+pub(super) const TURN_BYTES: usize = 512 * 1024;
+
+/// Where a body in turns stands: the bytes left in this turn, what is left of a slice
+/// that did not fit in the last one (handed out before the ready slices), and the yield
+/// between two turns.
+struct Turns {
+    left: usize,
+    carry: Option<Bytes>,
+    between: Option<std::pin::Pin<Box<dyn Future<Output = ()> + Send + Sync>>>,
+}
+
+impl Turns {
+    /// Ready when this turn has bytes left: after a full turn, once the worker has run
+    /// the tasks waiting for it (`tokio::task::yield_now` puts this one behind them).
+    fn poll_room(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<()> {
+        if self.left == 0 {
+            let between = self
+                .between
+                .get_or_insert_with(|| Box::pin(tokio::task::yield_now()));
+            std::task::ready!(between.as_mut().poll(cx));
+            self.between = None;
+            self.left = TURN_BYTES;
+        }
+        std::task::Poll::Ready(())
+    }
+
+    /// What of `slice` this turn hands out; the rest is carried to the next.
+    fn take(&mut self, mut slice: Bytes) -> Bytes {
+        self.carry = (slice.len() > self.left).then(|| slice.split_off(self.left));
+        self.left -= slice.len();
+        slice
+    }
 }
 
 impl BodyStream {
@@ -101,7 +145,27 @@ impl BodyStream {
             ready: ready.slices.into_iter(),
             failed: ready.failed,
             sent,
+            turns: None,
         }
+    }
+
+    /// This body, handed to its connection in turns of [`TURN_BYTES`], each turn after
+    /// the first once the tasks that wait for the worker have run. For the reads a fetch
+    /// releases together (a herd): written one after another whole, the last reader's
+    /// first byte waits for every other reader's first block; in turns, each starts
+    /// within a turn of each other's.
+    pub(super) fn in_turns(mut self) -> Self {
+        self.turns = Some(Box::new(Turns {
+            left: TURN_BYTES,
+            carry: None,
+            between: None,
+        }));
+        self
+    }
+
+    #[cfg(test)]
+    pub(super) fn takes_turns(&self) -> bool {
+        self.turns.is_some()
     }
 
     /// A body of what arrives from `sent`.
@@ -118,21 +182,30 @@ impl futures::Stream for BodyStream {
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Option<Self::Item>> {
         use std::task::Poll;
+        let this = &mut *self;
         loop {
-            if let Some(slice) = self.ready.next() {
-                return Poll::Ready(Some(Ok(slice)));
+            let carried = this.turns.as_mut().and_then(|turns| turns.carry.take());
+            if let Some(slice) = carried.or_else(|| this.ready.next()) {
+                let Some(turns) = this.turns.as_mut() else {
+                    return Poll::Ready(Some(Ok(slice)));
+                };
+                if turns.poll_room(cx).is_pending() {
+                    turns.carry = Some(slice);
+                    return Poll::Pending;
+                }
+                return Poll::Ready(Some(Ok(turns.take(slice))));
             }
-            if let Some(error) = self.failed.take() {
-                self.sent = None;
+            if let Some(error) = this.failed.take() {
+                this.sent = None;
                 return Poll::Ready(Some(Err(error)));
             }
-            let Some(sent) = self.sent.as_mut() else {
+            let Some(sent) = this.sent.as_mut() else {
                 return Poll::Ready(None);
             };
             match std::task::ready!(sent.poll_recv(cx)) {
-                Some(Ok(slices)) => self.ready = slices.into_iter(),
-                Some(Err(error)) => self.failed = Some(error),
-                None => self.sent = None,
+                Some(Ok(slices)) => this.ready = slices.into_iter(),
+                Some(Err(error)) => this.failed = Some(error),
+                None => this.sent = None,
             }
         }
     }
@@ -267,6 +340,74 @@ mod tests {
             now(&mut body).unwrap().is_none(),
             "the body ends with its sender"
         );
+    }
+
+    #[tokio::test]
+    async fn a_body_in_turns_hands_out_a_turn_at_a_time_and_lets_the_worker_go_between() {
+        let block: Vec<u8> = (0..2 * TURN_BYTES + TURN_BYTES / 2)
+            .map(|at| (at % 251) as u8)
+            .collect();
+        let sent_block: Vec<u8> = (0..TURN_BYTES + 7).map(|at| (at % 241) as u8).collect();
+        let (sender, receiver) = mpsc::channel(1);
+        let ready = Ready {
+            slices: vec![Bytes::from(block.clone())],
+            failed: None,
+        };
+        let mut body = BodyStream::new(ready, Some(receiver)).in_turns();
+        let mut bytes = Vec::new();
+        let mut turns = Vec::new();
+        sender
+            .send(Ok(vec![Bytes::from(sent_block.clone())]))
+            .await
+            .unwrap();
+        drop(sender);
+        loop {
+            // A turn: what is ready without waiting.
+            let mut turn = 0;
+            let ended = loop {
+                match now(&mut body) {
+                    Some(Some(Ok(slice))) => {
+                        turn += slice.len();
+                        bytes.extend_from_slice(&slice);
+                    }
+                    Some(Some(Err(error))) => panic!("the body was aborted: {error}"),
+                    Some(None) => break true,
+                    None => break false,
+                }
+            };
+            turns.push(turn);
+            if ended {
+                break;
+            }
+            // The worker runs whatever waits for it; then the next turn is ready.
+            tokio::task::yield_now().await;
+        }
+        let mut expected = block;
+        expected.extend_from_slice(&sent_block);
+        assert!(bytes == expected, "every byte, in order");
+        // 2.5 turns in hand, then a sent block of a turn and 7 bytes: the half turn left
+        // is filled from the sent block, whose last bytes end the body.
+        let half = TURN_BYTES / 2;
+        assert_eq!(
+            turns,
+            [TURN_BYTES, TURN_BYTES, TURN_BYTES, half + 7],
+            "each turn hands out at most {TURN_BYTES} bytes"
+        );
+
+        // Without turns, everything in hand is ready at once.
+        let whole = vec![0u8; 3 * TURN_BYTES];
+        let mut body = BodyStream::new(
+            Ready {
+                slices: vec![Bytes::from(whole)],
+                failed: None,
+            },
+            None,
+        );
+        assert_eq!(
+            now(&mut body).unwrap().unwrap().unwrap().len(),
+            3 * TURN_BYTES
+        );
+        assert!(now(&mut body).unwrap().is_none());
     }
 
     #[tokio::test]

@@ -21,7 +21,7 @@ use super::{
     Target, abort, uncached,
 };
 use crate::budget::Charge;
-use crate::cache::Part;
+use crate::cache::{Part, Tier};
 use crate::object::ObjectMeta;
 use crate::rules::Policy;
 use crate::source::ResponseHead;
@@ -232,6 +232,15 @@ impl ReadPath {
     /// so is the rest when memory holds it (up to the readahead); otherwise a task sends
     /// the rest. The stream's lookups belong to the request's trace.
     fn stream(&self, read: BlockRead, started: Started, tally: Arc<Tally>) -> BodyStream {
+        // A read whose first block another read's fetch brought is one of the reads that
+        // fetch released at once, and its body takes turns with theirs.
+        let herd = started.first_block.tier == Tier::Coalesced;
+        let body = self.stream_blocks(read, started, tally);
+        if herd { body.in_turns() } else { body }
+    }
+
+    /// [`Self::stream`], before it decides on turns.
+    fn stream_blocks(&self, read: BlockRead, started: Started, tally: Arc<Tally>) -> BodyStream {
         let BlockRead {
             target,
             bytes,

@@ -258,6 +258,40 @@ async fn concurrent_cold_reads_ask_the_source_once_per_block() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn the_reads_one_fetch_releases_take_turns_and_a_hit_or_the_fetch_s_own_read_does_not() {
+    let source = Arc::new(MemorySource::default());
+    let expected = body(3 * BLOCK as usize + 100, 1);
+    source.put("herd", expected.clone(), 1);
+    let read = read_path(&source, settings()).await;
+    let readers: Vec<_> = (0..4)
+        .map(|_| {
+            let (read, expected) = (read.clone(), expected.clone());
+            tokio::spawn(async move {
+                let answer = get_plain(&read, &object("herd"), None).await.unwrap();
+                let turns = answer.body.takes_turns();
+                let (bytes, error) = collect(answer).await;
+                assert_eq!(error, None);
+                assert!(bytes == expected, "a reader got other bytes");
+                turns
+            })
+        })
+        .collect();
+    let mut in_turns = Vec::new();
+    for reader in readers {
+        in_turns.push(reader.await.unwrap());
+    }
+    // One read fetched; the three it released share the worker in turns.
+    in_turns.sort();
+    assert_eq!(in_turns, [false, true, true, true]);
+    assert_eq!(source.calls().len(), 1);
+    // A hit is written whole.
+    let answer = get_plain(&read, &object("herd"), None).await.unwrap();
+    assert!(!answer.body.takes_turns());
+    let (bytes, _) = collect(answer).await;
+    assert!(bytes == expected);
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_discovery_caches_its_block_even_when_the_client_that_started_it_leaves() {
     let source = Arc::new(MemorySource::default());
     let expected = body(BLOCK as usize, 1);
