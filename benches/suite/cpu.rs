@@ -57,12 +57,7 @@ where
 {
     let mut runs: Vec<Vec<Run>> = targets.iter().map(|_| Vec::new()).collect();
     for round in 0..FILL_ROUNDS {
-        // Every round in the other order, so a drift of the machine touches all alike.
-        let mut order: Vec<usize> = (0..targets.len()).collect();
-        if round % 2 == 1 {
-            order.reverse();
-        }
-        for at in order {
+        for at in turn_order(round, targets.len()) {
             let key = &objects[round * FILL_SLOTS + at];
             let run = counted(&targets[at], origin, &|base| load(base, key.clone())).await;
             print_run(&format!("{} #{}", targets[at].name, round + 1), &run, false);

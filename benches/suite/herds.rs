@@ -58,11 +58,7 @@ pub(super) async fn herd_rounds_scenario(
     let mut ttfbs: Vec<Vec<(f64, f64)>> = targets.iter().map(|_| Vec::new()).collect();
     let mut waits: Vec<Vec<f64>> = targets.iter().map(|_| Vec::new()).collect();
     for round in 0..rounds {
-        let mut order: Vec<usize> = (0..targets.len()).collect();
-        if round % 2 == 1 {
-            order.reverse();
-        }
-        for at in order {
+        for at in turn_order(round, targets.len()) {
             let key = format!("herd-round-{round}-{at}.bin");
             let data = random_bytes(HERD_BYTES as usize, 5000 + (round * 2 + at) as u64);
             upload(direct, bucket, &key, ByteStream::from(data)).await;

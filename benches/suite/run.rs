@@ -181,6 +181,16 @@ impl Run {
     }
 }
 
+/// The order of `targets` targets in round `round` of runs taken in turns: every round in
+/// the other order, so that a drift of the machine touches all alike.
+pub(super) fn turn_order(round: usize, targets: usize) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..targets).collect();
+    if round % 2 == 1 {
+        order.reverse();
+    }
+    order
+}
+
 /// Runs `load` against `target`, counting what reached the origin and the peak RSS.
 pub(super) async fn measure<F, Fut>(target: &Target, origin: &Forwarder, load: &F) -> Run
 where
