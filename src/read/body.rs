@@ -100,9 +100,9 @@ pub struct BodyStream {
 
 /// The bytes a body in turns hands its connection per turn. A connection writes what its
 /// body hands it in one go, as far as the socket takes it: a whole 4 MiB block in one
-/// poll of its task, milliseconds of a worker when the cores are shared with the client
-/// (docs/benchmarks.md, "cold-herd: a herd's bodies in turns" has the figures that chose
-/// 512 KiB over 256 KiB and 1 MiB).
+/// poll of its task, milliseconds of a worker when the cores are shared with the client.
+/// docs/benchmarks.md ("cold-herd: the reads a fetch releases take turns") has the
+/// figures that chose 512 KiB over 256 KiB and 1 MiB.
 pub(super) const TURN_BYTES: usize = 512 * 1024;
 
 /// Where a body in turns stands: the bytes left in this turn, what is left of a slice
