@@ -111,15 +111,12 @@ pub(super) async fn cpu_scenario(
     settings.disk_capacity = "2GiB";
     settings.cache_dir = work.join("portico-cpu");
     let portico = Portico::start(Path::new(env!("CARGO_BIN_EXE_portico")), &settings).await;
-    let baseline = match std::env::var("BENCH_BASELINE_BIN") {
-        Ok(binary) if !binary.is_empty() => {
-            let mut settings = settings.clone();
-            settings.cache_dir = work.join("portico-cpu-base");
-            // An earlier build, which may not know the key.
-            settings.memory_pretouch = None;
-            Some(Portico::start(Path::new(&binary), &settings).await)
-        }
-        _ => None,
+    let baseline = {
+        let mut settings = settings.clone();
+        settings.cache_dir = work.join("portico-cpu-base");
+        // An earlier build, which may not know the key.
+        settings.memory_pretouch = None;
+        baseline_portico(&settings).await
     };
     let mut targets = vec![portico_target("portico", &portico, bucket), nginx.clone()];
     let (kept, (faults, _)) = (

@@ -34,13 +34,8 @@ pub(super) async fn herd_rounds_scenario(
     settings.disk_capacity = "2GiB";
     settings.cache_dir = work.join("portico-herds");
     let portico = Portico::start(Path::new(env!("CARGO_BIN_EXE_portico")), &settings).await;
-    let baseline = match std::env::var("BENCH_BASELINE_BIN") {
-        Ok(binary) if !binary.is_empty() => {
-            settings.cache_dir = work.join("portico-herds-base");
-            Some(Portico::start(Path::new(&binary), &settings).await)
-        }
-        _ => None,
-    };
+    settings.cache_dir = work.join("portico-herds-base");
+    let baseline = baseline_portico(&settings).await;
     let mut targets = vec![portico_target("portico", &portico, bucket)];
     targets.extend(
         baseline

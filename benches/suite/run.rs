@@ -181,6 +181,16 @@ impl Run {
     }
 }
 
+/// The earlier Portico build `BENCH_BASELINE_BIN` names, started on `settings`, if it
+/// names one.
+pub(super) async fn baseline_portico(settings: &Settings) -> Option<Portico> {
+    let binary = std::env::var("BENCH_BASELINE_BIN").ok()?;
+    if binary.is_empty() {
+        return None;
+    }
+    Some(Portico::start(Path::new(&binary), settings).await)
+}
+
 /// The order of `targets` targets in round `round` of runs taken in turns: every round in
 /// the other order, so that a drift of the machine touches all alike.
 pub(super) fn turn_order(round: usize, targets: usize) -> Vec<usize> {
