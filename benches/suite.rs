@@ -28,7 +28,10 @@
 //! measured rounds.
 //!
 //! cold-sequential also reads its object straight from the origin in 4 MiB ranges, 8 at a
-//! time (`direct-parallel`): the most a prefetcher can pull through the origin here.
+//! time (`direct-parallel`): the most a prefetcher can pull through the origin here. It
+//! prints what each run cost the whole machine in CPU per GiB read (Portico's share
+//! apart), and the throughput those costs allow if the cores never wait: the origin, its
+//! forwarder and the client share the machine's cores with Portico.
 //!
 //! `herd-rounds` runs cold-herd's load on a fresh Portico many times over, on fresh
 //! objects, beside an earlier build when `BENCH_BASELINE_BIN` names one, to tell changes

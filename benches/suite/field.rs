@@ -34,6 +34,18 @@ pub(super) async fn cold_sequential_scenario(targets: &[Target], origin: &Forwar
         "machine CPU busy (all cores, every process): {:.0}% during portico's run, {:.0}% during direct-parallel",
         runs[PORTICO].cpu_busy_percent, parallel.cpu_busy_percent
     );
+    // What the read cost the machine per GiB, and so the most the cores allow: the run
+    // reaches that figure only if no core ever waits.
+    let cores = std::thread::available_parallelism().map_or(1, usize::from) as f64;
+    let portico_cost = runs[PORTICO].machine_core_seconds_per_gib(cores);
+    let own_cost = runs[PORTICO].server_core_seconds_per_gib();
+    let bound = cores / portico_cost * 1024.0;
+    println!(
+        "CPU per GiB read (core-seconds, every process): {portico_cost:.2} in portico's run (Portico {own_cost:.2}, the rest {:.2}), {:.2} in direct-parallel; the {cores} cores never idle at these costs: {bound:.0} MiB/s, {:.2}x direct-parallel",
+        portico_cost - own_cost,
+        parallel.machine_core_seconds_per_gib(cores),
+        bound / parallel.mib_per_sec()
+    );
     runs[PORTICO].peak_rss_mib.unwrap_or(0)
 }
 

@@ -161,6 +161,17 @@ impl Run {
         self.bytes as f64 / (1024 * MIB) as f64
     }
 
+    /// The CPU time every process on the machine (of `cores`) spent during the run, per
+    /// GiB read.
+    pub(super) fn machine_core_seconds_per_gib(&self, cores: f64) -> f64 {
+        self.cpu_busy_percent / 100.0 * cores * self.elapsed.as_secs_f64() / self.gib()
+    }
+
+    /// The CPU time the target's processes spent during the run, per GiB read.
+    pub(super) fn server_core_seconds_per_gib(&self) -> f64 {
+        self.server_cpu_seconds / self.gib()
+    }
+
     pub(super) fn mib_per_sec(&self) -> f64 {
         self.bytes as f64 / MIB as f64 / self.elapsed.as_secs_f64()
     }
