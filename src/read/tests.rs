@@ -71,6 +71,16 @@ async fn read_path(source: &Arc<MemorySource>, settings: ReadSettings) -> ReadPa
     member_read_path(source, settings, None).await
 }
 
+/// A source holding `key` (`len` bytes of version 1), those bytes, and a read path over
+/// the source with [`settings`].
+async fn holding(key: &str, len: usize) -> (Arc<MemorySource>, Vec<u8>, ReadPath) {
+    let source = Arc::new(MemorySource::default());
+    let data = body(len, 1);
+    source.put(key, data.clone(), 1);
+    let read = read_path(&source, settings()).await;
+    (source, data, read)
+}
+
 /// [`read_path`] of a cluster member whose other members are `peers`.
 async fn member_read_path(
     source: &Arc<MemorySource>,
@@ -144,6 +154,20 @@ fn range(first: u64, last: u64) -> Option<RangeRequest> {
 /// The whole body of `read`, or the error that aborted it after the bytes before it.
 async fn collect(read: ObjectRead) -> (Vec<u8>, Option<ReadError>) {
     collect_body(read.body).await
+}
+
+/// Runs each of `readers` on a task of its own, all at once; their outputs, in order.
+async fn concurrently<F>(readers: impl IntoIterator<Item = F>) -> Vec<F::Output>
+where
+    F: std::future::Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    let tasks: Vec<_> = readers.into_iter().map(tokio::spawn).collect();
+    let mut outputs = Vec::with_capacity(tasks.len());
+    for task in tasks {
+        outputs.push(task.await.expect("a reader panicked"));
+    }
+    outputs
 }
 
 /// The bytes of `body`, or the error that aborted it after the bytes before it.
@@ -224,19 +248,14 @@ fn fetches_of(source: &MemorySource, key: &str, index: u64) -> usize {
 
 #[tokio::test(start_paused = true)]
 async fn concurrent_cold_reads_ask_the_source_once_per_block() {
-    let source = Arc::new(MemorySource::default());
-    let expected = body(3 * BLOCK as usize + 100, 1);
-    source.put("shard", expected.clone(), 1);
-    let read = read_path(&source, settings()).await;
-    let readers: Vec<_> = (0..16)
-        .map(|_| {
-            let read = read.clone();
-            tokio::spawn(async move { get(&read, "shard", None).await })
-        })
-        .collect();
+    let (source, expected, read) = holding("shard", 3 * BLOCK as usize + 100).await;
+    let answers = concurrently((0..16).map(|_| {
+        let read = read.clone();
+        async move { get(&read, "shard", None).await }
+    }))
+    .await;
     let mut statuses = Vec::new();
-    for reader in readers {
-        let (bytes, status) = reader.await.unwrap();
+    for (bytes, status) in answers {
         assert!(bytes == expected, "a reader got other bytes");
         statuses.push(status);
     }
@@ -259,27 +278,19 @@ async fn concurrent_cold_reads_ask_the_source_once_per_block() {
 
 #[tokio::test(start_paused = true)]
 async fn the_reads_one_fetch_releases_take_turns_and_a_hit_or_the_fetch_s_own_read_does_not() {
-    let source = Arc::new(MemorySource::default());
-    let expected = body(3 * BLOCK as usize + 100, 1);
-    source.put("herd", expected.clone(), 1);
-    let read = read_path(&source, settings()).await;
-    let readers: Vec<_> = (0..4)
-        .map(|_| {
-            let (read, expected) = (read.clone(), expected.clone());
-            tokio::spawn(async move {
-                let answer = get_plain(&read, &object("herd"), None).await.unwrap();
-                let turns = answer.body.takes_turns();
-                let (bytes, error) = collect(answer).await;
-                assert_eq!(error, None);
-                assert!(bytes == expected, "a reader got other bytes");
-                turns
-            })
-        })
-        .collect();
-    let mut in_turns = Vec::new();
-    for reader in readers {
-        in_turns.push(reader.await.unwrap());
-    }
+    let (source, expected, read) = holding("herd", 3 * BLOCK as usize + 100).await;
+    let mut in_turns = concurrently((0..4).map(|_| {
+        let (read, expected) = (read.clone(), expected.clone());
+        async move {
+            let answer = get_plain(&read, &object("herd"), None).await.unwrap();
+            let turns = answer.body.takes_turns();
+            let (bytes, error) = collect(answer).await;
+            assert_eq!(error, None);
+            assert!(bytes == expected, "a reader got other bytes");
+            turns
+        }
+    }))
+    .await;
     // One read fetched; the three it released share the worker in turns.
     in_turns.sort();
     assert_eq!(in_turns, [false, true, true, true]);
@@ -293,10 +304,7 @@ async fn the_reads_one_fetch_releases_take_turns_and_a_hit_or_the_fetch_s_own_re
 
 #[tokio::test(start_paused = true)]
 async fn a_discovery_caches_its_block_even_when_the_client_that_started_it_leaves() {
-    let source = Arc::new(MemorySource::default());
-    let expected = body(BLOCK as usize, 1);
-    source.put("shard", expected.clone(), 1);
-    let read = read_path(&source, settings()).await;
+    let (source, expected, read) = holding("shard", BLOCK as usize).await;
     let leaver = tokio::spawn({
         let read = read.clone();
         async move { get(&read, "shard", None).await }
@@ -328,10 +336,7 @@ fn ready_now(body: &mut super::BodyStream) -> (Vec<u8>, bool) {
 
 #[tokio::test(start_paused = true)]
 async fn a_hit_in_memory_is_in_the_body_when_it_starts() {
-    let source = Arc::new(MemorySource::default());
-    let expected = body(4 * BLOCK as usize, 1);
-    source.put("held", expected.clone(), 1);
-    let read = read_path(&source, settings()).await;
+    let (source, expected, read) = holding("held", 4 * BLOCK as usize).await;
     get(&read, "held", range(0, 3 * BLOCK - 1)).await;
     let asked = source.calls().len();
     // Within one block, and across three held blocks (the first and the readahead of
@@ -386,10 +391,7 @@ async fn a_hit_in_memory_is_in_the_body_when_it_starts() {
 
 #[tokio::test(start_paused = true)]
 async fn a_suffix_range_in_the_last_block_of_an_unknown_object_is_one_request() {
-    let source = Arc::new(MemorySource::default());
-    let expected = body(2 * BLOCK as usize + 10, 1);
-    source.put("tail", expected.clone(), 1);
-    let read = read_path(&source, settings()).await;
+    let (source, expected, read) = holding("tail", 2 * BLOCK as usize + 10).await;
     let suffix = Some(RangeRequest::Suffix { length: 10 });
     let (bytes, _) = get(&read, "tail", suffix).await;
     assert_eq!(bytes, expected[expected.len() - 10..]);

@@ -10,7 +10,8 @@ use bytes::Bytes;
 
 use super::memory::{Call, MemorySource};
 use super::{
-    BLOCK, block_range, body, collect, get, get_plain, object, range, settings, sized_read_path,
+    BLOCK, block_range, body, collect, concurrently, get, get_plain, object, range, settings,
+    sized_read_path,
 };
 use crate::checksum::{Algorithm, Crc};
 use crate::config::ByteSize;
@@ -147,12 +148,10 @@ async fn two_members_reading_one_object_fetch_each_block_from_the_source_once() 
     source.put("shard", expected.clone(), 1);
     let (first, second, _, _) = pair(&source).await;
 
-    let readers: Vec<_> = [first.clone(), second.clone(), first, second]
-        .into_iter()
-        .map(|read| tokio::spawn(async move { get(&read, "shard", None).await.0 }))
-        .collect();
-    for reader in readers {
-        assert!(reader.await.unwrap() == expected);
+    let readers = [first.clone(), second.clone(), first, second]
+        .map(|read| async move { get(&read, "shard", None).await.0 });
+    for bytes in concurrently(readers).await {
+        assert!(bytes == expected);
     }
     for index in 0..6 {
         assert_eq!(

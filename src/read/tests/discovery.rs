@@ -34,10 +34,7 @@ async fn a_cold_read_of_up_to_a_discovery_s_blocks_is_one_get_and_a_longer_one_s
         (DISCOVERY_BLOCKS + 3) * BLOCK,
     ];
     for size in sizes {
-        let source = Arc::new(MemorySource::default());
-        let expected = body(size as usize, 1);
-        source.put("object", expected.clone(), 1);
-        let read = read_path(&source, settings()).await;
+        let (source, expected, read) = holding("object", size as usize).await;
         let (bytes, status) = get(&read, "object", None).await;
         assert!(bytes == expected, "{size} bytes: other bytes");
         assert!(status.contains("fwd=miss"), "{size}: {status}");
@@ -65,10 +62,7 @@ async fn a_cold_read_of_up_to_a_discovery_s_blocks_is_one_get_and_a_longer_one_s
 
 #[tokio::test(start_paused = true)]
 async fn a_cold_range_asks_for_the_blocks_it_covers_and_a_block_alone_as_before() {
-    let source = Arc::new(MemorySource::default());
-    let expected = body(40 * BLOCK as usize, 1);
-    source.put("object", expected.clone(), 1);
-    let read = read_path(&source, settings()).await;
+    let (source, expected, read) = holding("object", 40 * BLOCK as usize).await;
     // From inside block 2 to inside block 6: blocks 2 to 6, in one GET.
     let (first, last) = (2 * BLOCK + 100, 6 * BLOCK + 7);
     let (bytes, _) = get(&read, "object", range(first, last)).await;
@@ -93,18 +87,16 @@ async fn readers_that_share_a_discovery_at_other_offsets_cost_each_block_once() 
     let expected = body(size as usize, 1);
     source.put("object", expected.clone(), 1);
     let read = read_path(&source, settings()).await;
-    let readers: Vec<_> = (0..8u64)
-        .map(|n| {
-            let read = read.clone();
-            let first = n * 3 * BLOCK + 17;
-            tokio::spawn(async move {
-                let asked = Some(RangeRequest::From { first, last: None });
-                (first, get(&read, "object", asked).await.0)
-            })
-        })
-        .collect();
-    for reader in readers {
-        let (first, bytes) = reader.await.unwrap();
+    let answers = concurrently((0..8u64).map(|n| {
+        let read = read.clone();
+        let first = n * 3 * BLOCK + 17;
+        async move {
+            let asked = Some(RangeRequest::From { first, last: None });
+            (first, get(&read, "object", asked).await.0)
+        }
+    }))
+    .await;
+    for (first, bytes) in answers {
         assert!(bytes == expected[first as usize..], "from {first}");
     }
     let asked = gets(&source);
@@ -129,10 +121,7 @@ async fn a_read_a_block_past_a_discovery_completes_across_an_overwrite() {
         range(BLOCK / 2, discovery + BLOCK / 2),
     )]);
     for (size, asked) in reads {
-        let source = Arc::new(MemorySource::default());
-        let first = body(size as usize, 1);
-        source.put("object", first.clone(), 1);
-        let read = read_path(&source, settings()).await;
+        let (source, first, read) = holding("object", size as usize).await;
         let answer = get_plain(&read, &object("object"), asked).await.unwrap();
         source.put("object", body(size as usize, 2), 2);
         let (bytes, error) = collect(answer).await;

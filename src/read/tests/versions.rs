@@ -29,10 +29,7 @@ async fn a_version_change_before_the_first_byte_is_read_again() {
 #[tokio::test(start_paused = true)]
 async fn the_blocks_after_the_first_are_asked_for_with_it_so_an_overwrite_after_the_headers_cuts_no_short_read()
  {
-    let source = Arc::new(MemorySource::default());
-    let first = body(3 * BLOCK as usize, 1);
-    source.put("model", first.clone(), 1);
-    let read = read_path(&source, settings()).await;
+    let (source, first, read) = holding("model", 3 * BLOCK as usize).await;
     // Headers are out once block 0 is read; blocks 1 and 2 (the readahead) were asked
     // for with it, so the overwrite that follows finds them answered already.
     let answer = get_plain(&read, &object("model"), None).await.unwrap();
@@ -106,10 +103,7 @@ async fn a_cached_first_block_of_an_overwritten_version_is_not_sent_before_the_r
 /// the cache nor the origin, so the body is aborted.
 #[tokio::test(start_paused = true)]
 async fn a_version_change_found_past_the_first_fetches_aborts_the_body() {
-    let source = Arc::new(MemorySource::default());
-    let first = body(15 * BLOCK as usize, 1);
-    source.put("model", first.clone(), 1);
-    let read = read_path(&source, settings()).await;
+    let (source, first, read) = holding("model", 15 * BLOCK as usize).await;
     // Blocks 0-1, 3-4, 6-7, 9-10 and 12-13 cached: holes at 2, 5, 8, 11 and 14.
     for pair in [0, 3, 6, 9, 12] {
         get(&read, "model", range(pair * BLOCK, (pair + 2) * BLOCK - 1)).await;
@@ -136,10 +130,7 @@ async fn a_version_change_found_past_the_first_fetches_aborts_the_body() {
 /// version turns the range into the whole object, in the one call.
 #[tokio::test(start_paused = true)]
 async fn conditions_are_judged_before_a_byte_is_read() {
-    let source = Arc::new(MemorySource::default());
-    let data = body(3 * BLOCK as usize, 1);
-    source.put("model", data.clone(), 1);
-    let read = read_path(&source, settings()).await;
+    let (source, data, read) = holding("model", 3 * BLOCK as usize).await;
     let object = object("model");
     head_plain(&read, &object).await.unwrap();
     let asked_before = source.calls().len();
@@ -186,10 +177,7 @@ async fn conditions_are_judged_before_a_byte_is_read() {
 /// requests rather than one a block.
 #[tokio::test(start_paused = true)]
 async fn a_long_cold_read_overtaken_by_an_overwrite_completes_with_its_version() {
-    let source = Arc::new(MemorySource::default());
-    let first = body(20 * BLOCK as usize + 33, 1);
-    source.put("model", first.clone(), 1);
-    let read = read_path(&source, settings()).await;
+    let (source, first, read) = holding("model", 20 * BLOCK as usize + 33).await;
     let answer = get_plain(&read, &object("model"), None).await.unwrap();
     source.put("model", body(20 * BLOCK as usize + 33, 2), 2);
     let (bytes, error) = collect(answer).await;
