@@ -56,6 +56,14 @@ impl Fetching {
         }
     }
 
+    /// Notes that the stream the fetch of `key` under way waited for stopped before the
+    /// block: the fetch asks for it alone from here.
+    pub(super) fn lost_stream(&self, key: &BlockKey) {
+        if let Some(fetched) = self.blocks.lock().get_mut(key) {
+            fetched.from_stream = false;
+        }
+    }
+
     /// How a lookup is fetching `key`, if one is.
     pub(super) fn under_way(&self, key: &BlockKey) -> Option<Fetch> {
         let blocks = self.blocks.lock();
@@ -96,7 +104,7 @@ mod tests {
     }
 
     #[test]
-    fn a_block_is_under_way_while_any_lookup_holds_it_and_from_a_stream_once_found() {
+    fn a_block_is_under_way_while_any_lookup_holds_it_and_from_a_stream_while_one_brings_it() {
         let fetching = Arc::new(Fetching::default());
         fetching.found_stream(&key(1));
         let first = fetching.hold(&key(1));
@@ -109,6 +117,13 @@ mod tests {
         fetching.found_stream(&key(1));
         assert_eq!(fetching.under_way(&key(1)), Some(Fetch::FromStream));
         assert_eq!(fetching.under_way(&key(2)), None);
+        fetching.lost_stream(&key(1));
+        assert_eq!(
+            fetching.under_way(&key(1)),
+            Some(Fetch::Alone),
+            "its stream stopped"
+        );
+        fetching.found_stream(&key(1));
         drop(first);
         assert_eq!(
             fetching.under_way(&key(1)),

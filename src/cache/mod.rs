@@ -258,8 +258,15 @@ impl BlockCache {
         self.fetching.found_stream(&self.generational(key));
     }
 
+    /// Notes that the stream the fetch of block `key` under way waited for stopped before
+    /// the block: the fetch asks for it alone from here.
+    pub fn fetching_alone(&self, key: &BlockKey) {
+        self.fetching.lost_stream(&self.generational(key));
+    }
+
     /// How a lookup is fetching block `key` now, if one is: from its miss until the block
-    /// is in memory, [`Fetch::FromStream`] once [`Self::fetching_from_stream`] noted it.
+    /// is in memory, [`Fetch::FromStream`] while [`Self::fetching_from_stream`] noted it
+    /// and [`Self::fetching_alone`] did not since.
     pub fn fetch_under_way(&self, key: &BlockKey) -> Option<Fetch> {
         self.fetching.under_way(&self.generational(key))
     }

@@ -86,6 +86,7 @@ impl BlockFetch {
                     Some(result) => result,
                     None => {
                         self.metrics.streams.count_alone();
+                        streams.stopped_before(&self.target, self.index);
                         return None;
                     }
                 }

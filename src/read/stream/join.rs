@@ -82,6 +82,13 @@ impl Streams {
         }
     }
 
+    /// The stream a lookup of block `index` of `target` waited for stopped before the
+    /// block: the lookup's fetch asks for it alone from here, and a read that opens its
+    /// streams meanwhile streams the block rather than wait for that fetch.
+    pub(in crate::read) fn stopped_before(&self, target: &Target, index: BlockIndex) {
+        self.inner.cache.fetching_alone(&target.key(index));
+    }
+
     /// Whether a stream under way brings block `key`.
     pub(in crate::read) fn brings(&self, key: &BlockKey) -> bool {
         self.inner

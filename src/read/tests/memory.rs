@@ -1,6 +1,6 @@
 //! A block source held in memory: objects put by the test, answered like an S3 server
 //! (ranges, `If-Match`, `If-None-Match`), with a log of every request, a switch that
-//! makes it unreachable, and stalls for chosen requests.
+//! makes it unreachable, stalls for chosen requests and streams cut short.
 
 use std::collections::HashMap;
 
@@ -30,6 +30,8 @@ pub(super) struct MemorySource {
     down: Mutex<bool>,
     /// `(key, range)` GETs whose next answer stalls before its head.
     stalls: Mutex<Vec<(String, String)>>,
+    /// Keys whose next stream breaks off after this many bytes.
+    cuts: Mutex<HashMap<String, usize>>,
     /// With gated HEADs: the HEADs waiting to be answered, oldest first. A HEAD answers
     /// from the objects as they were when it arrived.
     head_gates: Mutex<Option<std::collections::VecDeque<tokio::sync::oneshot::Sender<()>>>>,
@@ -195,6 +197,11 @@ impl MemorySource {
         self.stalls.lock().push((key.to_owned(), range.to_owned()));
     }
 
+    /// Cuts the next stream of `key` off after its first `bytes`.
+    pub(super) fn cut_next_stream(&self, key: &str, bytes: usize) {
+        self.cuts.lock().insert(key.to_owned(), bytes);
+    }
+
     /// Logs `call`, waits as the server would, and fails when the server is down.
     async fn answer(&self, call: Call) -> Result<(), UpstreamError> {
         let stalled = match &call {
@@ -326,7 +333,10 @@ impl BlockSource for MemorySource {
         let range = ByteRange::new(range.first(), range.last().min(meta.size - 1))
             .expect("a range within the object");
         head.arrived();
-        let bytes = body.slice(range.first() as usize..=range.last() as usize);
+        let mut bytes = body.slice(range.first() as usize..=range.last() as usize);
+        if let Some(cut) = self.cuts.lock().remove(object.key()) {
+            bytes.truncate(cut);
+        }
         let chunks = futures::stream::iter([Ok(bytes)]);
         Ok(StreamedRead::new(
             meta,
