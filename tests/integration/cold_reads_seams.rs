@@ -1,13 +1,15 @@
 //! Cold reads at their seams: an overwrite while a read's later streams reach the origin
-//! late or wait for a fill slot, a discovery's GET that breaks off, an object cached with holes, herds that arrive apart or
-//! read overlapping ranges, and every edge of sizes and ranges read as MinIO reads them.
+//! late or wait for a fill slot, a discovery's GET that breaks off, a stream that breaks
+//! off while the origin holds a block fetched alone after it, an object cached with holes,
+//! herds that arrive apart or read overlapping ranges, and every edge of sizes and ranges
+//! read as MinIO reads them.
 
 use std::time::Duration;
 
 use aws_sdk_s3::Client;
 use portico_testkit::forwarder::Fault;
 
-use crate::support::{Rig, multipart_upload, put_object, random_bytes};
+use crate::support::{Rig, multipart_upload, put_object, random_bytes, try_get};
 
 const MIB: usize = 1024 * 1024;
 
@@ -158,6 +160,73 @@ async fn a_discovery_that_breaks_off_leaves_its_blocks_to_their_own_fetches() {
         }
         let again = rig.get("o.bin", None).await;
         assert!(again == data);
+    }
+}
+
+/// A stream that breaks off leaves the blocks its lookups were waiting for to fetches of
+/// their own, and the origin holds each of those for 30 s. A read that opens its streams
+/// meanwhile streams those blocks again rather than wait for the held fetches, and its
+/// copies answer the first read too: both complete with exact bytes well before
+/// Portico's first-byte timeout (10 s here) would send the held fetches again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_read_streams_around_the_held_lone_fetch_of_a_block_whose_stream_broke_off() {
+    const HELD: Duration = Duration::from_secs(30);
+    // Half the rig's `upstream.first_byte_timeout`.
+    const WITHIN: Duration = Duration::from_secs(5);
+    for authenticated in [true, false] {
+        let rig = Rig::start("seams-around", |settings| {
+            if !authenticated {
+                settings.without_auth();
+            }
+        })
+        .await;
+        let data = random_bytes(8 * MIB, 29);
+        rig.put("o.bin", &data).await;
+        // The metadata, with block 0 alone.
+        assert!(rig.get("o.bin", Some("bytes=0-9")).await == data[..10]);
+        rig.forwarder.take();
+        // Blocks 1 to 4 in one stream, cut off half-way into block 1; the four GETs after
+        // it (each block, which its lookup then fetches alone) are held.
+        rig.forwarder.inject(&[Fault::CutBody(MIB / 2)]);
+        rig.forwarder.inject(&[Fault::Delay(HELD); 4]);
+        let started = std::time::Instant::now();
+        let first = tokio::spawn({
+            let (client, bucket) = (rig.client.clone(), rig.bucket.clone());
+            let range = format!("bytes={}-{}", MIB, 5 * MIB - 1);
+            async move { try_get(&client, &bucket, "o.bin", Some(&range)).await }
+        });
+        while rig.upstream_gets() < 5 {
+            assert!(
+                started.elapsed() < WITHIN,
+                "the blocks were not asked for alone"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let range = format!("bytes={}-{}", MIB, 7 * MIB - 1);
+        let second = rig.try_get("o.bin", Some(&range)).await;
+        let first = first.await.expect("first read");
+        let elapsed = started.elapsed();
+        let asked: Vec<Option<String>> = rig
+            .forwarder
+            .object_requests("GET")
+            .into_iter()
+            .map(|seen| seen.range)
+            .collect();
+        let metrics = format!("{} GETs {asked:?}", stream_metrics(&rig).await);
+        assert!(
+            second.as_deref() == Ok(&data[MIB..7 * MIB]),
+            "auth {authenticated}: the second read's bytes: {:?} ({metrics})",
+            second.as_ref().map(Vec::len)
+        );
+        assert!(
+            first.as_deref() == Ok(&data[MIB..5 * MIB]),
+            "auth {authenticated}: the first read's bytes: {:?} ({metrics})",
+            first.as_ref().map(Vec::len)
+        );
+        assert!(
+            elapsed < WITHIN,
+            "auth {authenticated}: waited {elapsed:?} for the held fetch ({metrics})"
+        );
     }
 }
 
