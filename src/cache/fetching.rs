@@ -9,8 +9,11 @@
 //! A fetch that asks the origin for its block alone does not count: a read that needs
 //! the block streams it as well, and whichever copy reaches memory first answers both
 //! (foyer hands a fetch's waiters a copy inserted meanwhile), so a slow lone fetch does
-//! not hold up a read that could stream around it. In a fleet every fetch counts: a
-//! block's fetch there is the fleet's one fetch of it, by its owner or for it.
+//! not hold up a read that could stream around it. Nor does one whose stream stopped
+//! before the block, so that it fell back to asking alone; a read whose first block that
+//! is streams even that block alone, which it otherwise leaves to its lookup. In a fleet
+//! every fetch counts: a block's fetch there is the fleet's one fetch of it, by its owner
+//! or for it.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -25,18 +28,21 @@ pub(super) struct Fetching {
 }
 
 /// How a block under way is fetched.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Fetch {
     /// Asked of the origin (or its owner) alone, so far.
+    #[default]
     Alone,
     /// From an origin stream that brings it.
     FromStream,
+    /// Asked of the origin alone after the stream it waited for stopped before the block.
+    FellBack,
 }
 
 #[derive(Default)]
 struct Fetched {
     holders: usize,
-    from_stream: bool,
+    how: Fetch,
 }
 
 impl Fetching {
@@ -52,7 +58,7 @@ impl Fetching {
     /// Notes that the fetch of `key` under way found a stream bringing it.
     pub(super) fn found_stream(&self, key: &BlockKey) {
         if let Some(fetched) = self.blocks.lock().get_mut(key) {
-            fetched.from_stream = true;
+            fetched.how = Fetch::FromStream;
         }
     }
 
@@ -60,18 +66,13 @@ impl Fetching {
     /// block: the fetch asks for it alone from here.
     pub(super) fn lost_stream(&self, key: &BlockKey) {
         if let Some(fetched) = self.blocks.lock().get_mut(key) {
-            fetched.from_stream = false;
+            fetched.how = Fetch::FellBack;
         }
     }
 
     /// How a lookup is fetching `key`, if one is.
     pub(super) fn under_way(&self, key: &BlockKey) -> Option<Fetch> {
-        let blocks = self.blocks.lock();
-        let fetched = blocks.get(key)?;
-        Some(match fetched.from_stream {
-            true => Fetch::FromStream,
-            false => Fetch::Alone,
-        })
+        self.blocks.lock().get(key).map(|fetched| fetched.how)
     }
 }
 
@@ -120,7 +121,7 @@ mod tests {
         fetching.lost_stream(&key(1));
         assert_eq!(
             fetching.under_way(&key(1)),
-            Some(Fetch::Alone),
+            Some(Fetch::FellBack),
             "its stream stopped"
         );
         fetching.found_stream(&key(1));

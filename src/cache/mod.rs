@@ -265,8 +265,8 @@ impl BlockCache {
     }
 
     /// How a lookup is fetching block `key` now, if one is: from its miss until the block
-    /// is in memory, [`Fetch::FromStream`] while [`Self::fetching_from_stream`] noted it
-    /// and [`Self::fetching_alone`] did not since.
+    /// is in memory; [`Fetch::FromStream`] once [`Self::fetching_from_stream`] noted it,
+    /// [`Fetch::FellBack`] once [`Self::fetching_alone`] did.
     pub fn fetch_under_way(&self, key: &BlockKey) -> Option<Fetch> {
         self.fetching.under_way(&self.generational(key))
     }

@@ -50,7 +50,7 @@ use super::Target;
 use super::claims::Claims;
 use super::fills::{FillSlot, FillSlots};
 use super::integrity::Integrity;
-use crate::cache::{BlockCache, BlockKey};
+use crate::cache::{BlockCache, BlockKey, Fetch};
 use crate::fill_threads::FillThreads;
 use crate::source::{BlockSource, Peers, ResponseHead, StreamedRead, UpstreamError};
 use crate::telemetry::Metrics;
@@ -337,15 +337,21 @@ impl Streams {
             // start late, and might find the version gone.
             let fill = target.fill_or_default(&self.inner.fills);
             // On one node the read's first block, when it is a hole of its own, is fetched
-            // alone (hedged; the read waits for it before its headers anyway); a single
-            // block further on is streamed, so that its answer too comes before the
+            // alone (hedged; the read waits for it before its headers anyway), unless a
+            // lookup asks for it alone already because its stream stopped before it: the
+            // read's lookup would join that fetch, however long the origin holds it. A
+            // single block further on is streamed, so that its answer too comes before the
             // headers (one left after the discovery's blocks, or between cached ones).
             // In cluster mode a read opens as many streams as fill slots are free: the
             // blocks the owners claimed for this node are scattered among those other
             // members hold, and the lookups the owners send here join the streams.
+            let fell_back = self.inner.cache.fetch_under_way(&target.key(first));
             let (most, alone) = match self.inner.peers {
                 Some(_) => (usize::MAX, None),
-                None => (STREAMS_PER_READ, Some(first)),
+                None => (
+                    STREAMS_PER_READ,
+                    (fell_back != Some(Fetch::FellBack)).then_some(first),
+                ),
             };
             let room = self.inner.fills.free_for(&fill).clamp(1, most);
             let mut parts = split(&runs, room, alone);

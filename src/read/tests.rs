@@ -278,36 +278,49 @@ async fn concurrent_cold_reads_ask_the_source_once_per_block() {
 
 /// A stream cut off before the blocks its lookups waited for leaves each to a fetch of
 /// its own. A read that opens its streams while one of those fetches is slow streams the
-/// block again rather than wait for it, and the copy it brings answers both reads.
+/// block again rather than wait for it, and the copy it brings answers both reads: a read
+/// of several blocks from there, and one within that block alone (which a read otherwise
+/// leaves to its lookup).
 #[tokio::test(start_paused = true)]
 async fn a_read_streams_a_block_whose_stream_stopped_rather_than_wait_for_its_slow_lone_fetch() {
-    let (source, expected, read) = holding("shard", 8 * BLOCK as usize).await;
-    // The metadata, with block 0 alone.
-    get(&read, "shard", range(0, 9)).await;
-    // Blocks 1 to 4 in one stream, cut off after block 1: the lookups of blocks 2 and 3
-    // were waiting for it, and fetch them alone; block 3's fetch stalls.
-    source.cut_next_stream("shard", BLOCK as usize);
-    source.stall_next("shard", &block_range(3));
-    let started = tokio::time::Instant::now();
-    let first = tokio::spawn({
-        let read = read.clone();
-        async move { get(&read, "shard", range(BLOCK, 5 * BLOCK - 1)).await }
-    });
-    while source.gets_of("shard", &block_range(3)) == 0 {
-        tokio::time::sleep(LATENCY / 10).await;
+    let later_reads = [
+        (3 * BLOCK, 7 * BLOCK - 1, 7 * BLOCK - 1),
+        (3 * BLOCK + 5, 3 * BLOCK + 9, 4 * BLOCK - 1),
+    ];
+    for (first, last, streamed_to) in later_reads {
+        let (source, expected, read) = holding("shard", 8 * BLOCK as usize).await;
+        // The metadata, with block 0 alone.
+        get(&read, "shard", range(0, 9)).await;
+        // Blocks 1 to 4 in one stream, cut off after block 1: the lookups of blocks 2 and
+        // 3 were waiting for it, and fetch them alone; block 3's fetch stalls.
+        source.cut_next_stream("shard", BLOCK as usize);
+        source.stall_next("shard", &block_range(3));
+        let started = tokio::time::Instant::now();
+        let cut = tokio::spawn({
+            let read = read.clone();
+            async move { get(&read, "shard", range(BLOCK, 5 * BLOCK - 1)).await }
+        });
+        while source.gets_of("shard", &block_range(3)) == 0 {
+            tokio::time::sleep(LATENCY / 10).await;
+        }
+        let (bytes, _) = get(&read, "shard", range(first, last)).await;
+        assert!(
+            bytes == expected[first as usize..=last as usize],
+            "{first}-{last}"
+        );
+        let (bytes, _) = cut.await.unwrap();
+        assert!(bytes == expected[BLOCK as usize..5 * BLOCK as usize]);
+        let elapsed = started.elapsed();
+        assert!(elapsed < STALL / 2, "{first}-{last}: {elapsed:?}");
+        let streamed = format!("bytes={}-{streamed_to}", 3 * BLOCK);
+        let calls = source.calls();
+        let lone = usize::from(streamed_to == 4 * BLOCK - 1);
+        assert_eq!(
+            source.gets_of("shard", &streamed),
+            1 + lone,
+            "{first}-{last}: {calls:?}"
+        );
     }
-    let (bytes, _) = get(&read, "shard", range(3 * BLOCK, 7 * BLOCK - 1)).await;
-    assert!(bytes == expected[3 * BLOCK as usize..7 * BLOCK as usize]);
-    let (bytes, _) = first.await.unwrap();
-    assert!(bytes == expected[BLOCK as usize..5 * BLOCK as usize]);
-    assert!(started.elapsed() < STALL / 2, "{:?}", started.elapsed());
-    let streamed = format!("bytes={}-{}", 3 * BLOCK, 7 * BLOCK - 1);
-    assert_eq!(
-        source.gets_of("shard", &streamed),
-        1,
-        "{:?}",
-        source.calls()
-    );
 }
 
 #[tokio::test(start_paused = true)]

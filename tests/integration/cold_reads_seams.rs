@@ -164,10 +164,11 @@ async fn a_discovery_that_breaks_off_leaves_its_blocks_to_their_own_fetches() {
 }
 
 /// A stream that breaks off leaves the blocks its lookups were waiting for to fetches of
-/// their own, and the origin holds each of those for 30 s. A read that opens its streams
-/// meanwhile streams those blocks again rather than wait for the held fetches, and its
-/// copies answer the first read too: both complete with exact bytes well before
-/// Portico's first-byte timeout (10 s here) would send the held fetches again.
+/// their own, and the origin holds each of those for 30 s. Reads that open their streams
+/// meanwhile stream those blocks again rather than wait for the held fetches (a read
+/// within one of them too, which a read otherwise leaves to its lookup), and their copies
+/// answer the first read: all complete with exact bytes well before Portico's first-byte
+/// timeout (10 s here) would send the held fetches again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_read_streams_around_the_held_lone_fetch_of_a_block_whose_stream_broke_off() {
     const HELD: Duration = Duration::from_secs(30);
@@ -202,6 +203,9 @@ async fn a_read_streams_around_the_held_lone_fetch_of_a_block_whose_stream_broke
             );
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
+        let (first_byte, last_byte) = (3 * MIB + 100, 3 * MIB + 200);
+        let range = format!("bytes={first_byte}-{last_byte}");
+        let within = rig.try_get("o.bin", Some(&range)).await;
         let range = format!("bytes={}-{}", MIB, 7 * MIB - 1);
         let second = rig.try_get("o.bin", Some(&range)).await;
         let first = first.await.expect("first read");
@@ -213,6 +217,11 @@ async fn a_read_streams_around_the_held_lone_fetch_of_a_block_whose_stream_broke
             .map(|seen| seen.range)
             .collect();
         let metrics = format!("{} GETs {asked:?}", stream_metrics(&rig).await);
+        assert!(
+            within.as_deref() == Ok(&data[first_byte..=last_byte]),
+            "auth {authenticated}: the read within block 3: {:?} ({metrics})",
+            within.as_ref().map(Vec::len)
+        );
         assert!(
             second.as_deref() == Ok(&data[MIB..7 * MIB]),
             "auth {authenticated}: the second read's bytes: {:?} ({metrics})",

@@ -86,9 +86,10 @@ impl Blocks {
     /// lookup fetching it alone counts too: that is the fleet's one fetch of the block.
     fn has(&self, target: &Target, index: BlockIndex) -> Has {
         let key = target.key(index);
-        let fetching = match (self.inner.cache.fetch_under_way(&key), &self.inner.peers) {
-            (Some(Fetch::FromStream), _) | (Some(Fetch::Alone), Some(_)) => true,
-            (Some(Fetch::Alone), None) | (None, _) => false,
+        let fetching = match self.inner.cache.fetch_under_way(&key) {
+            Some(Fetch::FromStream) => true,
+            Some(Fetch::Alone | Fetch::FellBack) => self.inner.peers.is_some(),
+            None => false,
         };
         if self.holds(&key, target.layout.block_len(index)) {
             Has::Here
