@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use futures::StreamExt;
-use futures::stream::FuturesOrdered;
+use futures::stream::{FuturesOrdered, FuturesUnordered};
 use tokio::sync::mpsc;
 use tracing::Instrument;
 
@@ -24,7 +24,7 @@ use crate::budget::Charge;
 use crate::cache::{Part, Tier};
 use crate::object::ObjectMeta;
 use crate::rules::Policy;
-use crate::source::ResponseHead;
+use crate::source::{ResponseHead, UpstreamError};
 use crate::types::{BlockIndex, ByteRange, ObjectRef, Selection};
 
 impl ReadPath {
@@ -181,17 +181,22 @@ impl ReadPath {
             first_index,
             discovered,
         );
-        let first_block = self
-            .blocks
-            .block_or_discovered(
-                target,
-                first_index,
-                bytes,
-                charge,
-                discovered,
-                &ResponseHead::default(),
-            )
-            .await;
+        let answered = ResponseHead::default();
+        let first_block = self.blocks.block_or_discovered(
+            target,
+            first_index,
+            bytes,
+            charge,
+            discovered,
+            &answered,
+        );
+        // A stream the origin refused the version (it changed, or is gone) answers for
+        // the read at once: its first block may be waiting on a fetch the origin holds.
+        let first_block = tokio::select! {
+            biased;
+            block = first_block => block,
+            error = refusal(&streams) => Err(ReadError::from_upstream(error)),
+        };
         // The headers go out once the version of every block started is settled: a
         // block whose object changed meanwhile (or that failed otherwise) still turns
         // into a retry or a status code, not into a body cut off after its headers.
@@ -370,6 +375,18 @@ struct BlockRead {
     bytes: ByteRange,
     discovered: Discovered,
     check: Option<ResponseCheck>,
+}
+
+/// The first refusal of the version among `streams` (see [`Interest::settled`]); never
+/// ready while none refused it.
+async fn refusal(streams: &[Interest]) -> UpstreamError {
+    let mut settled: FuturesUnordered<_> = streams.iter().map(Interest::settled).collect();
+    while let Some(answer) = settled.next().await {
+        if let Some(error) = answer {
+            return error;
+        }
+    }
+    std::future::pending().await
 }
 
 /// What a GET started before it sends: its first block, read; the lookups of the blocks

@@ -323,6 +323,36 @@ async fn a_read_streams_a_block_whose_stream_stopped_rather_than_wait_for_its_sl
     }
 }
 
+/// As above, with the object overwritten while block 3's lone fetch is held: the stream a
+/// later read opens for block 3 is refused the version it announced, and the read learns
+/// of the new version from that refusal at once, rather than from the held fetch.
+#[tokio::test(start_paused = true)]
+async fn a_read_whose_stream_is_refused_the_version_does_not_wait_for_a_held_fetch_to_learn_it() {
+    let (source, _, read) = holding("shard", 8 * BLOCK as usize).await;
+    get(&read, "shard", range(0, 9)).await;
+    source.cut_next_stream("shard", BLOCK as usize);
+    source.stall_next("shard", &block_range(3));
+    let cut = tokio::spawn({
+        let read = read.clone();
+        async move { get_plain(&read, &object("shard"), range(BLOCK, 5 * BLOCK - 1)).await }
+    });
+    while source.gets_of("shard", &block_range(3)) == 0 {
+        tokio::time::sleep(LATENCY / 10).await;
+    }
+    let newer = body(8 * BLOCK as usize, 2);
+    source.put("shard", newer.clone(), 2);
+    let started = tokio::time::Instant::now();
+    let (first, last) = (3 * BLOCK + 5, 3 * BLOCK + 9);
+    let (bytes, _) = get(&read, "shard", range(first, last)).await;
+    assert!(
+        bytes == newer[first as usize..=last as usize],
+        "the new version"
+    );
+    let elapsed = started.elapsed();
+    assert!(elapsed < STALL / 2, "{elapsed:?}");
+    cut.abort();
+}
+
 #[tokio::test(start_paused = true)]
 async fn the_reads_one_fetch_releases_take_turns_and_a_hit_or_the_fetch_s_own_read_does_not() {
     let (source, expected, read) = holding("herd", 3 * BLOCK as usize + 100).await;

@@ -168,13 +168,16 @@ async fn a_discovery_that_breaks_off_leaves_its_blocks_to_their_own_fetches() {
 /// meanwhile stream those blocks again rather than wait for the held fetches (a read
 /// within one of them too, which a read otherwise leaves to its lookup), and their copies
 /// answer the first read: all complete with exact bytes well before Portico's first-byte
-/// timeout (10 s here) would send the held fetches again.
+/// timeout (10 s here) would send the held fetches again. With the object overwritten
+/// meanwhile, the later reads' streams are refused the version they announced, and they
+/// read the new version as soon (the first read gets it once its held fetch is refused).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_read_streams_around_the_held_lone_fetch_of_a_block_whose_stream_broke_off() {
     const HELD: Duration = Duration::from_secs(30);
     // Half the rig's `upstream.first_byte_timeout`.
     const WITHIN: Duration = Duration::from_secs(5);
-    for authenticated in [true, false] {
+    for (authenticated, overwritten) in [(true, false), (false, false), (true, true)] {
+        let case = format!("auth {authenticated}, overwritten {overwritten}");
         let rig = Rig::start("seams-around", |settings| {
             if !authenticated {
                 settings.without_auth();
@@ -197,17 +200,23 @@ async fn a_read_streams_around_the_held_lone_fetch_of_a_block_whose_stream_broke
             async move { try_get(&client, &bucket, "o.bin", Some(&range)).await }
         });
         while rig.upstream_gets() < 5 {
-            assert!(
-                started.elapsed() < WITHIN,
-                "the blocks were not asked for alone"
-            );
+            assert!(started.elapsed() < WITHIN, "{case}: no lone fetches");
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
+        let expected = match overwritten {
+            true => random_bytes(8 * MIB, 31),
+            false => data.clone(),
+        };
+        if overwritten {
+            rig.put("o.bin", &expected).await;
+        }
+        let reading = std::time::Instant::now();
         let (first_byte, last_byte) = (3 * MIB + 100, 3 * MIB + 200);
         let range = format!("bytes={first_byte}-{last_byte}");
         let within = rig.try_get("o.bin", Some(&range)).await;
         let range = format!("bytes={}-{}", MIB, 7 * MIB - 1);
         let second = rig.try_get("o.bin", Some(&range)).await;
+        let later_reads = reading.elapsed();
         let first = first.await.expect("first read");
         let elapsed = started.elapsed();
         let asked: Vec<Option<String>> = rig
@@ -218,23 +227,27 @@ async fn a_read_streams_around_the_held_lone_fetch_of_a_block_whose_stream_broke
             .collect();
         let metrics = format!("{} GETs {asked:?}", stream_metrics(&rig).await);
         assert!(
-            within.as_deref() == Ok(&data[first_byte..=last_byte]),
-            "auth {authenticated}: the read within block 3: {:?} ({metrics})",
+            within.as_deref() == Ok(&expected[first_byte..=last_byte]),
+            "{case}: the read within block 3: {:?} ({metrics})",
             within.as_ref().map(Vec::len)
         );
         assert!(
-            second.as_deref() == Ok(&data[MIB..7 * MIB]),
-            "auth {authenticated}: the second read's bytes: {:?} ({metrics})",
+            second.as_deref() == Ok(&expected[MIB..7 * MIB]),
+            "{case}: the second read's bytes: {:?} ({metrics})",
             second.as_ref().map(Vec::len)
         );
         assert!(
-            first.as_deref() == Ok(&data[MIB..5 * MIB]),
-            "auth {authenticated}: the first read's bytes: {:?} ({metrics})",
+            first.as_deref() == Ok(&expected[MIB..5 * MIB]),
+            "{case}: the first read's bytes: {:?} ({metrics})",
             first.as_ref().map(Vec::len)
         );
         assert!(
-            elapsed < WITHIN,
-            "auth {authenticated}: waited {elapsed:?} for the held fetch ({metrics})"
+            later_reads < WITHIN,
+            "{case}: the later reads waited {later_reads:?} ({metrics})"
+        );
+        assert!(
+            overwritten || elapsed < WITHIN,
+            "{case}: waited {elapsed:?} for the held fetch ({metrics})"
         );
     }
 }
