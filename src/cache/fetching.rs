@@ -55,18 +55,11 @@ impl Fetching {
         }
     }
 
-    /// Notes that the fetch of `key` under way found a stream bringing it.
-    pub(super) fn found_stream(&self, key: &BlockKey) {
+    /// Notes how the fetch of `key` under way fetches it from here: it found a stream
+    /// bringing the block, or that stream stopped before the block.
+    pub(super) fn note(&self, key: &BlockKey, how: Fetch) {
         if let Some(fetched) = self.blocks.lock().get_mut(key) {
-            fetched.how = Fetch::FromStream;
-        }
-    }
-
-    /// Notes that the stream the fetch of `key` under way waited for stopped before the
-    /// block: the fetch asks for it alone from here.
-    pub(super) fn lost_stream(&self, key: &BlockKey) {
-        if let Some(fetched) = self.blocks.lock().get_mut(key) {
-            fetched.how = Fetch::FellBack;
+            fetched.how = how;
         }
     }
 
@@ -107,7 +100,7 @@ mod tests {
     #[test]
     fn a_block_is_under_way_while_any_lookup_holds_it_and_from_a_stream_while_one_brings_it() {
         let fetching = Arc::new(Fetching::default());
-        fetching.found_stream(&key(1));
+        fetching.note(&key(1), Fetch::FromStream);
         let first = fetching.hold(&key(1));
         assert_eq!(
             fetching.under_way(&key(1)),
@@ -115,16 +108,16 @@ mod tests {
             "a lone fetch"
         );
         let second = fetching.hold(&key(1));
-        fetching.found_stream(&key(1));
+        fetching.note(&key(1), Fetch::FromStream);
         assert_eq!(fetching.under_way(&key(1)), Some(Fetch::FromStream));
         assert_eq!(fetching.under_way(&key(2)), None);
-        fetching.lost_stream(&key(1));
+        fetching.note(&key(1), Fetch::FellBack);
         assert_eq!(
             fetching.under_way(&key(1)),
             Some(Fetch::FellBack),
             "its stream stopped"
         );
-        fetching.found_stream(&key(1));
+        fetching.note(&key(1), Fetch::FromStream);
         drop(first);
         assert_eq!(
             fetching.under_way(&key(1)),

@@ -252,21 +252,15 @@ impl BlockCache {
         Ok(Part::whole(bytes.slice(within), tier))
     }
 
-    /// Notes that the fetch of block `key` under way ([`Self::block`]) found an origin
-    /// stream bringing it.
-    pub fn fetching_from_stream(&self, key: &BlockKey) {
-        self.fetching.found_stream(&self.generational(key));
-    }
-
-    /// Notes that the stream the fetch of block `key` under way waited for stopped before
-    /// the block: the fetch asks for it alone from here.
-    pub fn fetching_alone(&self, key: &BlockKey) {
-        self.fetching.lost_stream(&self.generational(key));
+    /// Notes how the fetch of block `key` under way ([`Self::block`]) fetches it from
+    /// here: from an origin stream it found bringing the block, or alone after that stream
+    /// stopped before the block.
+    pub fn note_fetch(&self, key: &BlockKey, how: Fetch) {
+        self.fetching.note(&self.generational(key), how);
     }
 
     /// How a lookup is fetching block `key` now, if one is: from its miss until the block
-    /// is in memory; [`Fetch::FromStream`] once [`Self::fetching_from_stream`] noted it,
-    /// [`Fetch::FellBack`] once [`Self::fetching_alone`] did.
+    /// is in memory, as [`Self::note_fetch`] last noted it ([`Fetch::Alone`] before).
     pub fn fetch_under_way(&self, key: &BlockKey) -> Option<Fetch> {
         self.fetching.under_way(&self.generational(key))
     }

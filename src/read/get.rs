@@ -378,8 +378,11 @@ struct BlockRead {
 }
 
 /// The first refusal of the version among `streams` (see [`Interest::settled`]); never
-/// ready while none refused it.
+/// ready while none refused it (nothing is allocated for a read without streams).
 async fn refusal(streams: &[Interest]) -> UpstreamError {
+    if streams.is_empty() {
+        return std::future::pending().await;
+    }
     let mut settled: FuturesUnordered<_> = streams.iter().map(Interest::settled).collect();
     while let Some(answer) = settled.next().await {
         if let Some(error) = answer {

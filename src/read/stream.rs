@@ -345,13 +345,13 @@ impl Streams {
             // In cluster mode a read opens as many streams as fill slots are free: the
             // blocks the owners claimed for this node are scattered among those other
             // members hold, and the lookups the owners send here join the streams.
-            let fell_back = self.inner.cache.fetch_under_way(&target.key(first));
             let (most, alone) = match self.inner.peers {
                 Some(_) => (usize::MAX, None),
-                None => (
-                    STREAMS_PER_READ,
-                    (fell_back != Some(Fetch::FellBack)).then_some(first),
-                ),
+                None => {
+                    let fetch = self.inner.cache.fetch_under_way(&target.key(first));
+                    let fell_back = fetch == Some(Fetch::FellBack);
+                    (STREAMS_PER_READ, (!fell_back).then_some(first))
+                }
             };
             let room = self.inner.fills.free_for(&fill).clamp(1, most);
             let mut parts = split(&runs, room, alone);

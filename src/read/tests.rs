@@ -276,6 +276,30 @@ async fn concurrent_cold_reads_ask_the_source_once_per_block() {
     assert_eq!(source.calls().len(), 1);
 }
 
+/// `shard` (8 blocks) held, its metadata and block 0 read, then a read of blocks 1 to 4
+/// whose stream is cut off after block 1: the lookups of blocks 2 and 3 were waiting for
+/// it, and fetch them alone; block 3's fetch stalls. Returns once it has, with the cut
+/// read's task.
+async fn with_block_3_held() -> (
+    Arc<MemorySource>,
+    Vec<u8>,
+    ReadPath,
+    tokio::task::JoinHandle<Result<ObjectRead, ReadError>>,
+) {
+    let (source, expected, read) = holding("shard", 8 * BLOCK as usize).await;
+    get(&read, "shard", range(0, 9)).await;
+    source.cut_next_stream("shard", BLOCK as usize);
+    source.stall_next("shard", &block_range(3));
+    let cut = tokio::spawn({
+        let read = read.clone();
+        async move { get_plain(&read, &object("shard"), range(BLOCK, 5 * BLOCK - 1)).await }
+    });
+    while source.gets_of("shard", &block_range(3)) == 0 {
+        tokio::time::sleep(LATENCY / 10).await;
+    }
+    (source, expected, read, cut)
+}
+
 /// A stream cut off before the blocks its lookups waited for leaves each to a fetch of
 /// its own. A read that opens its streams while one of those fetches is slow streams the
 /// block again rather than wait for it, and the copy it brings answers both reads: a read
@@ -288,27 +312,15 @@ async fn a_read_streams_a_block_whose_stream_stopped_rather_than_wait_for_its_sl
         (3 * BLOCK + 5, 3 * BLOCK + 9, 4 * BLOCK - 1),
     ];
     for (first, last, streamed_to) in later_reads {
-        let (source, expected, read) = holding("shard", 8 * BLOCK as usize).await;
-        // The metadata, with block 0 alone.
-        get(&read, "shard", range(0, 9)).await;
-        // Blocks 1 to 4 in one stream, cut off after block 1: the lookups of blocks 2 and
-        // 3 were waiting for it, and fetch them alone; block 3's fetch stalls.
-        source.cut_next_stream("shard", BLOCK as usize);
-        source.stall_next("shard", &block_range(3));
         let started = tokio::time::Instant::now();
-        let cut = tokio::spawn({
-            let read = read.clone();
-            async move { get(&read, "shard", range(BLOCK, 5 * BLOCK - 1)).await }
-        });
-        while source.gets_of("shard", &block_range(3)) == 0 {
-            tokio::time::sleep(LATENCY / 10).await;
-        }
+        let (source, expected, read, cut) = with_block_3_held().await;
         let (bytes, _) = get(&read, "shard", range(first, last)).await;
         assert!(
             bytes == expected[first as usize..=last as usize],
             "{first}-{last}"
         );
-        let (bytes, _) = cut.await.unwrap();
+        let (bytes, error) = collect(cut.await.unwrap().unwrap()).await;
+        assert_eq!(error, None, "the body of shard was aborted");
         assert!(bytes == expected[BLOCK as usize..5 * BLOCK as usize]);
         let elapsed = started.elapsed();
         assert!(elapsed < STALL / 2, "{first}-{last}: {elapsed:?}");
@@ -328,17 +340,7 @@ async fn a_read_streams_a_block_whose_stream_stopped_rather_than_wait_for_its_sl
 /// of the new version from that refusal at once, rather than from the held fetch.
 #[tokio::test(start_paused = true)]
 async fn a_read_whose_stream_is_refused_the_version_does_not_wait_for_a_held_fetch_to_learn_it() {
-    let (source, _, read) = holding("shard", 8 * BLOCK as usize).await;
-    get(&read, "shard", range(0, 9)).await;
-    source.cut_next_stream("shard", BLOCK as usize);
-    source.stall_next("shard", &block_range(3));
-    let cut = tokio::spawn({
-        let read = read.clone();
-        async move { get_plain(&read, &object("shard"), range(BLOCK, 5 * BLOCK - 1)).await }
-    });
-    while source.gets_of("shard", &block_range(3)) == 0 {
-        tokio::time::sleep(LATENCY / 10).await;
-    }
+    let (source, _, read, cut) = with_block_3_held().await;
     let newer = body(8 * BLOCK as usize, 2);
     source.put("shard", newer.clone(), 2);
     let started = tokio::time::Instant::now();

@@ -7,7 +7,7 @@ use bytes::Bytes;
 use tokio::sync::oneshot;
 
 use super::{CLAIM_WAIT, Delivery, Interest, State, Streams, Undelivered, WAIT_AHEAD_BLOCKS};
-use crate::cache::BlockKey;
+use crate::cache::{BlockKey, Fetch};
 use crate::read::Target;
 use crate::read::claims::Bringer;
 use crate::source::{ResponseHead, UpstreamError};
@@ -86,7 +86,9 @@ impl Streams {
     /// block: the lookup's fetch asks for it alone from here, and a read that opens its
     /// streams meanwhile streams the block rather than wait for that fetch.
     pub(in crate::read) fn stopped_before(&self, target: &Target, index: BlockIndex) {
-        self.inner.cache.fetching_alone(&target.key(index));
+        self.inner
+            .cache
+            .note_fetch(&target.key(index), Fetch::FellBack);
     }
 
     /// Whether a stream under way brings block `key`.
@@ -122,8 +124,8 @@ impl Streams {
                 None => Joined::Uncovered,
             };
         };
-        // The lookup's fetch is the stream's from here (`BlockCache::fetching_from_stream`).
-        let from_stream = || self.inner.cache.fetching_from_stream(&key);
+        // The lookup's fetch is the stream's from here (`BlockCache::note_fetch`).
+        let from_stream = || self.inner.cache.note_fetch(&key, Fetch::FromStream);
         match &mut slot.state {
             State::Arrived(bytes) => {
                 slot.flow.asked_for(index);
